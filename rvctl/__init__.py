@@ -1,0 +1,1 @@
+"""rvctl: the command line of rollverify."""

@@ -1,0 +1,60 @@
+"""Results to stdout as a rich table, or as json/csv/md for machines; logs go to stderr."""
+
+from __future__ import annotations
+
+import csv
+import enum
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+stdout = Console()
+stderr = Console(stderr=True)
+
+
+class Format(enum.StrEnum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+    md = "md"
+
+
+def print_rows(rows: Sequence[dict[str, Any]], format: Format, title: str | None = None) -> None:
+    """Print rows (dicts sharing keys) in the chosen format."""
+    columns = list(rows[0]) if rows else []
+    if format is Format.json:
+        print(json.dumps(list(rows), indent=2, default=str))
+    elif format is Format.csv:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        print(buffer.getvalue(), end="")
+    elif format is Format.md:
+        print("| " + " | ".join(columns) + " |")
+        print("|" + "---|" * len(columns))
+        for row in rows:
+            print("| " + " | ".join(_cell(row[c]) for c in columns) + " |")
+    else:
+        table = Table(title=title)
+        for column in columns:
+            table.add_column(column, justify="right" if _is_number(rows[0][column]) else "left")
+        for row in rows:
+            table.add_row(*(_cell(row[c]) for c in columns))
+        stdout.print(table)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

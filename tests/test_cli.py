@@ -1,0 +1,50 @@
+"""The rvctl command line: real subprocesses, as a user runs it."""
+
+import json
+import subprocess
+import sys
+
+PYTHON = sys.executable
+
+
+def rvctl(*args, **kwargs):
+    return subprocess.run(
+        [PYTHON, "-m", "rvctl.app", *args], capture_output=True, text=True, **kwargs
+    )
+
+
+def test_help_lists_the_commands_that_exist():
+    result = rvctl("--help")
+    assert result.returncode == 0
+    assert "data" in result.stdout
+
+
+def test_data_check_as_json(tmp_path):
+    records = [
+        {"problem": "1+1?", "answer": "2"},
+        {"problem": "half?", "answer": "\\frac{1}{2}"},
+        {"problem": "no answer", "answer": None},
+    ]
+    (tmp_path / "mini.json").write_text(json.dumps(records))
+    result = rvctl("data", "check", str(tmp_path), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)
+    assert row["file"] == "mini" and row["records"] == 3 and row["skipped"] == 1
+    assert row["reference_correct"] == row["perturbed_rejected"] == row["checked"] == 2
+
+
+def test_bad_input_is_one_line_exit_2_no_traceback(tmp_path):
+    result = rvctl("data", "check", str(tmp_path / "missing"))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert (
+        result.stderr.splitlines()[0]
+        == f"error: {tmp_path / 'missing'}: no *.json math files found"
+    )
+    assert result.stdout == ""
+
+
+def test_a_bad_option_value_is_a_usage_error():
+    result = rvctl("data", "check", "--limit", "0")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--limit" in result.stderr

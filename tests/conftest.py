@@ -2,6 +2,11 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+
+# Measured here: tiny-model ops with 2 OpenMP threads slow down ~50x when another process is
+# busy on the 2 cores (threads spin-wait for each other). One thread keeps tests predictable.
+torch.set_num_threads(1)
 
 DATA = Path(__file__).parent / "data"
 

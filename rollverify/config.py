@@ -1,0 +1,350 @@
+"""One typed config for a run. Every field documents the rule it follows; `load_config` checks
+them all and reports every problem at once, each naming the field and the fix.
+
+    rvctl train --config experiments/default.yaml --method rollverify
+
+Files are short diffs of these defaults (the embedded default: a tiny Qwen3 on the chain task,
+CPU, in-process engine). Values linked to each other are checked together in `_check_links`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from rollverify.methods import METHODS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class ConfigError(ValueError):
+    """Every problem found in a config, one line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+def _field(
+    default: Any,
+    doc: str,
+    check: typing.Callable[[Any], bool] | None = None,
+    rule: str = "",
+    **kwargs: Any,
+) -> Any:
+    metadata = {"doc": doc, "check": check, "rule": rule}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata, **kwargs)
+
+
+def _positive(x: float) -> bool:
+    return x > 0
+
+
+def _at_least_one(x: int) -> bool:
+    return x >= 1
+
+
+@dataclass
+class ModelConfig:
+    path: str = _field(
+        "models/tiny-qwen3-chain",
+        "Folder with a transformers causal LM + tokenizer (relative to the repo or "
+        "absolute). The default is the shipped ~0.6M-parameter Qwen3.",
+    )
+    dtype: Literal["float32", "bfloat16"] = _field("float32", "Weights dtype; bfloat16 on GPUs.")
+
+
+@dataclass
+class TaskConfig:
+    name: Literal["chain", "math"] = _field(
+        "chain", "chain: the synthetic long-tail task; math: real math (data/math) on GPUs."
+    )
+    max_steps: int = _field(
+        32, "chain: longest chain; P(n) ~ n^-alpha over 1..max_steps.", _at_least_one, ">= 1"
+    )
+    alpha: float = _field(1.3, "chain: tail exponent; smaller = heavier tail.", _positive, "> 0")
+    train_file: str = _field("data/math/math_train.json", "math: training problems.")
+    eval_file: str = _field("data/math/math500.json", "math: held-out problems.")
+    eval_size: int = _field(256, "Held-out problems in each evaluation.", _at_least_one, ">= 1")
+    eval_samples: int = _field(
+        1, "Samples per eval problem (accuracy = mean reward).", _at_least_one, ">= 1"
+    )
+    eval_seed: int = _field(
+        12345,
+        "Seed of the held-out set and of eval sampling (fixed, so "
+        "every run is scored on the same problems).",
+    )
+
+
+@dataclass
+class RolloutConfig:
+    engine: Literal["hf", "vllm"] = _field(
+        "hf", "hf: in-process transformers engine; vllm: the vLLM sidecar (issue 4)."
+    )
+    slots: int = _field(64, "Trajectories generated at once (engine batch).", _at_least_one, ">= 1")
+    batch_groups: int = _field(
+        8, "B: complete groups (prompts) trained per step.", _at_least_one, ">= 1"
+    )
+    group_size: int = _field(8, "G: samples per prompt (GRPO group).", lambda x: x >= 2, ">= 2")
+    max_new_tokens: int = _field(
+        288, "Token budget per response (chain: the longest is 281).", _at_least_one, ">= 1"
+    )
+    temperature: float = _field(
+        1.0, "Sampling temperature (the loss uses the same).", _positive, "> 0"
+    )
+    max_inflight_groups: int | None = _field(
+        None,
+        "Partial methods: most groups in play at once (None: as many as keep the slots "
+        "full). Equal to batch_groups, partial rollout never pauses and equals grpo.",
+        lambda x: x is None or x >= 1,
+        ">= 1 or null",
+    )
+
+
+@dataclass
+class VerifyConfig:
+    ops_metric: Literal["abs_ratio", "abs_log_ratio", "k3"] = _field(
+        "abs_ratio", "Token OPS: |r-1|, |log r| or k3 (spec)."
+    )
+    ds: float = _field(
+        0.01,
+        "Sequence-stage threshold on a segment's mean OPS; inf disables.",
+        _positive,
+        "> 0 (inf allowed)",
+    )
+    dt: float = _field(
+        2.0,
+        "Token-stage threshold on one token's OPS; inf disables.",
+        _positive,
+        "> 0 (inf allowed)",
+    )
+    window: int = _field(8, "Acceptance-rate window (cycles).", _at_least_one, ">= 1")
+    switch_threshold: float = _field(
+        0.5, "Switch to on-policy when the window mean is below.", lambda x: 0 < x <= 1, "in (0, 1]"
+    )
+    staleness_bound: int = _field(
+        2,
+        "staleness-filter: drop samples staler than this many versions.",
+        lambda x: x >= 0,
+        ">= 0",
+    )
+    ops_bound: float = _field(
+        0.05, "ops-filter: drop samples whose sequence OPS exceeds this.", _positive, "> 0"
+    )
+
+
+@dataclass
+class TrainConfig:
+    method: str = _field(
+        "rollverify",
+        f"One of: {', '.join(METHODS)}.",
+        lambda x: x in METHODS,
+        f"one of {', '.join(METHODS)}",
+    )
+    steps: int = _field(60, "Optimizer steps.", _at_least_one, ">= 1")
+    seed: int = _field(0, "Seeds data order, sampling and initial RNG.")
+    learning_rate: float = _field(
+        1e-3, "AdamW learning rate (constant after warmup).", _positive, "> 0"
+    )
+    warmup_steps: int = _field(0, "Linear warmup steps.", lambda x: x >= 0, ">= 0")
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = _field(
+        "dapo", "TRL loss aggregation for methods that keep the clipped surrogate."
+    )
+    epsilon: float = _field(0.2, "Clip range of the ratio pi/mu (low side).", _positive, "> 0")
+    epsilon_high: float = _field(
+        0.28, "Clip range, high side (DAPO clip-higher).", _positive, "> 0"
+    )
+    beta: float = _field(
+        0.0, "KL coefficient to the base model (0: no reference model).", lambda x: x >= 0, ">= 0"
+    )
+    max_grad_norm: float = _field(1.0, "Gradient clipping.", _positive, "> 0")
+    threads: int = _field(0, "torch threads (0: leave torch's default).", lambda x: x >= 0, ">= 0")
+    eval_every: int = _field(
+        20,
+        "Evaluate every this many steps (and at the end); 0: only at the start and the end.",
+        lambda x: x >= 0,
+        ">= 0",
+    )
+
+
+@dataclass
+class TrackingConfig:
+    uri: str | None = _field(None, "MLflow tracking URI; None: sqlite file in the output folder.")
+    experiment: str = _field("rollverify", "MLflow experiment name.")
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    output: str = _field("runs", "Folder for run outputs (one subfolder per run).")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def model_path(self) -> Path:
+        path = Path(self.model.path)
+        return path if path.is_absolute() else REPO / path
+
+
+def load_config(
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> RunConfig:
+    """Defaults <- YAML file <- overrides ({"train.steps": 10}); all problems raised at once."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = _read_yaml(Path(path))
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        section, _, key = dotted.rpartition(".")
+        target = data.setdefault(section, {}) if section else data
+        if not isinstance(target, dict):
+            raise ConfigError([f"{section}: must be a mapping to set {dotted}"])
+        target[key] = value
+    problems: list[str] = []
+    config = _build(RunConfig, data, "", problems)
+    if not problems:
+        _check_links(config, problems)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(
+            [f"--config {path}: cannot read it ({error.strerror}); check the path"]
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(
+            [f"--config {path}: malformed YAML{where}; fix the syntax there"]
+        ) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"--config {path}: the top level must be a mapping of sections"])
+    return data
+
+
+def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
+    if not isinstance(data, dict):
+        problems.append(f"{prefix.rstrip('.')}: must be a mapping, got {_show(data)}")
+        return cls()
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in data:
+        if key not in fields:
+            near = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f"; did you mean {prefix}{near[0]}?" if near else f"; known: {', '.join(fields)}"
+            problems.append(f"{prefix}{key}: unknown key{hint}")
+    values = {}
+    for name, f in fields.items():
+        if name not in data:
+            continue
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            values[name] = _build(hint, data[name], f"{prefix}{name}.", problems)
+            continue
+        value, problem = _coerce(data[name], hint)
+        if problem:
+            problems.append(f"{prefix}{name}: {problem}")
+            continue
+        check, rule = f.metadata.get("check"), f.metadata.get("rule")
+        if check is not None and not check(value):
+            problems.append(f"{prefix}{name}: must be {rule}, got {_show(value)}")
+            continue
+        values[name] = value
+    try:
+        return cls(**values)
+    except TypeError:  # only reachable if a nested section failed; its problem is recorded
+        return cls()
+
+
+def _coerce(value: Any, hint: Any) -> tuple[Any, str | None]:
+    """Check `value` against a type hint; YAML's "inf"/".inf" strings become float('inf')."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None, None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0])
+    if origin is Literal:
+        if value in args:
+            return value, None
+        near = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
+        hint_text = f"; did you mean {near[0]!r}?" if near else ""
+        return None, f"must be one of {', '.join(map(str, args))}, got {_show(value)}{hint_text}"
+    if hint is bool:
+        return (
+            (value, None)
+            if isinstance(value, bool)
+            else (None, f"must be true or false, got {_show(value)}")
+        )
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value, None
+        return None, f"must be an integer, got {_show(value)}"
+    if hint is float:
+        if isinstance(value, str) and value.strip().lower() in ("inf", ".inf", "infinity"):
+            return math.inf, None
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and not math.isnan(value)
+        ):
+            return float(value), None
+        return None, f"must be a number, got {_show(value)}"
+    if hint is str:
+        return (
+            (value, None)
+            if isinstance(value, str)
+            else (None, f"must be a string, got {_show(value)}")
+        )
+    return value, None
+
+
+def _check_links(config: RunConfig, problems: list[str]) -> None:
+    rollout = config.rollout
+    if (
+        rollout.max_inflight_groups is not None
+        and rollout.max_inflight_groups < rollout.batch_groups
+    ):
+        problems.append(
+            "rollout.max_inflight_groups: must be >= rollout.batch_groups "
+            f"({rollout.batch_groups}), got {rollout.max_inflight_groups}; raise it or set null"
+        )
+    if config.train.epsilon_high < config.train.epsilon:
+        problems.append(
+            f"train.epsilon_high: must be >= train.epsilon ({config.train.epsilon}), got "
+            f"{config.train.epsilon_high}"
+        )
+    if not config.model_path().is_dir():
+        problems.append(
+            f"model.path: no model folder at {config.model_path()}; build it with "
+            "`python -m rollverify.tiny.build --out models/tiny-qwen3-chain` or fix the path"
+        )
+
+
+def _show(value: Any) -> str:
+    return repr(value) if not isinstance(value, (dict, list)) else type(value).__name__

@@ -1,0 +1,1 @@
+"""Rollout engines: the in-process transformers engine (`hf`) and the vLLM sidecar (`vllm`)."""

@@ -1,0 +1,28 @@
+"""Sample filters on partial rollout (paper Section 3.3, Table 1): keep or drop completed samples.
+
+staleness  = current version - version of the sample's oldest token; drop if > bound.
+OPS        = the sample's sequence OPS under the current policy; drop if > bound.
+A dropped sample gets no gradient and does not enter its group's reward baseline.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def staleness(versions: torch.Tensor, mask: torch.Tensor, current_version: int) -> torch.Tensor:
+    """current_version - oldest token version per sample: versions long [B, T], mask bool -> [B]."""
+    oldest = torch.where(mask, versions, torch.iinfo(versions.dtype).max).amin(dim=-1)
+    return torch.where(mask.any(-1), current_version - oldest, torch.zeros_like(oldest))
+
+
+def keep_fresh(
+    versions: torch.Tensor, mask: torch.Tensor, current_version: int, bound: int
+) -> torch.Tensor:
+    """bool [B]: samples whose staleness is within `bound` versions."""
+    return staleness(versions, mask, current_version) <= bound
+
+
+def keep_on_policy(sequence_ops: torch.Tensor, bound: float) -> torch.Tensor:
+    """bool [B]: samples whose sequence OPS is within `bound` (NaN is dropped)."""
+    return sequence_ops <= bound

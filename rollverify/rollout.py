@@ -1,0 +1,119 @@
+"""Rollout schedules: synchronous (grpo) and partial rollout, over any RolloutEngine.
+
+    synchronous  start B groups (after whatever is cached), wait until every trajectory ends.
+    partial      resume the cache first, keep the slots full with new groups, and once B groups
+                 are complete (all G samples finished) pause what is unfinished into the cache.
+
+Groups come from a PromptSource; the answers of groups still in play live in `RolloutState`
+with the cache, so a checkpoint of the state is all that is needed to continue.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from rollverify.engines.protocol import RolloutEngine
+from rollverify.trajectory import Trajectory, TrajectoryCache
+
+
+@dataclass(frozen=True)
+class PromptGroup:
+    """One prompt to sample G responses for. prompt_ids: long [P]."""
+
+    group_id: int
+    prompt_ids: torch.Tensor
+    answer: str
+
+
+class PromptSource(Protocol):
+    def next_group(self) -> PromptGroup:
+        """The next training prompt, with a fresh group id."""
+
+
+@dataclass
+class RolloutState:
+    """What survives between steps: paused or waiting trajectories, and their groups' answers."""
+
+    cache: TrajectoryCache = field(default_factory=TrajectoryCache)
+    answers: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutResult:
+    """B complete groups to train on, and what the rollout cost.
+
+    groups: B lists of G finished trajectories (group ids ascending: oldest first)
+    """
+
+    groups: list[list[Trajectory]]
+    answers: list[str]  # one per group
+    seconds: float
+    resumed: int  # cached trajectories resumed at the start
+    paused: int  # trajectories paused into the cache at the end
+    tokens_generated: int
+
+    def trajectories(self) -> Iterator[Trajectory]:
+        for group in self.groups:
+            yield from group
+
+
+def collect(
+    engine: RolloutEngine,
+    source: PromptSource,
+    state: RolloutState,
+    *,
+    batch_groups: int,
+    group_size: int,
+    partial: bool,
+    max_inflight_groups: int | None = None,
+) -> RolloutResult:
+    """Run one step's rollout; see the module docstring for the two schedules."""
+    start, tokens_before = time.perf_counter(), engine.stats.tokens_generated
+    finished: dict[int, list[Trajectory]] = defaultdict(list)
+    in_play: set[int] = set()
+    cached = state.cache.take_all()
+    for trajectory in cached:
+        in_play.add(trajectory.group_id)
+        if trajectory.finished:
+            finished[trajectory.group_id].append(trajectory)
+    resumed = [t for t in cached if not t.finished]
+    engine.submit(resumed)
+
+    def start_group() -> None:
+        group = source.next_group()
+        state.answers[group.group_id] = group.answer
+        in_play.add(group.group_id)
+        engine.submit([Trajectory(group.prompt_ids, group.group_id, i) for i in range(group_size)])
+
+    def complete() -> list[int]:
+        return sorted(g for g, members in finished.items() if len(members) == group_size)
+
+    limit = max_inflight_groups if partial else batch_groups
+    while len(in_play) < batch_groups:  # enough groups for one batch, whatever the schedule
+        start_group()
+    while engine.has_work if not partial else len(complete()) < batch_groups:
+        if partial:
+            while engine.idle_slots() > 0 and (limit is None or len(in_play) < limit):
+                start_group()
+        for trajectory in engine.poll():
+            finished[trajectory.group_id].append(trajectory)
+
+    paused = engine.pause() if partial else []
+    chosen = complete()[:batch_groups]
+    groups = [sorted(finished.pop(g), key=lambda t: t.sample_index) for g in chosen]
+    for trajectory in [*paused, *(t for members in finished.values() for t in members)]:
+        state.cache.add(trajectory)  # unfinished, or finished and waiting for its group
+    return RolloutResult(
+        groups=groups,
+        answers=[state.answers.pop(g) for g in chosen],
+        seconds=time.perf_counter() - start,
+        resumed=len(resumed),
+        paused=len(paused),
+        tokens_generated=engine.stats.tokens_generated - tokens_before,
+    )

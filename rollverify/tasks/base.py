@@ -1,0 +1,34 @@
+"""What a task gives the training loop: a prompt stream, a fixed eval set, and a reward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from rollverify.rollout import PromptGroup
+
+
+@dataclass(frozen=True)
+class EvalProblem:
+    prompt_ids: torch.Tensor  # long [P]
+    answer: str
+
+
+class Task(Protocol):
+    def next_group(self) -> PromptGroup:
+        """The next training prompt (a PromptSource)."""
+
+    def eval_problems(self) -> list[EvalProblem]:
+        """The held-out set: the same problems for every run of a config."""
+
+    def reward(self, response: str, answer: str) -> float:
+        """1.0 for a correct final answer, else 0.0."""
+
+    def reward_tokens(self, token_ids: list[int], answer: str) -> float:
+        """The reward of a response given as token ids (decoded without special tokens)."""
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...

@@ -1,0 +1,125 @@
+"""The embedded default task: a counted chain of additions modulo 10, of long-tail length.
+
+    prompt    Q:7+3x4=                             start 7, add 3, four times
+    response  4:7+3=0;3:0+3=3;2:3+3=6;1:6+3=9#9    counter:state+add=next, then #answer
+
+Every line needs only the line before it: decrement its counter, copy its result and the
+addend, add modulo 10. Nothing has to be fetched from far back, so a ~1M-parameter model can
+learn it on a CPU; the number of steps n is heavy-tailed
+(P(n) ~ n^-alpha), so response lengths have the long tail that makes partial rollout pay.
+The reward is exact match of the final answer. Demonstrations for the base model carry step
+noise (a wrong state with probability `noise` per step, followed consistently): the base
+model samples such slips, and RL has something real to remove.
+
+Why this and not a sum of terms: measured here (shared/notes/MEASURED.md), tiny models fail at
+fetching the i-th term of a long prompt; a chain whose next step needs only the previous one
+and a constant from a fixed place in the prompt is learnable in CPU minutes.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+
+import torch
+
+from rollverify.rollout import PromptGroup
+from rollverify.tasks.base import EvalProblem
+
+ANSWER_PATTERN = re.compile(r"#(\d)$")
+
+
+@dataclass(frozen=True)
+class ChainTaskConfig:
+    """The task's distribution; the defaults are what the shipped base model was trained on."""
+
+    max_steps: int = 32  # n is drawn from 1..max_steps
+    alpha: float = 1.3  # P(n) ~ n^-alpha: larger alpha, lighter tail
+
+
+@dataclass(frozen=True)
+class ChainProblem:
+    start: int  # s0 in 0..9
+    add: int  # a in 1..9
+    steps: int  # n >= 1
+
+    @property
+    def prompt(self) -> str:
+        return f"Q:{self.start}+{self.add}x{self.steps}="
+
+    @property
+    def answer(self) -> str:
+        return str((self.start + self.add * self.steps) % 10)
+
+    def solution(self, noise: float = 0.0, rng: random.Random | None = None) -> str:
+        """The worked response; with `noise`, each new state is wrong with that probability."""
+        state, lines = self.start, []
+        for counter in range(self.steps, 0, -1):
+            result = (state + self.add) % 10
+            if noise and rng is not None and rng.random() < noise:
+                result = (result + rng.randint(1, 9)) % 10  # a slip, carried on consistently
+            lines.append(f"{counter}:{state}+{self.add}={result}")
+            state = result
+        return ";".join(lines) + f"#{state}"
+
+
+def sample_problem(rng: random.Random, config: ChainTaskConfig = ChainTaskConfig()) -> ChainProblem:
+    steps = range(1, config.max_steps + 1)
+    weights = [n**-config.alpha for n in steps]
+    n = rng.choices(steps, weights=weights)[0]
+    return ChainProblem(start=rng.randint(0, 9), add=rng.randint(1, 9), steps=n)
+
+
+def sample_problems(
+    count: int, seed: int, config: ChainTaskConfig = ChainTaskConfig()
+) -> list[ChainProblem]:
+    rng = random.Random(seed)
+    return [sample_problem(rng, config) for _ in range(count)]
+
+
+def chain_reward(response: str, answer: str) -> float:
+    """1.0 when the response ends with `#<answer>` (its final answer), else 0.0."""
+    match = ANSWER_PATTERN.search(response.strip())
+    return 1.0 if match is not None and match.group(1) == answer else 0.0
+
+
+class ChainTask:
+    """Training stream and eval set of the chain task, tokenized (rollverify.tasks.base.Task)."""
+
+    def __init__(
+        self, tokenizer, config: ChainTaskConfig, seed: int, eval_size: int, eval_seed: int
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.config = config
+        self.rng = random.Random(seed)
+        self.next_group_id = 0
+        self.eval_size, self.eval_seed = eval_size, eval_seed
+
+    def _ids(self, text: str) -> torch.Tensor:
+        return torch.tensor(self.tokenizer(text)["input_ids"], dtype=torch.long)
+
+    def next_group(self) -> PromptGroup:
+        problem = sample_problem(self.rng, self.config)
+        group = PromptGroup(self.next_group_id, self._ids(problem.prompt), problem.answer)
+        self.next_group_id += 1
+        return group
+
+    def eval_problems(self) -> list[EvalProblem]:
+        problems = sample_problems(self.eval_size, self.eval_seed, self.config)
+        return [EvalProblem(self._ids(p.prompt), p.answer) for p in problems]
+
+    def reward(self, response: str, answer: str) -> float:
+        return chain_reward(response, answer)
+
+    def reward_tokens(self, token_ids: list[int], answer: str) -> float:
+        return self.reward(self.tokenizer.decode(token_ids, skip_special_tokens=True), answer)
+
+    def state_dict(self) -> dict:
+        version, internal, gauss = self.rng.getstate()
+        return {"rng": [version, list(internal), gauss], "next_group_id": self.next_group_id}
+
+    def load_state_dict(self, state: dict) -> None:
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.next_group_id = state["next_group_id"]

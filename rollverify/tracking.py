@@ -1,0 +1,85 @@
+"""Where metrics go: a small Tracker interface, and MLflow behind it.
+
+MLflow's sqlite store costs ~10 ms per call, so a step's metrics go in one `log_batch`.
+Metric names are stable (docs/metrics.md lists them): dashboards depend on them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+MAX_PARAM_LENGTH = 6000  # MLflow 3 limit on a param value
+
+
+class Tracker(Protocol):
+    run_id: str
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+
+    def finish(self, status: str = "FINISHED") -> None: ...
+
+
+def default_tracking_uri(output: str | Path) -> str:
+    """A sqlite store inside the output folder, so a run's metrics live beside its files."""
+    return f"sqlite:///{(Path(output).resolve() / 'mlflow.db')}"
+
+
+class MLflowTracker:
+    """One MLflow run: params = the resolved config, tags = method/seed/engine."""
+
+    def __init__(
+        self,
+        uri: str,
+        experiment: str,
+        run_name: str,
+        params: dict[str, Any],
+        tags: dict[str, str],
+        artifact_root: Path,
+        parent_run_id: str | None = None,
+    ) -> None:
+        self.client = MlflowClient(tracking_uri=uri)
+        found = self.client.get_experiment_by_name(experiment)
+        experiment_id = (
+            found.experiment_id
+            if found is not None
+            else self.client.create_experiment(experiment, artifact_location=artifact_root.as_uri())
+        )
+        if parent_run_id is not None:
+            tags = {**tags, "mlflow.parentRunId": parent_run_id}
+        run = self.client.create_run(experiment_id, run_name=run_name, tags=tags)
+        self.run_id = run.info.run_id
+        self.client.log_batch(
+            self.run_id,
+            params=[Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in flatten(params).items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        timestamp = int(time.time() * 1000)
+        batch = [
+            Metric(name, float(value), timestamp, step)
+            for name, value in metrics.items()
+            if value is not None and not (isinstance(value, float) and math.isnan(value))
+        ]
+        if batch:
+            self.client.log_batch(self.run_id, metrics=batch)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.client.set_terminated(self.run_id, status=status)
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"train": {"steps": 3}} -> {"train.steps": 3}."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

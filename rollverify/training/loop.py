@@ -1,0 +1,272 @@
+"""One training step of GRPO with (verified) partial rollout, in the order it runs.
+
+TRL drives the loop; these are the parts that are ours:
+
+    rollout()        TRL's rollout_func: resume the cache, collect B complete groups,
+                     score their OPS, filter (filter methods), hand TRL the tokens + behavior
+                     log-probs
+    reward()         TRL's reward function: the task's verifier on each completion
+    -- TRL: group advantages -> clipped surrogate with pi/mu_behavior -> optimizer step --
+    after_update()   TRL's on_step_end: weight sync -> verify the cache (rollverify methods)
+                     -> switch if acceptance collapsed -> evaluate when due
+    log()            TRL's on_log: one batched call with the step's metrics (docs/metrics.md)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from rollverify.config import RunConfig
+from rollverify.engines.protocol import RolloutEngine
+from rollverify.evaluation import evaluate
+from rollverify.filters import keep_fresh, keep_on_policy, staleness
+from rollverify.methods import Method
+from rollverify.ops import sequence_ops, token_ops
+from rollverify.rollout import RolloutState, collect
+from rollverify.switching import AcceptanceMonitor
+from rollverify.tasks.base import Task
+from rollverify.tracking import Tracker
+from rollverify.trajectory import PaddedTrajectories
+from rollverify.verify import verify
+
+
+@dataclass
+class CacheCheck:
+    """What one verification cycle (or, without verification, one look) found in the cache."""
+
+    trajectories: int = 0
+    tokens_before: int = 0
+    tokens_kept: int = 0
+    ops_before: float = math.nan  # mean sequence OPS of cached trajectories, before truncation
+    ops_after: float = math.nan  # ... of their kept prefixes (empty prefixes excluded)
+
+
+@dataclass
+class StepMetrics:
+    """The metrics of one step, filled as the step goes; names are the logged names."""
+
+    values: dict[str, float] = field(default_factory=dict)
+
+    def add(self, **metrics: float) -> None:
+        self.values.update(metrics)
+
+
+class TrainingLoop:
+    def __init__(
+        self,
+        config: RunConfig,
+        method: Method,
+        task: Task,
+        engine: RolloutEngine,
+        tracker: Tracker,
+        on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None,
+    ) -> None:
+        self.config, self.method, self.task, self.engine = config, method, task, engine
+        self.tracker, self.on_step = tracker, on_step
+        self.state = RolloutState()
+        self.monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
+        self.eval_problems = task.eval_problems()
+        self.trainer: Any = None  # set by attach(); the loop calls back into it for scoring
+        self.metrics = StepMetrics()
+        self.device_seconds = 0.0
+        self.step_started = 0.0
+        self.last_eval: float | None = None
+
+    def attach(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    @property
+    def version(self) -> int:
+        return self.engine.version
+
+    @property
+    def partial(self) -> bool:
+        """Partial rollout until the monitor switches the run to on-policy, for good."""
+        return self.method.partial and not self.monitor.switched
+
+    # -- rollout ------------------------------------------------------------------------------
+
+    def rollout(self, prompts: list, trainer: Any) -> dict[str, list]:
+        self.metrics = StepMetrics()
+        self.step_started = time.perf_counter()
+        rollout = self.config.rollout
+        result = collect(
+            self.engine,
+            self.task,
+            self.state,
+            batch_groups=rollout.batch_groups,
+            group_size=rollout.group_size,
+            partial=self.partial,
+            max_inflight_groups=rollout.max_inflight_groups,
+        )
+        trajectories = list(result.trajectories())
+        batch = PaddedTrajectories.of(trajectories)
+        current = self.trainer.current_logprobs(trajectories)
+        ops = token_ops(
+            current, batch.behavior_logprobs, self.config.verify.ops_metric, mask=batch.mask
+        )
+        batch_ops = sequence_ops(ops, batch.mask)
+        keep = self._keep(batch, batch_ops)
+        lengths = batch.mask.sum(-1).float()
+        self.metrics.add(
+            ops_mean=batch_ops.mean().item(),
+            response_length_mean=lengths.mean().item(),
+            response_length_p99=torch.quantile(lengths, 0.99).item(),
+            staleness_mean=staleness(batch.versions, batch.mask, self.version)
+            .float()
+            .mean()
+            .item(),
+            tokens_generated=float(result.tokens_generated),
+            tokens_discarded=float(lengths[~keep].sum().item()),
+            samples_dropped=float((~keep).sum().item()),
+            resumed=float(result.resumed),
+            paused=float(result.paused),
+            cache_size=float(len(self.state.cache)),
+            rollout_seconds=result.seconds,
+        )
+        answers = [a for a, group in zip(result.answers, result.groups, strict=True) for _ in group]
+        output: dict[str, list] = {
+            "prompt_ids": [t.prompt_ids.tolist() for t in trajectories],
+            "completion_ids": [t.token_ids.tolist() for t in trajectories],
+            "logprobs": [t.behavior_logprobs.tolist() for t in trajectories],
+            "answer": answers,
+            "keep": keep.tolist(),
+        }
+        if self.method.sample_filter is not None:  # dropped samples: no tokens in the loss
+            output["env_mask"] = [
+                [int(k)] * len(t) for k, t in zip(keep.tolist(), trajectories, strict=True)
+            ]
+        return output
+
+    def _keep(self, batch: PaddedTrajectories, batch_ops: torch.Tensor) -> torch.Tensor:
+        bound = self.config.verify
+        if self.method.sample_filter == "staleness":
+            return keep_fresh(batch.versions, batch.mask, self.version, bound.staleness_bound)
+        if self.method.sample_filter == "ops":
+            return keep_on_policy(batch_ops, bound.ops_bound)
+        return torch.ones(batch.mask.shape[0], dtype=torch.bool)
+
+    # -- reward -------------------------------------------------------------------------------
+
+    def reward(
+        self, completions: list[str], answer: list[str], keep: list[bool], **_: Any
+    ) -> list[float | None]:
+        rewards = [self.task.reward(text, a) for text, a in zip(completions, answer, strict=True)]
+        self.metrics.add(reward_mean=sum(rewards) / len(rewards))
+        # None = unscorable to TRL: out of the group baseline, advantage 0 (a dropped sample).
+        return [r if k else None for r, k in zip(rewards, keep, strict=True)]
+
+    # -- after the optimizer step -------------------------------------------------------------
+
+    def after_update(self, step: int) -> None:
+        train_seconds = (
+            time.perf_counter() - self.step_started - self.metrics.values["rollout_seconds"]
+        )
+        start = time.perf_counter()
+        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+        self.engine.load_weights(model.state_dict().items(), version=step)
+        sync_seconds = time.perf_counter() - start
+
+        start = time.perf_counter()
+        check = self.check_cache(step)
+        verify_seconds = time.perf_counter() - start
+        self.device_seconds += (
+            self.metrics.values["rollout_seconds"] + train_seconds + sync_seconds + verify_seconds
+        )
+        self.metrics.add(
+            train_seconds=train_seconds,
+            sync_seconds=sync_seconds,
+            verify_seconds=verify_seconds,
+            device_seconds=self.device_seconds,
+            ops_cache_before=check.ops_before,
+            ops_cache_after=check.ops_after,
+            cache_tokens_verified=float(check.tokens_before),
+            tokens_discarded=self.metrics.values["tokens_discarded"]
+            + check.tokens_before
+            - check.tokens_kept,
+            acceptance_rate=(
+                check.tokens_kept / check.tokens_before
+                if self.method.verify and check.tokens_before
+                else math.nan
+            ),
+            acceptance_window_mean=(
+                self.monitor.window_mean if self.monitor.window_mean is not None else math.nan
+            ),
+            switched=float(self.monitor.switched),
+        )
+        every = self.config.train.eval_every
+        if step == self.config.train.steps or (every and step % every == 0):
+            self.metrics.add(eval_accuracy=self.evaluate())
+
+    def check_cache(self, step: int) -> CacheCheck:
+        """Score the cached unfinished trajectories under the new policy; verify if the method
+        does (truncate, count acceptance, maybe switch); otherwise only measure their OPS."""
+        cached = [t for t in self.state.cache if not t.finished and len(t) > 0]
+        if not cached:
+            return CacheCheck()
+        batch = PaddedTrajectories.of(cached)
+        current = self.trainer.current_logprobs(cached)
+        cfg = self.config.verify
+        ops = token_ops(current, batch.behavior_logprobs, cfg.ops_metric, mask=batch.mask)
+        lengths = batch.mask.sum(-1)
+        kept = lengths
+        if self.method.verify:
+            dt = cfg.dt if self.method.token_stage else math.inf
+            kept = verify(ops, batch.versions, batch.mask, cfg.ds, dt)
+            for trajectory, k in zip(cached, kept.tolist(), strict=True):
+                trajectory.truncate(k)
+            if self.method.switching:
+                self.monitor.update(kept.sum(), lengths.sum(), step=step)
+        kept_mask = batch.mask & (torch.arange(batch.mask.shape[1]) < kept[:, None])
+        nonempty = kept > 0
+        return CacheCheck(
+            trajectories=len(cached),
+            tokens_before=int(lengths.sum()),
+            tokens_kept=int(kept.sum()),
+            ops_before=sequence_ops(ops, batch.mask).mean().item(),
+            ops_after=(
+                sequence_ops(ops, kept_mask)[nonempty].mean().item() if nonempty.any() else math.nan
+            ),
+        )
+
+    def evaluate(self) -> float:
+        self.last_eval = evaluate(
+            self.engine,
+            self.task,
+            self.eval_problems,
+            samples=self.config.task.eval_samples,
+            seed=self.config.task.eval_seed,
+        )
+        return self.last_eval
+
+    # -- log ----------------------------------------------------------------------------------
+
+    def log(self, step: int, trl_logs: dict[str, float]) -> None:
+        if "entropy" in trl_logs:
+            self.metrics.add(entropy_mean=trl_logs["entropy"])
+        values = dict(self.metrics.values)
+        self.tracker.log_metrics(values, step=step)
+        self.on_step(step, values)
+
+
+class LoopCallback(TrainerCallback):
+    """Hands TRL's step boundaries to the loop: after the update, then the log."""
+
+    def __init__(self, loop: TrainingLoop) -> None:
+        self.loop = loop
+        self.logged_step = -1
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.loop.after_update(state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and state.global_step != self.logged_step and "entropy" in logs:
+            self.logged_step = state.global_step
+            self.loop.log(state.global_step, logs)

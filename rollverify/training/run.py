@@ -1,0 +1,176 @@
+"""The training recipe: setup(); train(); cleanup(). What `rvctl train` runs.
+
+rvctl train --method rollverify --steps 60 --seed 0
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import yaml
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rollverify.atomic import atomic_write_text
+from rollverify.config import RunConfig
+from rollverify.engines.hf_engine import HFEngine
+from rollverify.methods import METHODS
+from rollverify.tasks.base import Task
+from rollverify.tasks.chain import ChainTask, ChainTaskConfig
+from rollverify.tracking import MLflowTracker, default_tracking_uri
+from rollverify.training.loop import LoopCallback, TrainingLoop
+from rollverify.training.trl_adapter import build_trainer
+
+
+@dataclass
+class RunSummary:
+    run_dir: str
+    run_id: str
+    tracking_uri: str
+    method: str
+    seed: int
+    steps: int
+    eval_accuracy_before: float
+    eval_accuracy_after: float
+    reward_mean_first: float
+    reward_mean_last: float
+    ops_mean_last: float
+    acceptance_window_mean: float | None
+    switch_step: int | None
+    wall_seconds: float
+    device_seconds: float
+
+
+def make_task(config: RunConfig, tokenizer) -> Task:
+    task = config.task
+    if task.name == "chain":
+        return ChainTask(
+            tokenizer,
+            ChainTaskConfig(task.max_steps, task.alpha),
+            seed=config.train.seed,
+            eval_size=task.eval_size,
+            eval_seed=task.eval_seed,
+        )
+    from rollverify.tasks.math_task import MathTask  # math-verify/sympy: import only if used
+
+    return MathTask(
+        tokenizer,
+        task.train_file,
+        task.eval_file,
+        seed=config.train.seed,
+        eval_size=task.eval_size,
+        eval_seed=task.eval_seed,
+    )
+
+
+def make_engine(config: RunConfig, model, tokenizer):
+    rollout = config.rollout
+    if rollout.engine == "vllm":
+        raise ValueError("rollout.engine: the vLLM sidecar is not built yet (issue 4); use hf")
+    return HFEngine(
+        model,
+        slots=rollout.slots,
+        max_new_tokens=rollout.max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        temperature=rollout.temperature,
+        seed=config.train.seed,
+    )
+
+
+def run_dir_for(config: RunConfig) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(config.output) / f"{config.train.method}-s{config.train.seed}-{stamp}"
+
+
+def train(
+    config: RunConfig,
+    on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None,
+    parent_run_id: str | None = None,
+) -> RunSummary:
+    # -- setup ---------------------------------------------------------------------------------
+    started = time.perf_counter()
+    if config.train.threads:
+        torch.set_num_threads(config.train.threads)
+    torch.manual_seed(config.train.seed)
+    method = METHODS[config.train.method]
+    run_dir = run_dir_for(config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+    tokenizer = AutoTokenizer.from_pretrained(config.model_path())
+    model = AutoModelForCausalLM.from_pretrained(
+        config.model_path(), dtype=getattr(torch, config.model.dtype)
+    )
+    task = make_task(config, tokenizer)
+    engine = make_engine(config, model, tokenizer)
+    uri = config.tracking.uri or default_tracking_uri(config.output)
+    tracker = MLflowTracker(
+        uri,
+        config.tracking.experiment,
+        run_name=run_dir.name,
+        params=config.to_dict(),
+        tags={
+            "method": method.name,
+            "seed": str(config.train.seed),
+            "engine": config.rollout.engine,
+            "run_dir": str(run_dir.resolve()),
+        },
+        artifact_root=Path(config.output).resolve() / "mlartifacts",
+        parent_run_id=parent_run_id,
+    )
+    loop = TrainingLoop(config, method, task, engine, tracker, on_step)
+    trainer = build_trainer(
+        config,
+        method,
+        model,
+        tokenizer,
+        loop.reward,
+        loop.rollout,
+        LoopCallback(loop),
+        output_dir=str(run_dir / "trl"),
+    )
+    loop.attach(trainer)
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+
+    def remember(step: int, metrics: dict[str, float]) -> None:
+        first.update({k: v for k, v in metrics.items() if k not in first})
+        last.update(metrics)
+        on_step(step, metrics)
+
+    loop.on_step = remember
+
+    # -- train ---------------------------------------------------------------------------------
+    status = "FAILED"
+    try:
+        before = loop.evaluate()
+        tracker.log_metrics({"eval_accuracy": before}, step=0)
+        on_step(0, {"eval_accuracy": before})
+        trainer.train()
+        status = "FINISHED"
+    finally:
+        tracker.finish(status)  # -- cleanup ---------------------------------------------------
+    summary = RunSummary(
+        run_dir=str(run_dir),
+        run_id=tracker.run_id,
+        tracking_uri=uri,
+        method=method.name,
+        seed=config.train.seed,
+        steps=config.train.steps,
+        eval_accuracy_before=before,
+        eval_accuracy_after=loop.last_eval if loop.last_eval is not None else math.nan,
+        reward_mean_first=first.get("reward_mean", math.nan),
+        reward_mean_last=last.get("reward_mean", math.nan),
+        ops_mean_last=last.get("ops_mean", math.nan),
+        acceptance_window_mean=loop.monitor.window_mean,
+        switch_step=loop.monitor.switch_step,
+        wall_seconds=time.perf_counter() - started,
+        device_seconds=loop.device_seconds,
+    )
+    atomic_write_text(run_dir / "summary.json", json.dumps(asdict(summary), indent=2) + "\n")
+    return summary

@@ -1,0 +1,124 @@
+"""Our one subclass of TRL's GRPOTrainer, and the glue that plugs a training step into it.
+
+TRL owns the GRPO update: rewards -> group advantages -> clipped surrogate -> optimizer step.
+We change one thing: the ratio's denominator is each token's behavior log-prob (the weights that
+sampled it, as the engine reported it), so stale tokens look stale to the loss (spec, "Policy-
+gradient ratio"). Without this, TRL uses the current log-probs (ratio 1) unless use_vllm=True.
+
+TRL's dataloader still iterates a prompt dataset; the prompts it hands to `rollout_func` are
+ignored, because under partial rollout the engine, not the sampler, decides which groups finish
+in a step. Our task's prompt stream feeds the engine instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from datasets import Dataset
+from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from rollverify.config import RunConfig
+from rollverify.methods import Method
+from rollverify.trajectory import Trajectory
+
+
+class BehaviorRatioGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer whose importance ratio is pi_theta / mu_{v_t} for every token."""
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        # rollout_func's logprobs arrive as sampling_per_token_logps [B, T] (right-padded).
+        output["old_per_token_logps"] = output["sampling_per_token_logps"]
+        return output
+
+    @torch.no_grad()
+    def current_logprobs(
+        self, trajectories: list[Trajectory], batch_size: int = 64
+    ) -> torch.Tensor:
+        """log pi_theta of each generated token under the current weights: float [B, T].
+
+        Same layout and code path as the loss (left-padded prompts, right-padded completions,
+        TRL's fused log-prob head), so the numbers are the loss's own.
+        """
+        prompts = [t.prompt_ids for t in trajectories]
+        completions = [t.token_ids for t in trajectories]
+        pad = self.processing_class.pad_token_id
+        prompt_width = max(len(p) for p in prompts)
+        width = max(len(c) for c in completions)
+        input_ids = torch.full((len(trajectories), prompt_width + width), pad, dtype=torch.long)
+        attention = torch.zeros_like(input_ids)
+        for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+            input_ids[i, prompt_width - len(prompt) : prompt_width] = prompt
+            input_ids[i, prompt_width : prompt_width + len(completion)] = completion
+            attention[i, prompt_width - len(prompt) : prompt_width + len(completion)] = 1
+        device = self.accelerator.device
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            self.model, input_ids.to(device), attention.to(device), width, batch_size=batch_size
+        )
+        return logps.float().cpu()
+
+
+def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfig:
+    """TRL's config from ours: one optimizer step per rollout, B*G completions per step."""
+    train, rollout = config.train, config.rollout
+    settings: dict[str, Any] = {
+        "loss_type": train.loss_type,
+        "epsilon": train.epsilon,
+        "epsilon_high": train.epsilon_high,
+    }
+    settings.update(method.trl_overrides)  # loss-level methods (gspo, sapo, vespo)
+    on_gpu = torch.cuda.is_available()
+    return GRPOConfig(
+        output_dir=output_dir,
+        max_steps=train.steps,
+        per_device_train_batch_size=rollout.batch_groups * rollout.group_size,
+        num_generations=rollout.group_size,
+        max_completion_length=rollout.max_new_tokens,
+        temperature=rollout.temperature,
+        learning_rate=train.learning_rate,
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=train.warmup_steps,
+        weight_decay=0.0,
+        max_grad_norm=train.max_grad_norm,
+        beta=train.beta,
+        seed=train.seed,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        bf16=on_gpu and config.model.dtype == "bfloat16",
+        use_cpu=not on_gpu,
+        gradient_checkpointing=False,  # TRL's default turns it on; pointless for small models
+        dataloader_num_workers=0,
+        **settings,
+    )
+
+
+def build_trainer(
+    config: RunConfig,
+    method: Method,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    reward: Callable[..., list[float | None]],
+    rollout_func: Callable[[list, Any], dict],
+    callback: TrainerCallback,
+    output_dir: str,
+) -> BehaviorRatioGRPOTrainer:
+    # Placeholder prompts only: TRL's sampler needs a dataset; see the module docstring.
+    placeholder = Dataset.from_dict({"prompt": [""] * config.rollout.batch_groups})
+    trainer = BehaviorRatioGRPOTrainer(
+        model=model,
+        reward_funcs=[reward],
+        args=grpo_config(config, method, output_dir),
+        train_dataset=placeholder,
+        processing_class=tokenizer,
+        rollout_func=rollout_func,
+        callbacks=[callback],
+    )
+    for printer in (PrinterCallback, ProgressCallback):  # rvctl shows progress, not TRL
+        trainer.remove_callback(printer)
+    return trainer

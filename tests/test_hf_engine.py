@@ -1,0 +1,111 @@
+"""The in-process engine: exact log-probs through continuous batching, pause/resume, weights."""
+
+import copy
+
+import pytest
+import torch
+
+from rollverify.engines.hf_engine import HFEngine
+from rollverify.trajectory import Trajectory
+from tests.tiny import EOS, PAD, prompts, random_model, teacher_forced_logprobs
+
+
+def _engine(model, slots=4, max_new_tokens=40, seed=0, temperature=1.0):
+    return HFEngine(
+        model,
+        slots=slots,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        temperature=temperature,
+        seed=seed,
+    )
+
+
+def _run(engine):
+    finished, most_rows = [], 0
+    while engine.has_work:
+        finished += engine.poll()
+        most_rows = max(most_rows, len(engine._rows))
+    return finished, most_rows
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_every_logprob_equals_a_teacher_forced_pass(temperature):
+    model = random_model(eos_bias=-1.0)
+    engine = _engine(model, slots=3, temperature=temperature)
+    trajectories = [Trajectory(p, g, 0) for g, p in enumerate(prompts(9))]
+    engine.submit(trajectories)
+    finished, most_rows = _run(engine)
+    assert sorted(t.key for t in finished) == sorted(t.key for t in trajectories)
+    assert most_rows <= 3  # never more rows than slots
+    for t in finished:
+        expected = teacher_forced_logprobs(model, t, temperature)
+        assert torch.allclose(t.behavior_logprobs, expected, atol=1e-5), t.key
+        assert t.finish_reason == ("stop" if t.token_ids[-1] == EOS else "length")
+        assert (t.versions == 0).all()
+
+
+def test_pause_keeps_partial_tokens_and_resume_continues_them():
+    model = random_model(eos_bias=-3.0)
+    engine = _engine(model, slots=3, max_new_tokens=30, seed=1)
+    trajectories = [Trajectory(p, g, 0) for g, p in enumerate(prompts(5, seed=1))]
+    engine.submit(trajectories)
+    for _ in range(6):
+        engine.poll()
+    paused = engine.pause()
+    assert not engine.has_work and engine.idle_slots() == 3
+    assert len(paused) == 5 and all(not t.finished for t in paused)
+    assert sorted(len(t) for t in paused) == [0, 0, 6, 6, 6]  # 2 never started: kept, not lost
+    prefixes = {t.key: t.token_ids.clone() for t in paused}
+    engine.load_weights(model.state_dict().items(), version=1)
+    engine.submit(paused)
+    finished, _ = _run(engine)
+    for t in finished:
+        assert torch.equal(t.token_ids[: len(prefixes[t.key])], prefixes[t.key])
+        cut = len(prefixes[t.key])
+        assert (t.versions[:cut] == 0).all() and (t.versions[cut:] == 1).all()
+        assert torch.allclose(t.behavior_logprobs, teacher_forced_logprobs(model, t), atol=1e-5)
+
+
+def test_new_weights_change_logprobs_and_need_an_idle_engine():
+    model = random_model()
+    engine = _engine(model, slots=2)
+    moved = copy.deepcopy(model)
+    with torch.no_grad():
+        for parameter in moved.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    engine.submit([Trajectory(prompts(1)[0], 0, 0)])
+    with pytest.raises(RuntimeError, match="pause the engine"):
+        engine.load_weights(moved.state_dict().items(), version=1)
+    engine.pause()
+    engine.load_weights(moved.state_dict().items(), version=1)
+    t = Trajectory(prompts(1)[0], 0, 0)
+    engine.submit([t])
+    _run(engine)
+    assert torch.allclose(t.behavior_logprobs, teacher_forced_logprobs(moved, t), atol=1e-5)
+    assert not torch.allclose(t.behavior_logprobs, teacher_forced_logprobs(model, t), atol=1e-3)
+    with pytest.raises(ValueError, match="do not fit"):
+        engine.load_weights([("nonsense.weight", torch.zeros(1))], version=2)
+
+
+def test_seeded_block_leaves_the_training_random_stream_untouched():
+    def sample(with_eval: bool):
+        engine = _engine(random_model(), slots=2, seed=5)
+        if with_eval:
+            with engine.seeded(99):
+                engine.submit([Trajectory(p, -1, 0) for p in prompts(3, seed=7)])
+                _run(engine)
+        t = Trajectory(prompts(1, seed=3)[0], 0, 0)
+        engine.submit([t])
+        _run(engine)
+        return t.token_ids
+
+    assert torch.equal(sample(False), sample(True))
+
+
+def test_a_finished_trajectory_cannot_be_submitted():
+    engine = _engine(random_model())
+    done = Trajectory(prompts(1)[0], 0, 0, finish_reason="stop")
+    with pytest.raises(ValueError, match="finished"):
+        engine.submit([done])

@@ -38,12 +38,11 @@ def _field(
     doc: str,
     check: typing.Callable[[Any], bool] | None = None,
     rule: str = "",
-    **kwargs: Any,
+    allow_inf: bool = False,
 ) -> Any:
-    metadata = {"doc": doc, "check": check, "rule": rule}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata=metadata)
-    return field(default=default, metadata=metadata, **kwargs)
+    """A config field whose metadata carries its documentation and its rule."""
+    metadata = {"doc": doc, "check": check, "rule": rule, "allow_inf": allow_inf}
+    return field(default=default, metadata=metadata)
 
 
 def _positive(x: float) -> bool:
@@ -121,12 +120,14 @@ class VerifyConfig:
         "Sequence-stage threshold on a segment's mean OPS; inf disables.",
         _positive,
         "> 0 (inf allowed)",
+        allow_inf=True,
     )
     dt: float = _field(
         2.0,
         "Token-stage threshold on one token's OPS; inf disables.",
         _positive,
         "> 0 (inf allowed)",
+        allow_inf=True,
     )
     window: int = _field(8, "Acceptance-rate window (cycles).", _at_least_one, ">= 1")
     switch_threshold: float = _field(
@@ -152,7 +153,9 @@ class TrainConfig:
         f"one of {', '.join(METHODS)}",
     )
     steps: int = _field(60, "Optimizer steps.", _at_least_one, ">= 1")
-    seed: int = _field(0, "Seeds data order, sampling and initial RNG.")
+    seed: int = _field(
+        0, "Seeds data order, sampling and initial RNG.", lambda x: 0 <= x < 2**32, "in [0, 2**32)"
+    )
     learning_rate: float = _field(
         1e-3, "AdamW learning rate (constant after warmup).", _positive, "> 0"
     )
@@ -196,9 +199,12 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def model_path(self) -> Path:
+    def model_path(self) -> str:
+        """The local model folder (relative paths are from the repo), or a hub id as given."""
         path = Path(self.model.path)
-        return path if path.is_absolute() else REPO / path
+        if path.is_absolute() or _is_hub_id(self.model.path):
+            return str(path) if path.is_absolute() else self.model.path
+        return str(REPO / path)
 
 
 def load_config(
@@ -248,6 +254,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
+    if data is None and prefix:  # an empty section ("train:" and nothing under it)
+        data = {}
     if not isinstance(data, dict):
         problems.append(f"{prefix.rstrip('.')}: must be a mapping, got {_show(data)}")
         return cls()
@@ -267,6 +275,9 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
             values[name] = _build(hint, data[name], f"{prefix}{name}.", problems)
             continue
         value, problem = _coerce(data[name], hint)
+        infinite = problem is None and isinstance(value, float) and math.isinf(value)
+        if infinite and not f.metadata.get("allow_inf"):
+            problem = f"must be finite, got {_show(value)}"
         if problem:
             problems.append(f"{prefix}{name}: {problem}")
             continue
@@ -306,15 +317,15 @@ def _coerce(value: Any, hint: Any) -> tuple[Any, str | None]:
             return value, None
         return None, f"must be an integer, got {_show(value)}"
     if hint is float:
-        if isinstance(value, str) and value.strip().lower() in ("inf", ".inf", "infinity"):
-            return math.inf, None
-        if (
-            isinstance(value, (int, float))
-            and not isinstance(value, bool)
-            and not math.isnan(value)
-        ):
-            return float(value), None
-        return None, f"must be a number, got {_show(value)}"
+        # YAML 1.1 reads 1e-3 (no dot) as a string and spells infinity .inf: accept both.
+        text = value.strip().lower().lstrip(".") if isinstance(value, str) else None
+        try:
+            number = float(text) if text is not None else float(value)
+        except (TypeError, ValueError, OverflowError):
+            return None, f"must be a number, got {_show(value)}"
+        if isinstance(value, bool) or math.isnan(number):
+            return None, f"must be a number, got {_show(value)}"
+        return number, None
     if hint is str:
         return (
             (value, None)
@@ -339,12 +350,34 @@ def _check_links(config: RunConfig, problems: list[str]) -> None:
             f"train.epsilon_high: must be >= train.epsilon ({config.train.epsilon}), got "
             f"{config.train.epsilon_high}"
         )
-    if not config.model_path().is_dir():
+    if not _is_hub_id(config.model.path) and not Path(config.model_path()).is_dir():
         problems.append(
-            f"model.path: no model folder at {config.model_path()}; build it with "
-            "`python -m rollverify.tiny.build --out models/tiny-qwen3-chain` or fix the path"
+            f"model.path: no model folder at {config.model_path()}; fix the path (the default "
+            "is rebuilt by `python -m rollverify.tiny.build --out models/tiny-qwen3-chain`)"
         )
+    if config.task.name == "math":
+        for name in ("train_file", "eval_file"):
+            path = Path(getattr(config.task, name))
+            if not (path if path.is_absolute() else REPO / path).is_file():
+                problems.append(
+                    f"task.{name}: no file at {path}; point it to a JSON list of problems "
+                    "(see data/math/PROVENANCE.md)"
+                )
+
+
+def _is_hub_id(path: str) -> bool:
+    """Qwen/Qwen3-8B-Base: an organisation/name on the model hub, not a local folder."""
+    parts = path.split("/")
+    return (
+        len(parts) == 2
+        and all(parts)
+        and not (REPO / parts[0]).exists()
+        and not path.startswith(".")
+    )
 
 
 def _show(value: Any) -> str:
-    return repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    if isinstance(value, (dict, list)):
+        return type(value).__name__
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

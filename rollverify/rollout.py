@@ -75,9 +75,13 @@ def collect(
 ) -> RolloutResult:
     """Run one step's rollout; see the module docstring for the two schedules."""
     start, tokens_before = time.perf_counter(), engine.stats.tokens_generated
+    cached = state.cache.take_all()
+    oversized = [t.key for t in cached if t.sample_index >= group_size]
+    if oversized:
+        state.cache = TrajectoryCache(cached)  # leave the cache as it was
+        raise ValueError(f"cached trajectories {oversized[:3]} do not fit group_size={group_size}")
     finished: dict[int, list[Trajectory]] = defaultdict(list)
     in_play: set[int] = set()
-    cached = state.cache.take_all()
     for trajectory in cached:
         in_play.add(trajectory.group_id)
         if trajectory.finished:
@@ -101,6 +105,11 @@ def collect(
         if partial:
             while engine.idle_slots() > 0 and (limit is None or len(in_play) < limit):
                 start_group()
+            if not engine.has_work:  # only reachable if groups went missing: fail, never hang
+                raise RuntimeError(
+                    f"rollout stalled: {len(complete())} of {batch_groups} "
+                    "groups complete and nothing left to generate"
+                )
         for trajectory in engine.poll():
             finished[trajectory.group_id].append(trajectory)
 

@@ -73,7 +73,9 @@ def _first_bad_segment_start(
     its own that are dropped unread, so NaN or inf in padding cannot leak into a segment.
     """
     batch, width = ops.shape
-    boundary = torch.empty_like(mask)  # [B, T]: True where a run starts
+    if ops.dtype not in (torch.float32, torch.float64):
+        ops = ops.float()  # half precision cannot even count a long segment's length exactly
+    boundary = torch.empty(mask.shape, dtype=torch.bool, device=mask.device)  # run starts
     boundary[:, 0] = True
     torch.ne(versions[:, 1:], versions[:, :-1], out=boundary[:, 1:])
     boundary[:, 1:] |= mask[:, 1:] != mask[:, :-1]

@@ -1,4 +1,5 @@
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 # Measured here: tiny-model ops with 2 OpenMP threads slow down ~50x when another process is
 # busy on the 2 cores (threads spin-wait for each other). One thread keeps tests predictable.
 torch.set_num_threads(1)
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is our chosen hook
 
 DATA = Path(__file__).parent / "data"
 

@@ -2,9 +2,10 @@
 
 Each `poll()` is one engine step: every running trajectory decodes one token, then free slots
 take queued trajectories at once (their prefill yields their first token). Running rows share
-one left-padded KV cache ([rows, heads, width, head_dim] per layer); a finished row leaves it and
-a new row joins it in the same step. Everything is synchronous and seeded, so a run is
-reproducible on CPU, pauses included.
+one left-padded KV cache (per layer [rows, kv_heads, width, head_dim]): every row appends its
+new key at the same column, so a step writes one column in place instead of copying the cache.
+Rows that finish and rows that join are applied in one rebuild per step. Everything is
+synchronous and seeded, so a run is reproducible on CPU, pauses included.
 
 Sampling is from the full softmax at `temperature` (no top-k/top-p); the behavior log-prob of
 a token is log_softmax(logits / temperature), the quantity TRL's loss recomputes.
@@ -16,12 +17,104 @@ import copy
 from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import AttentionInterface, PreTrainedModel
+from transformers.cache_utils import Cache, DynamicLayer
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from rollverify.engines.protocol import EngineStats
 from rollverify.trajectory import Trajectory
+
+GQA_ATTENTION = "rollverify_gqa_sdpa"
+SPARE_COLUMNS = 64  # room to append before the buffers must grow (a copy)
+
+
+def _gqa_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **_):
+    """SDPA that shares each KV head across its query heads instead of copying it (as the stock
+    sdpa path does whenever a mask is given): measured 2.5x faster decode attention on CPU."""
+    # sdpa_mask returns None where plain causal attention is exact (an unpadded prefill).
+    causal = attention_mask is None and query.shape[2] > 1
+    output = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attention_mask,
+        dropout_p=dropout,
+        scale=scaling,
+        is_causal=causal,
+        enable_gqa=query.shape[1] != key.shape[1],
+    )
+    return output.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(GQA_ATTENTION, _gqa_sdpa)
+AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)
+
+
+class _ColumnLayer(DynamicLayer):
+    """A KV layer that appends columns in place, into buffers with spare capacity."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        super().__init__()
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self.width = keys.shape[2]
+        self._keys, self._values = _with_spare(keys), _with_spare(values)
+
+    @property  # type: ignore[override]
+    def keys(self) -> torch.Tensor:
+        return self._keys[:, :, : self.width]
+
+    @keys.setter
+    def keys(self, value) -> None:  # DynamicLayer.__init__ assigns None; ignore that
+        pass
+
+    @property  # type: ignore[override]
+    def values(self) -> torch.Tensor:
+        return self._values[:, :, : self.width]
+
+    @values.setter
+    def values(self, value) -> None:
+        pass
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        added = key_states.shape[2]
+        if self.width + added > self._keys.shape[2]:
+            self._keys, self._values = _with_spare(self.keys), _with_spare(self.values)
+        self._keys[:, :, self.width : self.width + added] = key_states
+        self._values[:, :, self.width : self.width + added] = value_states
+        self.width += added
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.width
+
+
+def _with_spare(tensor: torch.Tensor) -> torch.Tensor:
+    shape = list(tensor.shape)
+    buffer = tensor.new_empty(shape[:2] + [shape[2] + SPARE_COLUMNS] + shape[3:])
+    buffer[:, :, : shape[2]] = tensor
+    return buffer
+
+
+@dataclass
+class _Row:
+    """A running trajectory. New tokens wait in lists and join the trajectory when it stops."""
+
+    trajectory: Trajectory
+    length: int  # tokens of this row in the KV cache
+    next_token: int = -1  # sampled, not yet fed to the model
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+    def generated(self) -> int:
+        return len(self.trajectory) + len(self.tokens)
+
+    def flush(self, version: int) -> Trajectory:
+        self.trajectory.extend(self.tokens, self.logprobs, version)
+        self.tokens, self.logprobs = [], []
+        return self.trajectory
 
 
 class HFEngine:
@@ -35,21 +128,24 @@ class HFEngine:
         temperature: float = 1.0,
         seed: int = 0,
         version: int = 0,
+        device: str | torch.device | None = None,
     ) -> None:
-        self.model = copy.deepcopy(model).eval().requires_grad_(False)  # the engine's own weights
+        self.device = torch.device(device) if device is not None else model.device
+        # The engine's own copy of the weights, synced by load_weights like a real sidecar's.
+        self.model = copy.deepcopy(model).to(self.device).eval().requires_grad_(False)
+        self.model.set_attn_implementation(GQA_ATTENTION)
         self.slots = slots
+        self.admit_batch = max(1, slots // 8)
         self.max_new_tokens = max_new_tokens
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
         self.temperature = temperature
         self.version = version
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator(self.device).manual_seed(seed)
         self.stats = EngineStats()
         self._queue: deque[Trajectory] = deque()
-        self._rows: list[Trajectory] = []  # running, in cache row order
-        self._cache: DynamicCache | None = None
-        self._attention: torch.Tensor = torch.zeros(0, 0, dtype=torch.long)  # [rows, width]
-        self._next_input: torch.Tensor = torch.zeros(0, dtype=torch.long)  # [rows] sampled, unfed
+        self._rows: list[_Row] = []  # running, in cache row order
+        self._cache: Cache | None = None
 
     # -- the engine interface ---------------------------------------------------------------
 
@@ -68,20 +164,27 @@ class HFEngine:
 
     @torch.no_grad()
     def poll(self) -> list[Trajectory]:
-        finished: list[Trajectory] = []
-        if self._rows:
-            finished += self._decode_running_rows()
-        free = self.slots - len(self._rows)
-        if free > 0 and self._queue:
-            admitted = [self._queue.popleft() for _ in range(min(free, len(self._queue)))]
-            finished += self._admit(admitted)
+        done = self._decode() if self._rows else []
+        finished = [self._rows[i].flush(self.version) for i in done]
+        free = self.slots - (len(self._rows) - len(done))
+        # A prefill is a forward pass of its own (~8 ms of fixed cost here, as much as a decode
+        # step of 64 rows): admit in batches of slots/8 rather than one row per step.
+        batch = min(free, len(self._queue))
+        wanted = min(self.admit_batch, len(self._queue))
+        admit = batch >= wanted or len(self._rows) == len(done)
+        admitted = [self._queue.popleft() for _ in range(batch if admit else 0)]
+        new_rows, new_cache = self._prefill(admitted) if admitted else ([], None)
+        new_done = [i for i, row in enumerate(new_rows) if self._finished(row)]
+        finished += [new_rows[i].flush(self.version) for i in new_done]
+        keep = [i for i in range(len(self._rows)) if i not in set(done)]
+        self._rebuild(keep, new_rows, new_cache, new_done)
         return finished
 
     def pause(self) -> list[Trajectory]:
-        paused = self._rows + list(self._queue)
+        paused = [row.flush(self.version) for row in self._rows] + list(self._queue)
         self.stats.aborted += len(paused)
         self._queue.clear()
-        self._drop_rows(list(range(len(self._rows))))
+        self._rows, self._cache = [], None
         return paused
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
@@ -98,7 +201,8 @@ class HFEngine:
     @contextmanager
     def seeded(self, seed: int) -> Iterator[None]:
         training, stats = self.generator, self.stats
-        self.generator, self.stats = torch.Generator().manual_seed(seed), EngineStats()
+        self.generator = torch.Generator(self.device).manual_seed(seed)
+        self.stats = EngineStats()
         try:
             yield
         finally:
@@ -109,25 +213,28 @@ class HFEngine:
 
     # -- one step -----------------------------------------------------------------------------
 
-    def _decode_running_rows(self) -> list[Trajectory]:
-        """Feed each running row its last sampled token; sample the next one."""
-        rows = len(self._rows)
-        self._attention = torch.cat([self._attention, torch.ones(rows, 1, dtype=torch.long)], 1)
-        positions = self._attention.sum(-1, keepdim=True) - 1  # [rows, 1]
+    def _decode(self) -> list[int]:
+        """Feed every running row its sampled token, sample the next; rows that finished."""
+        rows = self._rows
+        width = self._cache.layers[0].width + 1
+        lengths = torch.tensor([row.length for row in rows], device=self.device)
+        attention = torch.arange(width, device=self.device) >= width - 1 - lengths[:, None]
         out = self.model(
-            input_ids=self._next_input[:, None],
-            attention_mask=self._attention,
-            position_ids=positions,
+            input_ids=torch.tensor([[row.next_token] for row in rows], device=self.device),
+            attention_mask=attention.long(),
+            position_ids=lengths[:, None],
             past_key_values=self._cache,
             use_cache=True,
         )
-        self._cache = out.past_key_values
+        for row in rows:
+            row.length += 1
         self.stats.decode_steps += 1
-        self.stats.slot_steps_busy += rows
-        return self._sample_and_retire(out.logits[:, -1, :], list(range(rows)))
+        self.stats.slot_steps_busy += len(rows)
+        self._sample(out.logits[:, -1, :], rows)
+        return [i for i, row in enumerate(rows) if self._finished(row)]
 
-    def _admit(self, trajectories: list[Trajectory]) -> list[Trajectory]:
-        """Prefill prompt + kept prefix of each new row (left-padded), sample its next token."""
+    def _prefill(self, trajectories: list[Trajectory]) -> tuple[list[_Row], Cache]:
+        """Prefill prompt + kept prefix of new rows (left-padded), sample their next token."""
         contexts = [torch.cat([t.prompt_ids, t.token_ids]) for t in trajectories]
         width = max(len(c) for c in contexts)
         input_ids = torch.full((len(contexts), width), self.pad_token_id, dtype=torch.long)
@@ -135,82 +242,75 @@ class HFEngine:
         for i, context in enumerate(contexts):
             input_ids[i, width - len(context) :] = context
             attention[i, width - len(context) :] = 1
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        attention = attention.to(self.device)
         out = self.model(
-            input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention,
+            position_ids=(attention.cumsum(-1) - 1).clamp(min=0),
+            use_cache=True,
         )
         self.stats.tokens_prefilled += int(attention.sum())
-        first_new = len(self._rows)
-        self._rows += trajectories
-        self._merge_cache(out.past_key_values, attention)
-        new_rows = list(range(first_new, len(self._rows)))
-        return self._sample_and_retire(out.logits[:, -1, :], new_rows)
+        rows = [_Row(t, length=len(c)) for t, c in zip(trajectories, contexts, strict=True)]
+        self._sample(out.logits[:, -1, :], rows)
+        return rows, out.past_key_values
 
-    def _sample_and_retire(self, logits: torch.Tensor, rows: list[int]) -> list[Trajectory]:
-        """Sample one token for each of `rows` (logits [len(rows), vocab]); drop finished rows."""
+    def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> None:
         logprobs = torch.log_softmax(logits.float() / self.temperature, dim=-1)
-        tokens = torch.multinomial(logprobs.exp(), 1, generator=self.generator).squeeze(1)
-        token_logprobs = logprobs.gather(1, tokens[:, None]).squeeze(1)
-        if len(self._next_input) < len(self._rows):
-            grown = torch.zeros(len(self._rows), dtype=torch.long)
-            grown[: len(self._next_input)] = self._next_input
-            self._next_input = grown
-        self._next_input[rows] = tokens
-        done: list[int] = []
-        for row, token, logprob in zip(rows, tokens.tolist(), token_logprobs.tolist(), strict=True):
-            trajectory = self._rows[row]
-            trajectory.extend([token], [logprob], self.version)
-            self.stats.tokens_generated += 1
-            if token == self.eos_token_id:
-                trajectory.finish_reason = "stop"
-            elif len(trajectory) >= self.max_new_tokens:
-                trajectory.finish_reason = "length"
-            if trajectory.finished:
-                done.append(row)
-        finished = [self._rows[row] for row in done]
-        self._drop_rows(done)
-        return finished
+        tokens = torch.multinomial(logprobs.exp(), 1, generator=self.generator)
+        chosen = logprobs.gather(1, tokens).squeeze(1).tolist()
+        for row, token, logprob in zip(rows, tokens.squeeze(1).tolist(), chosen, strict=True):
+            row.next_token = token
+            row.tokens.append(token)
+            row.logprobs.append(logprob)
+        self.stats.tokens_generated += len(rows)
+
+    def _finished(self, row: _Row) -> bool:
+        if row.next_token == self.eos_token_id:
+            row.trajectory.finish_reason = "stop"
+        elif row.generated() >= self.max_new_tokens:
+            row.trajectory.finish_reason = "length"
+        return row.trajectory.finish_reason is not None
 
     # -- the shared left-padded KV cache ------------------------------------------------------
 
-    def _merge_cache(self, new_cache: DynamicCache, new_attention: torch.Tensor) -> None:
-        """Append new rows to the running cache, left-padding the narrower side."""
-        if self._cache is None or self._attention.shape[0] == 0:
-            self._cache, self._attention = new_cache, new_attention
+    def _rebuild(
+        self, keep: list[int], new_rows: list[_Row], new_cache: Cache | None, new_done: list[int]
+    ) -> None:
+        """Drop finished rows, add new unfinished ones, trim dead columns: one copy at most."""
+        joining = [i for i in range(len(new_rows)) if i not in set(new_done)]
+        if len(keep) == len(self._rows) and not joining:
             return
-        width = max(self._attention.shape[1], new_attention.shape[1])
-        for old, new in zip(self._cache.layers, new_cache.layers, strict=True):
-            old.keys = torch.cat([_left_pad(old.keys, width), _left_pad(new.keys, width)])
-            old.values = torch.cat([_left_pad(old.values, width), _left_pad(new.values, width)])
-        self._attention = torch.cat(
-            [_left_pad(self._attention, width, dim=1), _left_pad(new_attention, width, dim=1)]
-        )
-
-    def _drop_rows(self, rows: list[int]) -> None:
+        rows = [self._rows[i] for i in keep] + [new_rows[i] for i in joining]
         if not rows:
+            self._rows, self._cache = [], None
             return
-        keep = [i for i in range(len(self._rows)) if i not in set(rows)]
-        self._rows = [self._rows[i] for i in keep]
-        if not keep:
-            self._cache = None
-            self._attention = torch.zeros(0, 0, dtype=torch.long)
-            self._next_input = torch.zeros(0, dtype=torch.long)
-            return
-        index = torch.tensor(keep)
-        self._attention = self._attention[index]
-        self._next_input = self._next_input[index]
-        # Columns that are padding for every remaining row are dead weight: trim them.
-        width = int(self._attention.sum(-1).max())
-        self._attention = self._attention[:, -width:]
-        for layer in self._cache.layers:
-            layer.keys = layer.keys[index, :, -width:]
-            layer.values = layer.values[index, :, -width:]
+        width = max(row.length for row in rows)
+        old = (
+            self._cache.layers
+            if self._cache is not None and keep
+            else [None] * len(new_cache.layers if new_cache is not None else [])
+        )
+        new = new_cache.layers if new_cache is not None and joining else [None] * len(old)
+        layers = []
+        for old_layer, new_layer in zip(old, new, strict=True):
+            if new_layer is not None and type(new_layer) is not DynamicLayer:
+                # Sliding-window or hybrid layers keep state this row surgery does not maintain.
+                raise NotImplementedError("the hf engine supports full-attention models only")
+            parts = []
+            if old_layer is not None:
+                parts.append((old_layer.keys[keep], old_layer.values[keep]))
+            if new_layer is not None:
+                parts.append((new_layer.keys[joining], new_layer.values[joining]))
+            keys = torch.cat([_left_pad(k, width)[:, :, -width:] for k, _ in parts])
+            values = torch.cat([_left_pad(v, width)[:, :, -width:] for _, v in parts])
+            layers.append(_ColumnLayer(keys, values))
+        self._rows, self._cache = rows, Cache(layers=layers)
 
 
-def _left_pad(tensor: torch.Tensor, width: int, dim: int = 2) -> torch.Tensor:
-    missing = width - tensor.shape[dim]
-    if missing == 0:
+def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    missing = width - tensor.shape[2]
+    if missing <= 0:
         return tensor
     shape = list(tensor.shape)
-    shape[dim] = missing
-    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+    shape[2] = missing
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=2)

@@ -1,19 +1,23 @@
 """The embedded default task: a counted chain of additions modulo 10, of long-tail length.
 
-    prompt    Q:7+3x4=                             start 7, add 3, four times
-    response  4:7+3=0;3:0+3=3;2:3+3=6;1:6+3=9#9    counter:state+add=next, then #answer
+    prompt    Q:7+3x4=                               start 7, add 3, four times
+    response  4;7+3=0:3;0+3=3:2;3+3=6:1;6+3=9:0#9    n; then state+add=next:steps left; #answer
 
-Every line needs only the line before it: decrement its counter, copy its result and the
-addend, add modulo 10. Nothing has to be fetched from far back, so a ~1M-parameter model can
-learn it on a CPU; the number of steps n is heavy-tailed
-(P(n) ~ n^-alpha), so response lengths have the long tail that makes partial rollout pay.
+Every line needs only the line before it: copy its result and the addend, add modulo 10,
+decrement its counter. The response first restates n, so the first counter is a decrement
+like every other (measured: fetching n from the prompt and decrementing it in one go was the
+base model's most common error). The counter ends the line, so the choice between ";" (go
+on) and "#" (answer) reads the character just written (":0" vs ":10"). Nothing has to be
+fetched from far back, so a ~1M-parameter model can learn it on a CPU; the number of steps n
+is heavy-tailed (P(n) ~ n^-alpha), so response lengths have the long tail that makes partial
+rollout pay.
 The reward is exact match of the final answer. Demonstrations for the base model carry step
 noise (a wrong state with probability `noise` per step, followed consistently): the base
 model samples such slips, and RL has something real to remove.
 
 Why this and not a sum of terms: measured here (shared/notes/MEASURED.md), tiny models fail at
-fetching the i-th term of a long prompt; a chain whose next step needs only the previous one
-and a constant from a fixed place in the prompt is learnable in CPU minutes.
+fetching the i-th term of a long prompt; a chain whose every step needs only the step before
+it is learnable in CPU minutes.
 """
 
 from __future__ import annotations
@@ -55,13 +59,13 @@ class ChainProblem:
     def solution(self, noise: float = 0.0, rng: random.Random | None = None) -> str:
         """The worked response; with `noise`, each new state is wrong with that probability."""
         state, lines = self.start, []
-        for counter in range(self.steps, 0, -1):
+        for left in range(self.steps - 1, -1, -1):
             result = (state + self.add) % 10
             if noise and rng is not None and rng.random() < noise:
                 result = (result + rng.randint(1, 9)) % 10  # a slip, carried on consistently
-            lines.append(f"{counter}:{state}+{self.add}={result}")
+            lines.append(f"{state}+{self.add}={result}:{left}")
             state = result
-        return ";".join(lines) + f"#{state}"
+        return ";".join([str(self.steps), *lines]) + f"#{state}"
 
 
 def sample_problem(rng: random.Random, config: ChainTaskConfig = ChainTaskConfig()) -> ChainProblem:

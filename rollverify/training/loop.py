@@ -29,7 +29,7 @@ from rollverify.evaluation import evaluate
 from rollverify.filters import keep_fresh, keep_on_policy, staleness
 from rollverify.methods import Method
 from rollverify.ops import sequence_ops, token_ops
-from rollverify.rollout import RolloutState, collect
+from rollverify.rollout import RolloutResult, RolloutState, collect
 from rollverify.switching import AcceptanceMonitor
 from rollverify.tasks.base import Task
 from rollverify.tracking import Tracker
@@ -78,6 +78,7 @@ class TrainingLoop:
         self.device_seconds = 0.0
         self.step_started = 0.0
         self.last_eval: float | None = None
+        self.last_rollout: RolloutResult | None = None  # the batch being trained, for inspection
 
     def attach(self, trainer: Any) -> None:
         self.trainer = trainer
@@ -106,6 +107,7 @@ class TrainingLoop:
             partial=self.partial,
             max_inflight_groups=rollout.max_inflight_groups,
         )
+        self.last_rollout = result
         trajectories = list(result.trajectories())
         batch = PaddedTrajectories.of(trajectories)
         current = self.trainer.current_logprobs(trajectories)

@@ -56,9 +56,18 @@ class BehaviorRatioGRPOTrainer(GRPOTrainer):
             input_ids[i, prompt_width : prompt_width + len(completion)] = completion
             attention[i, prompt_width - len(prompt) : prompt_width + len(completion)] = 1
         device = self.accelerator.device
-        logps, _, _ = self._get_per_token_logps_and_entropies(
-            self.model, input_ids.to(device), attention.to(device), width, batch_size=batch_size
-        )
+        was_training = self.model.training
+        self.model.eval()  # no dropout: verification must not be random
+        try:
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model,
+                input_ids.to(device),
+                attention.to(device),
+                width,
+                batch_size=batch_size,
+            )
+        finally:
+            self.model.train(was_training)
         return logps.float().cpu()
 
 

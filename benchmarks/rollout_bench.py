@@ -1,0 +1,216 @@
+"""Partial vs synchronous rollout on the long-tail chain task, and our GRPO step vs stock TRL.
+
+    .venv/bin/python benchmarks/rollout_bench.py [--engine hf] [--steps 8] [--repeats 3]
+
+Part 1 (rollout): the same engine, slots and batch (B groups x G samples per step) run a
+continuously fed sequence of steps under both schedules, interleaved run by run; between steps
+the engine takes new weights (a version bump, as after an optimizer step). Reported per
+schedule: trained samples/s and tokens/s (tokens of the B complete groups), slot utilization
+(share of slot-steps that produced a token), and the ratio partial / synchronous.
+Part 2 (step time): `rvctl train --method grpo` vs stock TRL GRPOTrainer (its own generation,
+use_vllm=False) on the same model, task, batch and threads; mean seconds per optimizer step.
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from rollverify.config import load_config  # noqa: E402
+from rollverify.rollout import RolloutState, collect  # noqa: E402
+
+
+def rollout_run(config, partial: bool, steps: int, seed: int) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rollverify.training.run import make_engine, make_task
+
+    tokenizer = AutoTokenizer.from_pretrained(config.model_path())
+    model = AutoModelForCausalLM.from_pretrained(config.model_path())
+    engine = make_engine(config, model, tokenizer)
+    task = make_task(config, tokenizer)
+    state = RolloutState()
+    rollout = config.rollout
+
+    def one_step(version: int):
+        result = collect(
+            engine,
+            task,
+            state,
+            batch_groups=rollout.batch_groups,
+            group_size=rollout.group_size,
+            partial=partial,
+        )
+        engine.load_weights(engine.model.state_dict().items(), version=version)
+        return result
+
+    one_step(1)  # warm-up: the first step of partial rollout starts from an empty cache
+    engine.reset_stats()
+    start = time.perf_counter()
+    samples = tokens = 0
+    for version in range(2, steps + 2):
+        result = one_step(version)
+        samples += sum(len(g) for g in result.groups)
+        tokens += sum(len(t) for t in result.trajectories())
+    seconds = time.perf_counter() - start
+    return {
+        "seconds": seconds,
+        "samples_per_second": samples / seconds,
+        "trained_tokens_per_second": tokens / seconds,
+        "generated_tokens_per_second": engine.stats.tokens_generated / seconds,
+        "slot_utilization": engine.stats.utilization(engine.slots),
+        "decode_steps": engine.stats.decode_steps,
+    }
+
+
+def step_time_ours(config, steps: int) -> float:
+    from rollverify.training.run import train
+
+    times: list[float] = []
+    summary = train(
+        config,
+        on_step=lambda step, m: (
+            times.append(m["rollout_seconds"] + m["train_seconds"])
+            if "train_seconds" in m
+            else None
+        ),
+    )
+    del summary
+    return statistics.mean(times[1:])  # step 1 pays one-time setup inside TRL
+
+
+def step_time_stock_trl(config, steps: int) -> float:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rollverify.tasks.chain import ChainTaskConfig, chain_reward, sample_problems
+
+    tokenizer = AutoTokenizer.from_pretrained(config.model_path())
+    model = AutoModelForCausalLM.from_pretrained(config.model_path())
+    problems = sample_problems(256, seed=config.train.seed, config=ChainTaskConfig())
+    dataset = Dataset.from_dict(
+        {"prompt": [p.prompt for p in problems], "answer": [p.answer for p in problems]}
+    )
+
+    def reward(completions, answer, **_):
+        return [chain_reward(c, a) for c, a in zip(completions, answer, strict=True)]
+
+    rollout, train = config.rollout, config.train
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(),
+        max_steps=steps,
+        report_to="none",
+        save_strategy="no",
+        per_device_train_batch_size=rollout.batch_groups * rollout.group_size,
+        num_generations=rollout.group_size,
+        max_completion_length=rollout.max_new_tokens,
+        learning_rate=train.learning_rate,
+        loss_type=train.loss_type,
+        beta=train.beta,
+        epsilon=train.epsilon,
+        epsilon_high=train.epsilon_high,
+        temperature=rollout.temperature,
+        bf16=False,
+        use_cpu=True,
+        gradient_checkpointing=False,
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=train.seed,
+    )
+    times: list[float] = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            times.append(time.perf_counter() - self.start)
+
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[Timer()],
+    )
+    trainer.train()
+    return statistics.mean(times[1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", default="hf", choices=["hf", "vllm"])
+    parser.add_argument("--steps", type=int, default=8, help="measured steps per rollout run")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved runs per schedule")
+    parser.add_argument("--train-steps", type=int, default=6, help="steps for step-time part")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--skip-step-time", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    config = load_config(overrides={"rollout.engine": args.engine})
+
+    runs: dict[str, list[dict]] = {"synchronous": [], "partial": []}
+    for repeat in range(args.repeats):
+        for name, partial in (("synchronous", False), ("partial", True)):
+            runs[name].append(rollout_run(config, partial, args.steps, seed=repeat))
+            print(f"{name} run {repeat}: {runs[name][-1]}", file=sys.stderr)
+
+    def median(name: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[name])
+
+    report = {
+        "benchmark": "rollout_bench",
+        "engine": args.engine,
+        "slots": config.rollout.slots,
+        "batch_groups": config.rollout.batch_groups,
+        "group_size": config.rollout.group_size,
+        "steps_per_run": args.steps,
+        "repeats": args.repeats,
+        "threads": args.threads,
+        "runs": runs,
+        "median": {name: {key: median(name, key) for key in runs[name][0]} for name in runs},
+        "partial_over_synchronous_samples_per_second": median("partial", "samples_per_second")
+        / median("synchronous", "samples_per_second"),
+        "partial_over_synchronous_trained_tokens_per_second": median(
+            "partial", "trained_tokens_per_second"
+        )
+        / median("synchronous", "trained_tokens_per_second"),
+        "goal": {"throughput_ratio": 2.0, "partial_slot_utilization": 0.9},
+    }
+    if not args.skip_step_time:
+        with tempfile.TemporaryDirectory() as output:
+            step_config = load_config(
+                overrides={
+                    "train.method": "grpo",
+                    "train.steps": args.train_steps,
+                    "train.eval_every": 0,
+                    "task.eval_size": 8,
+                    "output": output,
+                    "train.threads": args.threads,
+                    "rollout.engine": args.engine,
+                }
+            )
+            report["grpo_step_seconds_ours"] = step_time_ours(step_config, args.train_steps)
+            report["grpo_step_seconds_stock_trl"] = step_time_stock_trl(
+                step_config, args.train_steps
+            )
+            report["stock_trl_over_ours"] = (
+                report["grpo_step_seconds_stock_trl"] / report["grpo_step_seconds_ours"]
+            )
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""End-to-end training on the shipped tiny model: every method, real TRL, real MLflow store."""
+
+import re
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from rollverify.config import load_config
+from rollverify.methods import METHODS
+from rollverify.tasks.chain import ChainProblem, chain_reward
+from rollverify.training.run import train
+
+TIMINGS = {"rollout_seconds", "train_seconds", "sync_seconds", "verify_seconds", "device_seconds"}
+PROMPT = re.compile(r"Q:(\d)\+(\d)x(\d+)=")
+
+
+def tiny(tmp_path, method, **overrides):
+    """A few seconds per step: short chains, 2 groups of 2, 8 slots (so partial methods pause)."""
+    settings = {
+        "train.method": method,
+        "train.steps": 3,
+        "train.eval_every": 0,
+        "train.threads": 1,
+        "task.max_steps": 6,
+        "task.eval_size": 8,
+        "rollout.batch_groups": 2,
+        "rollout.group_size": 2,
+        "rollout.slots": 8,
+        "rollout.max_new_tokens": 64,
+        "output": str(tmp_path),
+    }
+    return load_config(overrides=settings | overrides)
+
+
+def history(summary) -> dict[str, dict[int, float]]:
+    client = MlflowClient(summary.tracking_uri)
+    run = client.get_run(summary.run_id)
+    assert run.info.status == "FINISHED"
+    return {
+        name: {m.step: m.value for m in client.get_metric_history(summary.run_id, name)}
+        for name in run.data.metrics
+    }
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_trains_end_to_end(tmp_path, method):
+    summary = train(tiny(tmp_path, method))
+    metrics = history(summary)
+    for name in [
+        "reward_mean",
+        "entropy_mean",
+        "ops_mean",
+        "response_length_mean",
+        "response_length_p99",
+        "staleness_mean",
+        "tokens_generated",
+        "tokens_discarded",
+        "rollout_seconds",
+        "verify_seconds",
+        "train_seconds",
+        "sync_seconds",
+        "device_seconds",
+        "switched",
+    ]:
+        assert sorted(metrics[name]) == [1, 2, 3], name
+    assert sorted(metrics["eval_accuracy"]) == [0, 3]  # base model, and the end
+    assert all(0 <= r <= 1 for r in metrics["reward_mean"].values())
+    resumed = metrics["resumed"]
+    if METHODS[method].partial:
+        assert resumed[2] + resumed[3] > 0, "partial methods resume cached trajectories"
+        assert metrics["staleness_mean"][2] + metrics["staleness_mean"][3] > 0
+    else:
+        assert set(resumed.values()) == {0.0}
+        # on-policy: the engine's log-probs and the trainer's agree to float rounding
+        assert all(v == pytest.approx(0.0, abs=1e-4) for v in metrics["ops_mean"].values())
+    params = MlflowClient(summary.tracking_uri).get_run(summary.run_id).data
+    assert params.params["train.method"] == method and params.tags["method"] == method
+
+
+def test_rewards_are_scored_from_the_real_generations(tmp_path):
+    config = tiny(tmp_path, "partial")
+    from rollverify.training import loop as loop_module
+
+    batches = []
+    original = loop_module.TrainingLoop.reward
+
+    def spy(self, completions, answer, keep, **kwargs):
+        rewards = original(self, completions, answer, keep, **kwargs)
+        prompts = [
+            self.task.tokenizer.decode(t.prompt_ids) for t in self.last_rollout.trajectories()
+        ]
+        batches.append((list(completions), list(answer), rewards, prompts))
+        return rewards
+
+    loop_module.TrainingLoop.reward = spy
+    try:
+        train(config)
+    finally:
+        loop_module.TrainingLoop.reward = original
+    assert len(batches) == 3
+    for completions, answers, rewards, prompts in batches:
+        for completion, answer, reward, prompt in zip(
+            completions, answers, rewards, prompts, strict=True
+        ):
+            start, add, steps = map(int, PROMPT.fullmatch(prompt).groups())
+            assert answer == ChainProblem(start, add, steps).answer  # the right group's answer
+            assert reward == chain_reward(completion, answer)
+    assert any(r == 1.0 for *_, rs, _ in batches for r in rs)  # the base model solves some
+
+
+def test_rollverify_truncates_when_the_policy_moved(tmp_path):
+    summary = train(tiny(tmp_path, "rollverify-seq-token", **{"train.learning_rate": 0.05}))
+    metrics = history(summary)
+    verified = [s for s, tokens in metrics["cache_tokens_verified"].items() if tokens > 0]
+    assert verified
+    assert min(metrics["acceptance_rate"][s] for s in verified) < 1.0
+    assert sum(metrics["tokens_discarded"].values()) > 0
+
+
+def test_rollverify_keeps_everything_when_the_policy_did_not_move(tmp_path):
+    summary = train(tiny(tmp_path, "rollverify", **{"train.learning_rate": 1e-12}))
+    metrics = history(summary)
+    verified = [s for s, tokens in metrics["cache_tokens_verified"].items() if tokens > 0]
+    assert verified
+    assert all(metrics["acceptance_rate"][s] == 1.0 for s in verified)
+    assert all(metrics["ops_cache_before"][s] < 1e-3 for s in verified)
+
+
+def _comparable(metrics: dict) -> dict:
+    return {name: values for name, values in metrics.items() if name not in TIMINGS}
+
+
+@pytest.mark.parametrize("method", ["grpo", "rollverify"])
+def test_seeded_runs_are_reproducible(tmp_path, method):
+    first = history(train(tiny(tmp_path / "a", method)))
+    second = history(train(tiny(tmp_path / "b", method)))
+    assert _comparable(first) == _comparable(second)
+
+
+def test_partial_that_never_pauses_equals_grpo(tmp_path):
+    grpo = history(train(tiny(tmp_path / "grpo", "grpo")))
+    partial = history(
+        train(tiny(tmp_path / "partial", "partial", **{"rollout.max_inflight_groups": 2}))
+    )
+    assert _comparable(grpo) == _comparable(partial)
+    assert torch.tensor(list(partial["paused"].values())).eq(0).all()
+
+
+def test_filters_drop_stale_and_off_policy_samples(tmp_path):
+    stale = history(
+        train(tiny(tmp_path / "s", "staleness-filter", **{"verify.staleness_bound": 0}))
+    )
+    assert sum(stale["samples_dropped"].values()) > 0
+    for step, dropped in stale["samples_dropped"].items():  # bound 0: every stale one goes
+        assert (dropped > 0) == (stale["staleness_mean"][step] > 0)
+    off = history(
+        train(
+            tiny(
+                tmp_path / "o",
+                "ops-filter",
+                **{"verify.ops_bound": 1e-9, "train.learning_rate": 0.05},
+            )
+        )
+    )
+    assert sum(off["samples_dropped"].values()) > 0
+    assert sum(off["tokens_discarded"].values()) > 0

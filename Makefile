@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 	touch $(STAMP)
 
 demo: setup
-	$(VENV)/bin/rvctl data check
+	$(VENV)/bin/rvctl train
 
 test: setup
 	$(PY) -m pytest -q
@@ -36,6 +36,7 @@ format: setup
 
 bench: setup
 	$(PY) benchmarks/verify_bench.py
+	$(PY) benchmarks/rollout_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -92,6 +92,7 @@ def step_time_ours(config, steps: int) -> float:
 def step_time_stock_trl(config, steps: int) -> float:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from rollverify.tasks.chain import ChainTaskConfig, chain_reward, sample_problems

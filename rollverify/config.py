@@ -117,7 +117,8 @@ class VerifyConfig:
     )
     ds: float = _field(
         0.01,
-        "Sequence-stage threshold on a segment's mean OPS; inf disables.",
+        "Sequence-stage threshold on a segment's mean OPS; inf disables. The paper's 0.01; on "
+        "the tiny default (lr 5e-4) it keeps 66-97% of cached tokens early, ~100% later.",
         _positive,
         "> 0 (inf allowed)",
         allow_inf=True,
@@ -157,7 +158,11 @@ class TrainConfig:
         0, "Seeds data order, sampling and initial RNG.", lambda x: 0 <= x < 2**32, "in [0, 2**32)"
     )
     learning_rate: float = _field(
-        1e-3, "AdamW learning rate (constant after warmup).", _positive, "> 0"
+        5e-4,
+        "AdamW learning rate (constant after warmup). Tiny default: 1e-3 oscillates after ~20 "
+        "steps (measured), 5e-4 climbs steadily.",
+        _positive,
+        "> 0",
     )
     warmup_steps: int = _field(0, "Linear warmup steps.", lambda x: x >= 0, ">= 0")
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = _field(

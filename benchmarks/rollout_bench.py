@@ -146,6 +146,7 @@ def step_time_stock_trl(config, steps: int) -> float:
         processing_class=tokenizer,
         callbacks=[Timer()],
     )
+    trainer.remove_callback(PrinterCallback)  # stdout is for our JSON
     trainer.train()
     return statistics.mean(times[1:])
 

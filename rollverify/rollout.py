@@ -57,6 +57,7 @@ class RolloutResult:
     resumed: int  # cached trajectories resumed at the start
     paused: int  # trajectories paused into the cache at the end
     tokens_generated: int
+    tokens_regenerated: int  # of those, tokens generated again after a truncation
 
     def trajectories(self) -> Iterator[Trajectory]:
         for group in self.groups:
@@ -75,6 +76,7 @@ def collect(
 ) -> RolloutResult:
     """Run one step's rollout; see the module docstring for the two schedules."""
     start, tokens_before = time.perf_counter(), engine.stats.tokens_generated
+    regenerated_before = engine.stats.tokens_regenerated
     cached = state.cache.take_all()
     oversized = [t.key for t in cached if t.sample_index >= group_size]
     if oversized:
@@ -125,4 +127,5 @@ def collect(
         resumed=len(resumed),
         paused=len(paused),
         tokens_generated=engine.stats.tokens_generated - tokens_before,
+        tokens_regenerated=engine.stats.tokens_regenerated - regenerated_before,
     )

@@ -60,6 +60,14 @@ class MLflowTracker:
             tags=[RunTag(k, v) for k, v in tags.items()],
         )
 
+    @classmethod
+    def attach(cls, uri: str, run_id: str) -> MLflowTracker:
+        """Continue an existing run (a resumed sweep's parent): it is RUNNING again."""
+        tracker = cls.__new__(cls)
+        tracker.client, tracker.run_id = MlflowClient(tracking_uri=uri), run_id
+        tracker.client.update_run(run_id, status="RUNNING")
+        return tracker
+
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         timestamp = int(time.time() * 1000)
         batch = [

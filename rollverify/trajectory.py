@@ -37,6 +37,8 @@ class Trajectory:
     versions:          long    [L] policy version (optimizer updates) of those weights
     group_id, sample_index: the GRPO group (one prompt) and this sample's place in it
     finish_reason: "stop" (end of sequence), "length" (token budget), None while unfinished
+    high_water: the most tokens it ever had: tokens generated below it after a truncation are
+        regenerated ones (the cost of verification, in the cost ledger)
     """
 
     prompt_ids: torch.Tensor
@@ -46,6 +48,7 @@ class Trajectory:
     behavior_logprobs: torch.Tensor = field(default_factory=lambda: _empty(torch.float32))
     versions: torch.Tensor = field(default_factory=lambda: _empty(torch.long))
     finish_reason: str | None = None
+    high_water: int = 0
 
     def __post_init__(self) -> None:
         lengths = {len(self.token_ids), len(self.behavior_logprobs), len(self.versions)}
@@ -71,8 +74,9 @@ class Trajectory:
     def __len__(self) -> int:
         return len(self.token_ids)
 
-    def extend(self, token_ids, logprobs, version: int) -> None:
-        """Append tokens that policy `version` just generated, with their log-probs."""
+    def extend(self, token_ids, logprobs, version: int) -> int:
+        """Append tokens that policy `version` just generated, with their log-probs; returns
+        how many of them regenerate positions a truncation had dropped."""
         token_ids = torch.as_tensor(token_ids, dtype=torch.long)
         logprobs = torch.as_tensor(logprobs, dtype=torch.float32)
         if token_ids.shape != logprobs.shape:
@@ -80,6 +84,8 @@ class Trajectory:
         self.token_ids = torch.cat([self.token_ids, token_ids])
         self.behavior_logprobs = torch.cat([self.behavior_logprobs, logprobs])
         self.versions = torch.cat([self.versions, torch.full_like(token_ids, version)])
+        before, self.high_water = self.high_water, max(self.high_water, len(self))
+        return max(0, min(len(self), before) - (len(self) - len(token_ids)))
 
     def truncate(self, kept: int) -> int:
         """Keep the first `kept` tokens (the verified prefix); returns how many were dropped."""
@@ -197,7 +203,12 @@ def _to_tensors(trajectories: list[Trajectory]) -> tuple[dict[str, torch.Tensor]
         "token_lengths": torch.tensor([len(t) for t in trajectories], dtype=torch.long),
     }
     records = [
-        {"group_id": t.group_id, "sample_index": t.sample_index, "finish_reason": t.finish_reason}
+        {
+            "group_id": t.group_id,
+            "sample_index": t.sample_index,
+            "finish_reason": t.finish_reason,
+            "high_water": t.high_water,
+        }
         for t in trajectories
     ]
     return tensors, {"format": _FORMAT, "records": json.dumps(records)}
@@ -223,6 +234,7 @@ def _from_tensors(tensors: dict[str, torch.Tensor], records: list[dict], path) -
             lp.clone(),
             v.clone(),
             r["finish_reason"],
+            r.get("high_water", len(t)),
         )
         for r, p, t, lp, v in zip(records, prompts, tokens, logprobs, versions, strict=True)
     ]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import warnings
 
 import typer
 
-from rvctl.commands import data, methods, train
+from rvctl.commands import compare, data, methods, report, sweep, train
 
 app = typer.Typer(
     name="rvctl",
@@ -19,6 +20,9 @@ app = typer.Typer(
 )
 app.command("train")(train.train)
 app.command("methods")(methods.methods)
+app.command("compare")(compare.compare)
+app.command("sweep", context_settings=sweep.CONTEXT)(sweep.sweep)
+app.command("report")(report.report)
 app.add_typer(data.app, name="data")
 
 USAGE_ERROR = 2
@@ -40,16 +44,33 @@ def main() -> None:
     RVCTL_DEBUG=1 shows the traceback instead.
     """
     _quiet_known_noise()
+    # SIGTERM (kill, a scheduler's preemption) unwinds like Ctrl-C: the engine sidecars, Ray
+    # and the MLflow run are closed by the context managers on the way out.
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
-        app()
+        app()  # typer turns KeyboardInterrupt into exit code 130
     except (ValueError, FileNotFoundError, PermissionError) as error:
-        if os.environ.get("RVCTL_DEBUG"):
+        _fail(error, USAGE_ERROR)
+    except Exception as error:
+        # Run failures that explain themselves (e.g. the weight-sync check) carry exit_code.
+        code = getattr(error, "exit_code", None)
+        if not isinstance(code, int):
             raise
-        # Plain print: rich would wrap a long path and read [brackets] in it as markup.
-        for line in str(error).splitlines() or [type(error).__name__]:
-            print(f"error: {line}", file=sys.stderr)
-        print("hint: RVCTL_DEBUG=1 shows the traceback", file=sys.stderr)
-        sys.exit(USAGE_ERROR)
+        _fail(error, code)
+
+
+def _fail(error: Exception, code: int) -> None:
+    if os.environ.get("RVCTL_DEBUG"):
+        raise error
+    # Plain print: rich would wrap a long path and read [brackets] in it as markup.
+    for line in str(error).splitlines() or [type(error).__name__]:
+        print(f"error: {line}", file=sys.stderr)
+    print("hint: RVCTL_DEBUG=1 shows the traceback", file=sys.stderr)
+    sys.exit(code)
+
+
+def _raise_keyboard_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -11,3 +12,28 @@ from rvctl.output import Format
 FormatOption = Annotated[
     Format, typer.Option("--format", "-f", help="Output: a rich table, or json/csv/md.")
 ]
+
+# The run options of `rvctl train`, which compare and sweep pass on to every run.
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="YAML config (a diff of the defaults).")
+]
+StepsOption = Annotated[int | None, typer.Option(help="Optimizer steps.")]
+EngineOption = Annotated[
+    str | None, typer.Option(help="Rollout engine: vllm, hf or auto (vllm where it imports).")
+]
+OutputOption = Annotated[Path | None, typer.Option(help="Output folder for runs.")]
+TrackingOption = Annotated[
+    str | None, typer.Option(help="MLflow URI (default: sqlite in the output folder).")
+]
+
+
+def run_overrides(
+    steps: int | None, engine: str | None, output: Path | None, tracking_uri: str | None
+) -> dict[str, Any]:
+    """Config overrides from the shared run options (None: keep the config's value)."""
+    return {
+        "train.steps": steps,
+        "rollout.engine": engine,
+        "output": str(output) if output is not None else None,
+        "tracking.uri": tracking_uri,
+    }

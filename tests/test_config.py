@@ -28,7 +28,7 @@ def test_all_problems_are_reported_at_once(tmp_path):
     with pytest.raises(ConfigError) as error:
         load_config(bad)
     assert error.value.problems == [
-        "rollout.engine: must be one of hf, vllm, got 'vlm'; did you mean 'vllm'?",
+        "rollout.engine: must be one of auto, hf, vllm, got 'vlm'; did you mean 'vllm'?",
         "verify.ds: must be > 0 (inf allowed), got 0.0",
         "train.stesp: unknown key; did you mean train.steps?",
         "train.learning_rate: must be > 0, got -1.0",
@@ -51,6 +51,11 @@ def test_inf_is_accepted_for_thresholds(tmp_path):
         ("- a\n- b", "the top level must be a mapping"),
         ("train: {steps: 3", "malformed YAML at line 1"),
         ("model:\n  path: models/absent", "model.path: no model folder"),
+        (
+            "rollout:\n  max_new_tokens: 600",
+            "vllm.max_model_len: must exceed rollout.max_new_tokens (600)",
+        ),
+        ("vllm:\n  engines: 3", "vllm.engines: rollout.slots (64) must split evenly over 3"),
         (
             "rollout:\n  batch_groups: 4\n  max_inflight_groups: 2",
             "rollout.max_inflight_groups: must be >= rollout.batch_groups (4), got 2",

@@ -16,7 +16,7 @@ from rollverify.trajectory import Trajectory
 
 @pytest.fixture(scope="module")
 def base():
-    config = load_config(overrides={"task.eval_size": 256})
+    config = load_config(overrides={"task.eval_size": 256, "rollout.engine": "hf"})
     tokenizer = AutoTokenizer.from_pretrained(config.model_path())
     model = AutoModelForCausalLM.from_pretrained(config.model_path())
     return config, tokenizer, model

@@ -24,7 +24,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from rollverify.engines.protocol import EngineStats
+from rollverify.engines.protocol import EngineStats, probe_logprobs_of
 from rollverify.trajectory import Trajectory
 
 GQA_ATTENTION = "rollverify_gqa_sdpa"
@@ -111,10 +111,11 @@ class _Row:
     def generated(self) -> int:
         return len(self.trajectory) + len(self.tokens)
 
-    def flush(self, version: int) -> Trajectory:
-        self.trajectory.extend(self.tokens, self.logprobs, version)
+    def flush(self, version: int) -> int:
+        """Move the generated tokens into the trajectory; returns how many were regenerated."""
+        regenerated = self.trajectory.extend(self.tokens, self.logprobs, version)
         self.tokens, self.logprobs = [], []
-        return self.trajectory
+        return regenerated
 
 
 class HFEngine:
@@ -149,6 +150,12 @@ class HFEngine:
 
     # -- the engine interface ---------------------------------------------------------------
 
+    def start(self) -> dict:
+        return {"seconds": 0.0}  # in-process: nothing to start
+
+    def shutdown(self) -> None:
+        pass
+
     def submit(self, trajectories: list[Trajectory]) -> None:
         for trajectory in trajectories:
             if trajectory.finished:
@@ -165,7 +172,7 @@ class HFEngine:
     @torch.no_grad()
     def poll(self) -> list[Trajectory]:
         done = self._decode() if self._rows else []
-        finished = [self._rows[i].flush(self.version) for i in done]
+        finished = [self._flush(self._rows[i]) for i in done]
         free = self.slots - (len(self._rows) - len(done))
         # A prefill is a forward pass of its own (~8 ms of fixed cost here, as much as a decode
         # step of 64 rows): admit in batches of slots/8 rather than one row per step.
@@ -175,17 +182,21 @@ class HFEngine:
         admitted = [self._queue.popleft() for _ in range(batch if admit else 0)]
         new_rows, new_cache = self._prefill(admitted) if admitted else ([], None)
         new_done = [i for i, row in enumerate(new_rows) if self._finished(row)]
-        finished += [new_rows[i].flush(self.version) for i in new_done]
+        finished += [self._flush(new_rows[i]) for i in new_done]
         keep = [i for i in range(len(self._rows)) if i not in set(done)]
         self._rebuild(keep, new_rows, new_cache, new_done)
         return finished
 
     def pause(self) -> list[Trajectory]:
-        paused = [row.flush(self.version) for row in self._rows] + list(self._queue)
+        paused = [self._flush(row) for row in self._rows] + list(self._queue)
         self.stats.aborted += len(paused)
         self._queue.clear()
         self._rows, self._cache = [], None
         return paused
+
+    def _flush(self, row: _Row) -> Trajectory:
+        self.stats.tokens_regenerated += row.flush(self.version)
+        return row.trajectory
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         if self.has_work:
@@ -197,6 +208,9 @@ class HFEngine:
                 f"weights do not fit the engine's model: missing {missing}, unexpected {unexpected}"
             )
         self.version = version
+
+    def probe_logprobs(self, token_ids: list[int]) -> torch.Tensor:
+        return probe_logprobs_of(self.model, token_ids)[None]
 
     @contextmanager
     def seeded(self, seed: int) -> Iterator[None]:

@@ -18,6 +18,27 @@ import torch
 from rollverify.trajectory import Trajectory
 
 
+class SyncCheckError(RuntimeError):
+    """After a weight sync the engine's log-probs disagree with the trainer's."""
+
+    exit_code = 1  # rvctl prints the message alone: it says what happened and what to check
+
+
+@torch.no_grad()
+def probe_logprobs_of(model: torch.nn.Module, token_ids: list[int]) -> torch.Tensor:
+    """log p(token_i | tokens before it), i >= 1, at temperature 1: float [T-1]. The weight
+    sync check compares these (raw policy log-probs: vLLM's prompt log-probs are raw too)."""
+    was_training = model.training
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        ids = torch.tensor([token_ids], device=device)
+        logits = model(input_ids=ids).logits[0, :-1].float()
+        return torch.log_softmax(logits, -1).gather(1, ids[0, 1:, None]).squeeze(1).cpu()
+    finally:
+        model.train(was_training)
+
+
 @dataclass
 class EngineStats:
     """Counters since the engine started (or since `reset_stats`).
@@ -29,6 +50,7 @@ class EngineStats:
     decode_steps: int = 0
     slot_steps_busy: int = 0
     tokens_generated: int = 0
+    tokens_regenerated: int = 0  # generated again after verification truncated them
     tokens_prefilled: int = 0
     aborted: int = 0
 
@@ -45,6 +67,12 @@ class RolloutEngine(Protocol):
     def has_work(self) -> bool:
         """Anything running or queued."""
 
+    def start(self) -> dict:
+        """Bring the engine up (sidecars: processes); returns facts such as start seconds."""
+
+    def shutdown(self) -> None:
+        """Stop everything the engine started; safe to call twice."""
+
     def submit(self, trajectories: list[Trajectory]) -> None:
         """Queue trajectories; each continues from its current tokens."""
 
@@ -55,10 +83,15 @@ class RolloutEngine(Protocol):
         """Slots that would sit idle now: free and with nothing queued for them."""
 
     def pause(self) -> list[Trajectory]:
-        """Abort everything running or queued; return it unfinished, partial tokens kept."""
+        """Abort everything running or queued; return it with partial tokens kept (a request
+        that finished while the abort was on its way comes back finished)."""
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         """Take the trainer's new weights; tokens sampled from now on carry `version`."""
+
+    def probe_logprobs(self, token_ids: list[int]) -> torch.Tensor:
+        """Each replica's log p(token_i | tokens before it), i >= 1, at temperature 1:
+        float [replicas, T-1]. Compared with the trainer's after every weight sync."""
 
     def seeded(self, seed: int) -> AbstractContextManager[None]:
         """Sample with a generator seeded `seed` inside the block (evaluation), then resume the

@@ -14,19 +14,23 @@ TRL drives the loop; these are the parts that are ours:
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
 
+from rollverify.atomic import atomic_write_text
 from rollverify.config import RunConfig
-from rollverify.engines.protocol import RolloutEngine
+from rollverify.engines.protocol import RolloutEngine, SyncCheckError, probe_logprobs_of
 from rollverify.evaluation import evaluate
 from rollverify.filters import keep_fresh, keep_on_policy, staleness
+from rollverify.ledger import CostLedger
 from rollverify.methods import Method
 from rollverify.ops import sequence_ops, token_ops
 from rollverify.rollout import RolloutResult, RolloutState, collect
@@ -67,12 +71,16 @@ class TrainingLoop:
         engine: RolloutEngine,
         tracker: Tracker,
         on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None,
+        run_dir: Path | None = None,
     ) -> None:
         self.config, self.method, self.task, self.engine = config, method, task, engine
-        self.tracker, self.on_step = tracker, on_step
+        self.tracker, self.on_step, self.run_dir = tracker, on_step, run_dir
+        self.ledger = CostLedger(config.device_layout())
         self.state = RolloutState()
         self.monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
         self.eval_problems = task.eval_problems()
+        # A fixed token sequence to compare engine and trainer after each weight sync.
+        self.probe = torch.cat([p.prompt_ids for p in self.eval_problems[:8]])[:64]
         self.trainer: Any = None  # set by attach(); the loop calls back into it for scoring
         self.metrics = StepMetrics()
         self.device_seconds = 0.0
@@ -108,6 +116,7 @@ class TrainingLoop:
             max_inflight_groups=rollout.max_inflight_groups,
         )
         self.last_rollout = result
+        self.ledger.add_phase("rollout", result.seconds)
         trajectories = list(result.trajectories())
         batch = PaddedTrajectories.of(trajectories)
         current = self.trainer.current_logprobs(trajectories)
@@ -117,6 +126,12 @@ class TrainingLoop:
         batch_ops = sequence_ops(ops, batch.mask)
         keep = self._keep(batch, batch_ops)
         lengths = batch.mask.sum(-1).float()
+        self.ledger.add_tokens(
+            generated=result.tokens_generated,
+            regenerated=result.tokens_regenerated,
+            kept=int(lengths[keep].sum()),
+            discarded=int(lengths[~keep].sum()),
+        )
         self.metrics.add(
             ops_mean=batch_ops.mean().item(),
             response_length_mean=lengths.mean().item(),
@@ -174,11 +189,19 @@ class TrainingLoop:
         start = time.perf_counter()
         model = self.trainer.accelerator.unwrap_model(self.trainer.model)
         self.engine.load_weights(model.state_dict().items(), version=step)
+        self.check_weight_sync(step)
         sync_seconds = time.perf_counter() - start
 
         start = time.perf_counter()
         check = self.check_cache(step)
         verify_seconds = time.perf_counter() - start
+        for phase, seconds in [
+            ("train", train_seconds),
+            ("sync", sync_seconds),
+            ("verify", verify_seconds),
+        ]:
+            self.ledger.add_phase(phase, seconds)
+        self.ledger.add_tokens(discarded=check.tokens_before - check.tokens_kept)
         self.device_seconds += (
             self.metrics.values["rollout_seconds"] + train_seconds + sync_seconds + verify_seconds
         )
@@ -206,6 +229,26 @@ class TrainingLoop:
         every = self.config.train.eval_every
         if step == self.config.train.steps or (every and step % every == 0):
             self.metrics.add(eval_accuracy=self.evaluate())
+        self.metrics.add(**self.ledger.metrics())
+        if self.run_dir is not None:  # stored with the run, current after every step
+            atomic_write_text(
+                self.run_dir / "ledger.json", json.dumps(self.ledger.to_dict(), indent=2) + "\n"
+            )
+
+    def check_weight_sync(self, step: int) -> None:
+        """The engine must now score a fixed probe sequence as the trainer does, or stop."""
+        engine = self.engine.probe_logprobs(self.probe.tolist())  # [replicas, T-1]
+        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+        trainer = probe_logprobs_of(model, self.probe.tolist())[None]
+        gap = (engine - trainer).abs().max().item()
+        self.metrics.add(sync_logprob_gap=gap)
+        if not gap <= self.config.vllm.sync_check_tolerance:
+            raise SyncCheckError(
+                f"weight sync check failed after step {step}: engine and trainer log-probs of "
+                f"the probe differ by {gap:.2e} > vllm.sync_check_tolerance "
+                f"{self.config.vllm.sync_check_tolerance:g}; the engine would sample from a "
+                "policy other than the one being trained"
+            )
 
     def check_cache(self, step: int) -> CacheCheck:
         """Score the cached unfinished trajectories under the new policy; verify if the method
@@ -239,6 +282,7 @@ class TrainingLoop:
         )
 
     def evaluate(self) -> float:
+        start = time.perf_counter()
         self.last_eval = evaluate(
             self.engine,
             self.task,
@@ -246,6 +290,7 @@ class TrainingLoop:
             samples=self.config.task.eval_samples,
             seed=self.config.task.eval_seed,
         )
+        self.ledger.add_phase("eval", time.perf_counter() - start)
         return self.last_eval
 
     # -- log ----------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rollverify.atomic import atomic_write_text
 from rollverify.config import RunConfig
 from rollverify.engines.hf_engine import HFEngine
+from rollverify.engines.protocol import RolloutEngine
 from rollverify.methods import METHODS
 from rollverify.tasks.base import Task
 from rollverify.tasks.chain import ChainTask, ChainTaskConfig
@@ -68,10 +70,36 @@ def make_task(config: RunConfig, tokenizer) -> Task:
     )
 
 
-def make_engine(config: RunConfig, model, tokenizer):
+def vllm_settings(config: RunConfig):
+    """What each vLLM sidecar is started with, from the config's vllm and rollout sections."""
+    from rollverify.engines.vllm_engine import VLLMSettings
+
+    vllm = config.vllm
+    return VLLMSettings(
+        model=config.model_path(),
+        dtype=config.model.dtype,
+        max_model_len=vllm.max_model_len,
+        slots_per_engine=config.rollout.slots // vllm.engines,
+        engines=vllm.engines,
+        tensor_parallel_size=vllm.tensor_parallel_size,
+        gpu_memory_utilization=vllm.gpu_memory_utilization,
+        enforce_eager=vllm.enforce_eager,
+        cpu_kv_cache_gib=vllm.cpu_kv_cache_gib,
+    )
+
+
+def make_engine(config: RunConfig, model, tokenizer) -> RolloutEngine:
+    """The configured engine, not started yet (see `engine_running`)."""
     rollout = config.rollout
-    if rollout.engine == "vllm":
-        raise ValueError("rollout.engine: the vLLM sidecar is not built yet (issue 4); use hf")
+    if config.engine() == "vllm":
+        from rollverify.engines.vllm_engine import VLLMEngine
+
+        return VLLMEngine(
+            vllm_settings(config),
+            max_new_tokens=rollout.max_new_tokens,
+            temperature=rollout.temperature,
+            seed=config.train.seed,
+        )
     return HFEngine(
         model,
         slots=rollout.slots,
@@ -83,6 +111,34 @@ def make_engine(config: RunConfig, model, tokenizer):
     )
 
 
+@contextmanager
+def engine_running(engine: RolloutEngine, config: RunConfig) -> Iterator[RolloutEngine]:
+    """Start the engine (and Ray, for sidecars); always stop both, on errors and Ctrl-C too."""
+    if config.engine() == "vllm":
+        from rollverify.engines.ray_runtime import running_engine
+
+        with running_engine(engine, config.vllm.ray_address):
+            yield engine
+    else:
+        engine.start()
+        try:
+            yield engine
+        finally:
+            engine.shutdown()
+
+
+def check_engine_fits(engine: RolloutEngine, config: RunConfig) -> None:
+    """A reused engine must have been built for this config's rollout settings."""
+    rollout = config.rollout
+    for field in ("slots", "max_new_tokens", "temperature"):
+        wanted, actual = getattr(rollout, field), getattr(engine, field)
+        if wanted != actual:
+            raise ValueError(
+                f"rollout.{field}: {wanted} in the config, but the running engine was started "
+                f"with {actual}; use the engine's value or start another engine"
+            )
+
+
 def run_dir_for(config: RunConfig) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path(config.output) / f"{config.train.method}-s{config.train.seed}-{stamp}"
@@ -92,6 +148,35 @@ def train(
     config: RunConfig,
     on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None,
     parent_run_id: str | None = None,
+    engine: RolloutEngine | None = None,
+) -> RunSummary:
+    """One training run. `engine`: an already started engine to reuse (it is reset to the base
+    weights, version 0); by default the configured engine is started and stopped here."""
+    if engine is not None:
+        check_engine_fits(engine, config)
+        with engine.seeded(config.train.seed):  # as if started for this run
+            return _train(config, on_step, parent_run_id, engine)
+    with engine_running(build_engine(config), config) as started:
+        return _train(config, on_step, parent_run_id, started)
+
+
+def build_engine(config: RunConfig) -> RolloutEngine:
+    """The configured engine for the base model, not started yet."""
+    tokenizer = AutoTokenizer.from_pretrained(config.model_path())
+    # The in-process engine copies a model; sidecars load their own from model.path.
+    base = (
+        AutoModelForCausalLM.from_pretrained(config.model_path())
+        if config.engine() == "hf"
+        else None
+    )
+    return make_engine(config, base, tokenizer)
+
+
+def _train(
+    config: RunConfig,
+    on_step: Callable[[int, dict[str, float]], None],
+    parent_run_id: str | None,
+    engine: RolloutEngine,
 ) -> RunSummary:
     # -- setup ---------------------------------------------------------------------------------
     started = time.perf_counter()
@@ -107,7 +192,8 @@ def train(
         config.model_path(), dtype=getattr(torch, config.model.dtype)
     )
     task = make_task(config, tokenizer)
-    engine = make_engine(config, model, tokenizer)
+    engine.pause()  # a reused engine may hold another run's requests
+    engine.load_weights(model.state_dict().items(), version=0)
     uri = config.tracking.uri or default_tracking_uri(config.output)
     tracker = MLflowTracker(
         uri,
@@ -117,13 +203,13 @@ def train(
         tags={
             "method": method.name,
             "seed": str(config.train.seed),
-            "engine": config.rollout.engine,
+            "engine": config.engine(),
             "run_dir": str(run_dir.resolve()),
         },
         artifact_root=Path(config.output).resolve() / "mlartifacts",
         parent_run_id=parent_run_id,
     )
-    loop = TrainingLoop(config, method, task, engine, tracker, on_step)
+    loop = TrainingLoop(config, method, task, engine, tracker, on_step, run_dir=run_dir)
     trainer = build_trainer(
         config,
         method,
@@ -153,6 +239,9 @@ def train(
         on_step(0, {"eval_accuracy": before})
         trainer.train()
         status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
     finally:
         tracker.finish(status)  # -- cleanup ---------------------------------------------------
     summary = RunSummary(

@@ -4,43 +4,40 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rvctl.options import FormatOption
+from rvctl.options import (
+    ConfigOption,
+    EngineOption,
+    FormatOption,
+    OutputOption,
+    StepsOption,
+    TrackingOption,
+    run_overrides,
+)
 from rvctl.output import Format, print_rows, stderr
 
 
 def train(
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="YAML config (a diff of the defaults).")
-    ] = None,
+    config: ConfigOption = None,
     method: Annotated[
         str | None, typer.Option(help="grpo, partial, rollverify, ... (rvctl methods lists them).")
     ] = None,
-    steps: Annotated[int | None, typer.Option(help="Optimizer steps.")] = None,
+    steps: StepsOption = None,
     seed: Annotated[int | None, typer.Option(help="Seed of data, sampling and init.")] = None,
-    engine: Annotated[str | None, typer.Option(help="Rollout engine: hf or vllm.")] = None,
-    tracking_uri: Annotated[
-        str | None, typer.Option(help="MLflow URI (default: sqlite in the output folder).")
-    ] = None,
-    output: Annotated[Path | None, typer.Option(help="Output folder for runs.")] = None,
+    engine: EngineOption = None,
+    tracking_uri: TrackingOption = None,
+    output: OutputOption = None,
     format: FormatOption = Format.table,
 ) -> None:
     """Train with GRPO, partial rollout or RollVerify; log everything to MLflow."""
     from rollverify.config import load_config
 
-    overrides = {
-        "train.method": method,
-        "train.steps": steps,
-        "train.seed": seed,
-        "rollout.engine": engine,
-        "tracking.uri": tracking_uri,
-        "output": str(output) if output is not None else None,
-    }
+    overrides = {"train.method": method, "train.seed": seed}
+    overrides |= run_overrides(steps, engine, output, tracking_uri)
     run_config = load_config(config, overrides)
     from rollverify.training.run import train as run_training  # heavy: torch, TRL, MLflow
 
@@ -59,7 +56,11 @@ def train(
         def show(step: int, metrics: dict[str, float]) -> None:
             progress.update(task, completed=step, live=_live(metrics))
 
-        summary = run_training(run_config, on_step=show)
+        try:
+            summary = run_training(run_config, on_step=show)
+        except KeyboardInterrupt:
+            stderr.print("interrupted: engines stopped, MLflow run marked KILLED")
+            raise
     rows = [{"field": k, "value": v} for k, v in asdict(summary).items()]
     print_rows(
         rows if format is Format.table else [asdict(summary)],

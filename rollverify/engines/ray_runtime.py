@@ -1,0 +1,112 @@
+"""Ray for the sidecars: a local cluster on loopback (or an existing one), and the actor class.
+
+Ray's token authentication stays on (Ray 2.60 default); the local cluster binds to 127.0.0.1
+and starts no dashboard, so nothing listens beyond this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Any
+
+_STARTED_HERE = False
+
+
+def ensure_ray(address: str | None = None) -> None:
+    """Connect to `address`, or start a private local Ray once per process."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    with sigterm_kept():
+        _init(address)
+
+
+def _init(address: str | None) -> None:
+    global _STARTED_HERE
+    import ray
+
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        ray.init(
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            log_to_driver=False,
+            configure_logging=False,
+        )
+        _STARTED_HERE = True
+
+
+@contextmanager
+def sigterm_kept():
+    """Ray's core worker installs a crash handler for SIGTERM that aborts the process (exit
+    134, sidecars and shared memory left behind); keep the caller's handler instead, which
+    for rvctl raises KeyboardInterrupt so everything unwinds (rvctl/app.py)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+
+
+def stop_ray() -> None:
+    """Shut down the local Ray this process started (nothing if it joined a cluster)."""
+    global _STARTED_HERE
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    _STARTED_HERE = False
+
+
+def sidecar_class(settings: Any):
+    """The VLLMSidecar as a Ray actor, with the resources one engine needs."""
+    import ray
+
+    from rollverify.engines.vllm_sidecar import VLLMSidecar
+
+    gpus = settings.tensor_parallel_size if _has_gpu() else 0
+    return ray.remote(
+        num_cpus=1 if not gpus else 0, num_gpus=gpus, max_restarts=0, max_concurrency=64
+    )(VLLMSidecar)
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@contextmanager
+def running_engine(engine: Any, address: str | None = None):
+    """Start Ray (if needed) and the engine's sidecars; stop both on the way out, Ctrl-C too."""
+    ensure_ray(address)
+    try:
+        engine.start()
+        yield engine
+    finally:
+        with signals_held():  # a second Ctrl-C must not leave sidecars half stopped
+            engine.shutdown()
+            stop_ray()
+
+
+@contextmanager
+def signals_held():
+    """Ignore SIGINT/SIGTERM for the duration (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

@@ -1,0 +1,97 @@
+"""GPU-day accounting: what a run cost, phase by phase, in device-seconds.
+
+A run holds `trainer + engines` devices for its whole wall time (GPUs; on CPU a device is a
+process holding cores). Each phase occupies some of them; the rest wait, and that waiting is
+the `idle` phase. So the phases (idle included) always add up to wall seconds x devices held:
+
+    phase      occupies
+    rollout    the engines (hf: the trainer process, which runs the engine)
+    eval       the engines (hf: the trainer)
+    train      the trainer
+    verify     the trainer (it scores the cache under the new policy)
+    sync       both (weights travel from the trainer to the engines)
+
+Engine start-up and model loading are not counted (once per run, not per step). Tokens: the
+engine generated them; trained ones are kept; discarded ones were truncated by verification
+or filtered out; regenerated ones were generated again after a truncation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PHASES = ("rollout", "eval", "train", "verify", "sync")
+TOKEN_KINDS = ("generated", "kept", "discarded", "regenerated")
+SECONDS_PER_DAY = 86_400.0
+
+
+@dataclass(frozen=True)
+class DeviceLayout:
+    trainer: int = 1  # devices the trainer holds
+    engines: int = 0  # devices the rollout engines hold; 0: the engine runs in the trainer
+
+    @property
+    def held(self) -> int:
+        return self.trainer + self.engines
+
+    def occupied(self, phase: str) -> int:
+        if phase in ("rollout", "eval"):
+            return self.engines or self.trainer
+        if phase in ("train", "verify"):
+            return self.trainer
+        if phase == "sync":
+            return self.held
+        raise ValueError(f"unknown phase {phase!r}; one of {PHASES}")
+
+
+@dataclass
+class CostLedger:
+    layout: DeviceLayout
+    wall_seconds: float = 0.0
+    device_seconds: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys((*PHASES, "idle"), 0.0)
+    )
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KINDS, 0))
+
+    def add_phase(self, phase: str, seconds: float) -> None:
+        occupied = self.layout.occupied(phase)
+        self.device_seconds[phase] += seconds * occupied
+        self.device_seconds["idle"] += seconds * (self.layout.held - occupied)
+        self.wall_seconds += seconds
+
+    def add_tokens(self, **counts: int) -> None:
+        for kind, count in counts.items():
+            self.tokens[kind] += int(count)
+
+    @property
+    def total_device_seconds(self) -> float:
+        return sum(self.device_seconds.values())
+
+    def metrics(self) -> dict[str, float]:
+        """Cumulative figures, under the names docs/metrics.md lists."""
+        out = {f"cost_{phase}_device_seconds": s for phase, s in self.device_seconds.items()}
+        out |= {f"tokens_{kind}_total": float(n) for kind, n in self.tokens.items()}
+        total = self.total_device_seconds
+        return out | {
+            "cost_device_seconds": total,
+            "cost_gpu_days": total / SECONDS_PER_DAY,
+            "cost_wall_seconds": self.wall_seconds,
+        }
+
+    def to_dict(self) -> dict:
+        return {
+            "layout": {"trainer": self.layout.trainer, "engines": self.layout.engines},
+            "wall_seconds": self.wall_seconds,
+            "device_seconds": dict(self.device_seconds),
+            "tokens": dict(self.tokens),
+            "gpu_days": self.total_device_seconds / SECONDS_PER_DAY,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CostLedger:
+        return cls(
+            DeviceLayout(**data["layout"]),
+            data["wall_seconds"],
+            {k: float(v) for k, v in data["device_seconds"].items()},
+            {k: int(v) for k, v in data["tokens"].items()},
+        )

@@ -1,0 +1,108 @@
+"""`rvctl compare grpo partial rollverify`: every (method, seed) under one MLflow parent run,
+a live table while they train, then the cost table of `rvctl report`."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from rvctl.options import (
+    ConfigOption,
+    EngineOption,
+    FormatOption,
+    OutputOption,
+    StepsOption,
+    TrackingOption,
+    run_overrides,
+)
+from rvctl.output import Format, stderr
+
+LIVE_METRICS = [
+    ("reward_mean", "reward"),
+    ("ops_mean", "OPS"),
+    ("acceptance_rate", "accept"),
+    ("eval_accuracy", "eval"),
+]
+
+
+def compare(
+    methods: Annotated[list[str], typer.Argument(help="Methods to compare (rvctl methods).")],
+    seeds: Annotated[int, typer.Option(help="Seeds per method (config seed, +1, ...).")] = 1,
+    config: ConfigOption = None,
+    steps: StepsOption = None,
+    engine: EngineOption = None,
+    output: OutputOption = None,
+    tracking_uri: TrackingOption = None,
+    plots: Annotated[
+        bool, typer.Option(help="Also write the report's PNG curves into the compare folder.")
+    ] = False,
+    format: FormatOption = Format.table,
+) -> None:
+    """Train every method for every seed, then print the cost table."""
+    from rollverify.compare import Child, plan
+    from rollverify.config import load_config
+
+    run_config = load_config(config, run_overrides(steps, engine, output, tracking_uri))
+    children = plan(methods, seeds, run_config.train.seed)  # bad names fail before any work
+    board = Board(children, run_config.train.steps)
+
+    def progress(child: Child, step: int, metrics: dict[str, float]) -> None:
+        board.update(child, step, metrics)
+        live.update(board.table())
+
+    from rollverify.compare import compare as run_compare  # heavy: torch, TRL, MLflow
+
+    with Live(board.table(), console=stderr, refresh_per_second=4) as live:
+        try:
+            result = run_compare(run_config, methods, seeds, on_progress=progress)
+        except KeyboardInterrupt:
+            stderr.print("interrupted: engines stopped, MLflow runs marked KILLED")
+            raise
+    from rvctl.commands.report import show_report
+
+    show_report(
+        [str(result.folder)],
+        result.tracking_uri,
+        format,
+        plots_dir=result.folder / "plots" if plots else None,
+    )
+    if format is Format.table:
+        stderr.print(f"compare folder: {result.folder}")
+        if plots:
+            stderr.print(f"plots: {result.folder / 'plots'}")
+        stderr.print(f"MLflow: mlflow ui --backend-store-uri {result.tracking_uri}")
+
+
+class Board:
+    """The live table: one row per (method, seed)."""
+
+    def __init__(self, children, steps: int) -> None:
+        self.steps = steps
+        self.rows = {c: {"status": "waiting", "step": 0} for c in children}
+
+    def update(self, child, step: int, metrics: dict[str, float]) -> None:
+        row = self.rows[child]
+        if step < 0:
+            row["status"] = "running"
+            return
+        row["step"] = step
+        row.update({k: v for k, v in metrics.items() if not _missing(v)})
+        if step >= self.steps:
+            row["status"] = "done"
+
+    def table(self) -> Table:
+        table = Table(title="rvctl compare")
+        for column in ["run", "status", "step", *(label for _, label in LIVE_METRICS)]:
+            table.add_column(column, justify="left" if column in ("run", "status") else "right")
+        for child, row in self.rows.items():
+            cells = [f"{row[name]:.3f}" if name in row else "-" for name, _ in LIVE_METRICS]
+            table.add_row(child.name, row["status"], f"{row['step']}/{self.steps}", *cells)
+        return table
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))

@@ -1,0 +1,111 @@
+"""`rvctl report`: the paper's tables (and curves) from the MLflow store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from rvctl.options import FormatOption
+from rvctl.output import Format, _cell, print_rows, stderr, stdout
+
+# Rich table only: one-word headers (json/csv/md keep the stable keys). Rich cuts cells with
+# "…" when a table is wider than the terminal, so wide tables are split (see _print).
+TABLE_HEADERS = {
+    "unfinished": "unfin.",
+    "eval_accuracy_before": "acc@0",
+    "eval_accuracy_mean": "acc",
+    "eval_accuracy_ci95": "±ci95",
+    "gpu_days": "GPU-days",
+    "speedup_vs_grpo": "speedup",
+    "ops_mean": "OPS",
+    "acceptance_rate_final": "accept",
+    "switch_step": "switch@",
+}
+LEGEND = (
+    "acc: final eval accuracy, mean over finished seeds (±ci95: Student t half-width); "
+    "acc@0: the base model; speedup: grpo's GPU-days / the row's; accept: final acceptance "
+    "rate; switch@: median step of the switch to on-policy; unfin.: runs not finished"
+)
+
+
+def report(
+    targets: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Run ids (a training run, or a compare/sweep parent) or compare/sweep output "
+            "folders. Default: the newest compare/sweep in the store, else every run.",
+            show_default=False,
+            metavar="TARGET",
+        ),
+    ] = None,
+    format: FormatOption = Format.table,
+    plots: Annotated[
+        Path | None, typer.Option(help="Also write one PNG per metric (vs step) to this folder.")
+    ] = None,
+    tracking_uri: Annotated[
+        str | None,
+        typer.Option(help="MLflow URI (default: a folder's parent.json, else ./runs/mlflow.db)."),
+    ] = None,
+) -> None:
+    """Accuracy, GPU-days and speedup per method (or per grid point of a sweep)."""
+    show_report(targets or [], tracking_uri, format, plots)
+
+
+def show_report(
+    targets: list[str], tracking_uri: str | None, format: Format, plots_dir: Path | None = None
+) -> None:
+    """The report of `targets` (see `report`); compare and sweep end with it."""
+    from rollverify.plots import plot_metrics
+    from rollverify.report import load_report, method_rows, run_groups, short_names, sweep_grid
+    from rollverify.report import sweep_rows as grid_point_rows
+
+    found = load_report(targets, tracking_uri)
+    what = ", ".join(found.parent_run_ids) or f"{len(found.runs)} runs"
+    _log(f"{found.kind}: {what} in {found.tracking_uri}")
+
+    if found.kind == "sweep":
+        rows = grid_point_rows(found.runs, found.sweep_params)
+        names = short_names(found.sweep_params)
+        point = len(rows[0]) - len(rows[0].keys() - {"method", *names})
+        _print(rows, format, f"sweep over {', '.join(found.sweep_params)}", keys=point)
+        if format is Format.table and len(names) == 2 and "method" not in rows[0]:
+            for value in ("eval_accuracy_mean", "gpu_days"):
+                grid = sweep_grid(rows, names[0], names[1], value)
+                _print(grid, format, f"{TABLE_HEADERS[value]}, {names[0]} x {names[1]}")
+    else:
+        _print(method_rows(found.runs), format, f"methods ({found.kind})")
+
+    if format is Format.table:
+        _log(LEGEND)
+    if plots_dir is not None:
+        for path in plot_metrics(run_groups(found), plots_dir):
+            _log(f"wrote {path}")
+
+
+def _print(rows: list[dict[str, Any]], format: Format, title: str, keys: int = 1) -> None:
+    """print_rows; a table too wide for the terminal becomes several, each repeating the first
+    `keys` columns (the method, or the grid point)."""
+    if format is not Format.table or not rows:
+        print_rows(rows, format, title=title)
+        return
+    rows = [{TABLE_HEADERS.get(k, k): v for k, v in row.items()} for row in rows]
+    fixed, rest = list(rows[0])[:keys], list(rows[0])[keys:]
+
+    def width(column: str) -> int:  # one space each side, one border
+        return 3 + max(len(column), *(len(_cell(row[column])) for row in rows))
+
+    parts: list[list[str]] = [[]]
+    for column in rest:
+        if parts[-1] and 1 + sum(map(width, fixed + parts[-1] + [column])) > stdout.width:
+            parts.append([])
+        parts[-1].append(column)
+    for i, part in enumerate(parts):
+        shown = [{c: row[c] for c in fixed + part} for row in rows]
+        print_rows(shown, format, title=title if i == 0 else f"{title}, continued")
+
+
+def _log(line: str) -> None:
+    """One unwrapped line to stderr (paths may hold [brackets]: no markup)."""
+    stderr.print(line, soft_wrap=True, markup=False, highlight=False)

@@ -1,0 +1,110 @@
+"""`rvctl sweep ds dt`: a grid of runs on Ray Tune (sweeps/ds_dt.yaml; `--ds 0.005,0.01`
+replaces a field's values), one MLflow parent, resumable with `--resume`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rvctl.options import (
+    ConfigOption,
+    EngineOption,
+    FormatOption,
+    OutputOption,
+    StepsOption,
+    TrackingOption,
+    run_overrides,
+)
+from rvctl.output import Format, stderr
+
+# `--ds 0.005,0.01`: values for any swept name, so the options cannot be declared up front.
+CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def sweep(
+    context: typer.Context,
+    names: Annotated[list[str], typer.Argument(help="Config fields to sweep: ds dt, window ...")],
+    config: ConfigOption = None,
+    steps: StepsOption = None,
+    engine: EngineOption = None,
+    output: OutputOption = None,
+    tracking_uri: TrackingOption = None,
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (default: a private local Ray).")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option(help="Resume the latest sweep of these names in the output folder.")
+    ] = False,
+    sweep_dir: Annotated[
+        Path | None, typer.Option(help="Resume this sweep folder (implies --resume).")
+    ] = None,
+    format: FormatOption = Format.table,
+) -> None:
+    """Run a grid of trainings (one Ray Tune trial each) and print the grid's table."""
+    from rollverify.config import load_config
+    from rollverify.sweep import load_grid
+
+    # click hands unknown options (--ds ...) to the NAMES argument: split them off again
+    words = [*names, *context.args]
+    first_option = next((i for i, w in enumerate(words) if w.startswith("--")), len(words))
+    names, values = words[:first_option], _value_options(words[first_option:])
+    if not names:
+        raise ValueError("sweep: name the fields to sweep, e.g. rvctl sweep ds dt")
+    run_config = load_config(config, run_overrides(steps, engine, output, tracking_uri))
+    grid = load_grid(names, values)
+    folder = sweep_dir or (_latest(Path(run_config.output), names) if resume else None)
+
+    from rollverify.sweep import sweep as run_sweep  # heavy: Ray, torch, TRL, MLflow
+
+    with Progress(
+        TextColumn("[bold]sweep " + " x ".join(names)),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+    ) as progress:
+        task = progress.add_task("trials", total=grid.size)
+        try:
+            result = run_sweep(
+                run_config,
+                grid,
+                folder=folder,
+                address=address,
+                on_progress=lambda done, total: progress.update(task, completed=done),
+            )
+        except KeyboardInterrupt:
+            stderr.print("interrupted: resume with --resume (finished trials are kept)")
+            raise
+    from rvctl.commands.report import show_report
+
+    show_report([str(result.folder)], result.tracking_uri, format)
+    if format is Format.table:
+        stderr.print(f"sweep folder: {result.folder}")
+
+
+def _value_options(args: list[str]) -> dict[str, str]:
+    """["--ds", "0.005,0.01", "--dt=1,2"] -> {"ds": "0.005,0.01", "dt": "1,2"}."""
+    values: dict[str, str] = {}
+    rest = list(args)
+    while rest:
+        option = rest.pop(0)
+        if not option.startswith("--"):
+            raise ValueError(f"sweep: unexpected argument {option!r}; values go as --NAME v1,v2")
+        name, _, value = option[2:].partition("=")
+        if not value:
+            if not rest:
+                raise ValueError(f"--{name}: needs values, e.g. --{name} 0.005,0.01")
+            value = rest.pop(0)
+        values[name] = value
+    return values
+
+
+def _latest(output: Path, names: list[str]) -> Path:
+    pattern = "sweep-" + "-".join(n.rsplit(".", 1)[-1] for n in names) + "-*"
+    found = sorted(p for p in output.glob(pattern) if (p / "parent.json").exists())
+    if not found:
+        raise ValueError(f"--resume: no {pattern} folder in {output}; run the sweep first")
+    return found[-1]

@@ -1,0 +1,61 @@
+"""The cost ledger: phases add up to wall time x devices held; tokens are counted by kind."""
+
+import pytest
+import torch
+
+from rollverify.config import load_config
+from rollverify.ledger import PHASES, CostLedger, DeviceLayout
+from rollverify.trajectory import Trajectory
+
+
+def test_phases_and_idle_add_up_to_wall_time_times_devices_held():
+    ledger = CostLedger(DeviceLayout(trainer=4, engines=4))
+    for phase, seconds in [("rollout", 10.0), ("train", 5.0), ("sync", 1.0), ("verify", 0.5)]:
+        ledger.add_phase(phase, seconds)
+    assert ledger.wall_seconds == 16.5
+    assert ledger.total_device_seconds == pytest.approx(16.5 * 8)
+    assert ledger.device_seconds["rollout"] == 40.0  # the 4 engine GPUs
+    assert ledger.device_seconds["sync"] == 8.0  # all 8
+    assert ledger.device_seconds["idle"] == pytest.approx(10 * 4 + 5 * 4 + 0.5 * 4)
+    metrics = ledger.metrics()
+    assert metrics["cost_gpu_days"] == pytest.approx(16.5 * 8 / 86400)
+    assert {f"cost_{p}_device_seconds" for p in (*PHASES, "idle")} <= set(metrics)
+
+
+def test_in_process_engine_shares_the_trainer_device():
+    ledger = CostLedger(DeviceLayout(trainer=1, engines=0))
+    ledger.add_phase("rollout", 3.0)
+    ledger.add_phase("eval", 1.0)
+    assert ledger.device_seconds["idle"] == 0.0 and ledger.total_device_seconds == 4.0
+    with pytest.raises(ValueError, match="unknown phase"):
+        ledger.add_phase("lunch", 1.0)
+
+
+def test_round_trips_through_json_dict():
+    ledger = CostLedger(DeviceLayout(2, 1))
+    ledger.add_phase("train", 2.0)
+    ledger.add_tokens(generated=10, kept=7, discarded=3, regenerated=2)
+    assert CostLedger.from_dict(ledger.to_dict()) == ledger
+
+
+def test_layout_comes_from_the_config():
+    assert load_config(overrides={"rollout.engine": "hf"}).device_layout() == DeviceLayout(1, 0)
+    gpu = load_config(
+        overrides={
+            "rollout.engine": "vllm",
+            "vllm.engines": 4,
+            "vllm.tensor_parallel_size": 2,
+            "rollout.slots": 64,
+            "train.devices": 8,
+        }
+    )
+    assert gpu.device_layout() == DeviceLayout(trainer=8, engines=8)
+
+
+def test_regenerated_tokens_are_the_ones_below_the_high_water_mark():
+    trajectory = Trajectory(prompt_ids=torch.tensor([1]), group_id=0, sample_index=0)
+    assert trajectory.extend([5, 6, 7, 8], [0.0] * 4, version=0) == 0
+    trajectory.truncate(1)
+    assert trajectory.extend([5, 6], [0.0] * 2, version=1) == 2  # positions 1, 2 again
+    assert trajectory.extend([7, 8, 9], [0.0] * 3, version=1) == 1  # position 3 again, 4 new
+    assert trajectory.high_water == 6

@@ -1,0 +1,121 @@
+"""rvctl compare and rvctl sweep end to end: real training runs, real MLflow, real Ray Tune."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+RVCTL = [sys.executable, "-m", "rvctl.app"]
+
+
+def tiny_config(tmp_path: Path, threads: int = 1) -> Path:
+    """A few seconds per run: short chains, 2 groups of 2, 8 slots, 2 steps, hf engine."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(
+        "task: {max_steps: 6, eval_size: 8}\n"
+        "rollout: {engine: hf, batch_groups: 2, group_size: 2, slots: 8, max_new_tokens: 64}\n"
+        f"train: {{steps: 2, eval_every: 0, threads: {threads}}}\n"
+    )
+    return path
+
+
+def children(uri: str, parent_run_id: str) -> list:
+    client = MlflowClient(uri)
+    parent = client.get_run(parent_run_id)
+    return client.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'"
+    )
+
+
+def last(uri: str, run_id: str, metric: str) -> float:
+    history = MlflowClient(uri).get_metric_history(run_id, metric)
+    return max(history, key=lambda m: m.step).value
+
+
+def test_compare_runs_every_method_under_one_parent_and_reports_it(tmp_path):
+    command = [*RVCTL, "compare", "grpo", "rollverify", "--seeds", "1"]
+    command += ["--config", str(tiny_config(tmp_path)), "--output", str(tmp_path), "-f", "json"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {row["method"]: row for row in json.loads(result.stdout)}
+    assert list(rows) == ["grpo", "rollverify"]
+    (folder,) = tmp_path.glob("compare-*")
+    parent = json.loads((folder / "parent.json").read_text())
+    uri = parent["tracking_uri"]
+    runs = {r.data.tags["method"]: r for r in children(uri, parent["run_id"])}
+    assert sorted(runs) == ["grpo", "rollverify"]
+    assert MlflowClient(uri).get_run(parent["run_id"]).info.status == "FINISHED"
+    for method, run in runs.items():
+        assert run.info.status == "FINISHED"
+        row = rows[method]
+        assert row["seeds"] == 1
+        assert row["eval_accuracy_mean"] == pytest.approx(
+            last(uri, run.info.run_id, "eval_accuracy")
+        )
+        assert row["gpu_days"] == pytest.approx(last(uri, run.info.run_id, "cost_gpu_days"))
+        assert row["gpu_days"] > 0
+    assert rows["grpo"]["speedup_vs_grpo"] == pytest.approx(1.0)
+    assert rows["grpo"]["acceptance_rate_final"] is None  # grpo does not verify
+    assert 0 <= rows["rollverify"]["acceptance_rate_final"] <= 1
+    # the ledger is stored with each run, and matches what was logged
+    for run in runs.values():
+        ledger = json.loads((Path(run.data.tags["run_dir"]) / "ledger.json").read_text())
+        assert ledger["gpu_days"] == pytest.approx(last(uri, run.info.run_id, "cost_gpu_days"))
+
+
+def test_compare_refuses_an_unknown_method_before_any_work(tmp_path):
+    result = subprocess.run(
+        [*RVCTL, "compare", "grpo", "rollverfy", "--output", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "unknown rollverfy" in result.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
+    """A 2 x 1 grid, one trial at a time (each asks for both cores): stop the sweep once the
+    first trial finished, resume it, and the first trial is not run again."""
+    command = [*RVCTL, "sweep", "ds", "dt", "--ds", "0.01,0.05", "--dt", "2"]
+    command += ["--config", str(tiny_config(tmp_path, threads=2)), "--output", str(tmp_path)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 400
+    finished: list = []
+    while time.monotonic() < deadline and process.poll() is None and not finished:
+        time.sleep(2)
+        parents = list(tmp_path.glob("sweep-ds-dt-*/parent.json"))
+        if parents and (tmp_path / "mlflow.db").exists():
+            parent = json.loads(parents[0].read_text())
+            runs = children(parent["tracking_uri"], parent["run_id"])
+            finished = [r for r in runs if r.info.status == "FINISHED"]
+    assert finished, process.communicate()[1][-3000:] if process.poll() is not None else "timeout"
+    assert process.poll() is None, "the sweep should still be running its second trial"
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode != 0 and "--resume" in stderr, stderr[-3000:]
+    first = finished[0]
+
+    result = subprocess.run([*command, "--resume", "-f", "json"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = children(parent["tracking_uri"], parent["run_id"])
+    done = [r for r in runs if r.info.status == "FINISHED"]
+    grid_points = sorted(float(r.data.params["verify.ds"]) for r in done)
+    assert grid_points == [0.01, 0.05], "each grid point finished exactly once"
+    assert first.info.run_id in {r.info.run_id for r in done}
+    rows = json.loads(result.stdout)
+    assert sorted(row["ds"] for row in rows) == [0.01, 0.05]
+    for row in rows:
+        (run,) = [r for r in done if float(r.data.params["verify.ds"]) == row["ds"]]
+        uri = parent["tracking_uri"]
+        assert row["eval_accuracy_mean"] == pytest.approx(
+            last(uri, run.info.run_id, "eval_accuracy")
+        )
+    assert MlflowClient(parent["tracking_uri"]).get_run(parent["run_id"]).info.status == "FINISHED"

@@ -1,0 +1,343 @@
+"""rvctl report: tables from a real MLflow sqlite store, with runs logged the way training does."""
+
+import itertools
+import json
+import math
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from rollverify.plots import plot_metrics
+from rollverify.report import load_report, method_rows, sweep_grid, sweep_rows, t_critical_95
+from rvctl.app import app
+
+T_975_DOF2 = 4.302652729911275  # Student t quantile 0.975, 2 dof (statistical tables)
+STEPS = 12
+EVAL_STEPS = (0, 5, 10, STEPS)
+
+
+@dataclass
+class Logged:
+    run_id: str
+    history: dict[str, dict[int, float]]  # exactly what was logged, NaN included
+
+
+class Store:
+    """A temporary MLflow store and a clock for distinct, increasing start times.
+
+    Each is a copy of one empty store: creating MLflow's tables takes ~3 s.
+    """
+
+    def __init__(self, path: Path, template: Path):
+        shutil.copy(template, path / "mlflow.db")
+        self.uri = f"sqlite:///{path / 'mlflow.db'}"
+        self.client = MlflowClient(tracking_uri=self.uri)
+        self.experiment = self.client.get_experiment_by_name("rollverify").experiment_id
+        self.clock = itertools.count(int(time.time() * 1000) - 10**6, 1000)
+        self.rng = np.random.default_rng(0)
+
+    def parent(self, kind, **tags):
+        run = self.client.create_run(
+            self.experiment, tags={"kind": kind, **tags}, start_time=next(self.clock)
+        )
+        return run.info.run_id
+
+    def run(
+        self,
+        method,
+        seed,
+        *,
+        parent=None,
+        status="FINISHED",
+        steps=STEPS,
+        params=None,
+        switch_at=None,
+        nan_last_acceptance=False,
+        cost_per_step=60.0,
+    ) -> Logged:
+        tags = {"method": method, "seed": str(seed), "engine": "hf"}
+        if parent:
+            tags["mlflow.parentRunId"] = parent
+        run_id = self.client.create_run(
+            self.experiment, tags=tags, start_time=next(self.clock)
+        ).info.run_id
+        rng, verifying = self.rng, method.startswith("rollverify")
+        history: dict[str, dict[int, float]] = {"eval_accuracy": {}}
+        history["eval_accuracy"][0] = rng.uniform(0.2, 0.3)
+        device_seconds = 0.0
+        for step in range(1, steps + 1):
+            device_seconds += cost_per_step * rng.uniform(0.9, 1.1)
+            values = {
+                "reward_mean": 0.2 + 0.03 * step + rng.normal(0, 0.02),
+                "entropy_mean": 1.5 - 0.05 * step + rng.normal(0, 0.02),
+                "ops_mean": rng.uniform(0.0, 0.1),
+                "response_length_mean": rng.uniform(20, 40),
+                "switched": float(switch_at is not None and step >= switch_at),
+                "cost_device_seconds": device_seconds,
+                "cost_gpu_days": device_seconds / 86400,
+                "cost_rollout_device_seconds": 0.6 * device_seconds,
+                "tokens_generated_total": 1000.0 * step,
+            }
+            if verifying:
+                values["acceptance_rate"] = 1.0 - 0.05 * step + rng.normal(0, 0.01)
+                if nan_last_acceptance and step == steps:
+                    values["acceptance_rate"] = math.nan
+            if step in EVAL_STEPS:
+                values["eval_accuracy"] = min(1.0, 0.25 + 0.03 * step + rng.normal(0, 0.03))
+            for name, value in values.items():
+                history.setdefault(name, {})[step] = value
+        metrics = [
+            Metric(name, float(value), 1_700_000_000_000 + step, step)
+            for name, points in history.items()
+            for step, value in points.items()
+        ]
+        params = {"train.method": method, "train.steps": str(steps), **(params or {})}
+        self.client.log_batch(
+            run_id, metrics=metrics, params=[Param(k, str(v)) for k, v in params.items()]
+        )
+        if status != "RUNNING":
+            self.client.set_terminated(run_id, status=status)
+        return Logged(run_id, history)
+
+
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("empty") / "mlflow.db"
+    client = MlflowClient(tracking_uri=f"sqlite:///{path}")
+    client.create_experiment("rollverify", artifact_location=path.parent.as_uri())
+    return path
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, empty_store):
+    """A compare (4 methods, finished and unfinished runs), then a ds x dt sweep."""
+    s = Store(tmp_path_factory.mktemp("report"), empty_store)
+    s.compare = s.parent("compare", methods="partial,grpo,rollverify,ops-filter", seeds="3")
+    runs = {"partial": [s.run("partial", 1, parent=s.compare, cost_per_step=40)]}  # first: order
+    runs["grpo"] = [s.run("grpo", seed, parent=s.compare) for seed in (1, 2, 3)]
+    runs["rollverify"] = [
+        s.run("rollverify", 1, parent=s.compare, switch_at=7, cost_per_step=30),
+        s.run("rollverify", 2, parent=s.compare, switch_at=9, cost_per_step=30,
+              nan_last_acceptance=True),
+        s.run("rollverify", 3, parent=s.compare, cost_per_step=30),
+    ]  # fmt: skip
+    s.killed = s.run(
+        "rollverify", 4, parent=s.compare, status="KILLED", steps=3, switch_at=2, cost_per_step=900
+    )
+    s.unfinished = [
+        s.run("ops-filter", 1, parent=s.compare, status="RUNNING", steps=4),
+        s.run("ops-filter", 2, parent=s.compare, status="FAILED", steps=2),
+    ]
+    s.client.set_terminated(s.compare, "FINISHED")
+    s.runs = runs
+
+    s.sweep = s.parent("sweep", sweep_params="verify.ds,verify.dt", method="rollverify")
+    s.points = {}
+    for ds, dt, seeds in [("0.01", "2.0", 2), ("0.01", "inf", 1), ("0.1", "2.0", 1)]:
+        for seed in range(1, seeds + 1):
+            params = {"verify.ds": ds, "verify.dt": dt}
+            logged = s.run("rollverify", seed, parent=s.sweep, params=params, steps=5)
+            s.points.setdefault((ds, dt), []).append(logged)
+    failed = {"verify.ds": "0.1", "verify.dt": "inf"}
+    s.run("rollverify", 1, parent=s.sweep, status="FAILED", params=failed)
+    return s
+
+
+def last(points: dict[int, float]) -> float:
+    """The value at the largest step that is not NaN (computed here, apart from the library)."""
+    return [v for _, v in sorted(points.items()) if not math.isnan(v)][-1]
+
+
+def by_method(rows):
+    return {row["method"]: row for row in rows}
+
+
+def test_method_rows_match_what_was_logged(store):
+    report = load_report([store.compare], store.uri)
+    assert report.kind == "compare" and report.parent_run_ids == [store.compare]
+    rows = method_rows(report.runs)
+    assert [r["method"] for r in rows] == ["grpo", "partial", "rollverify", "ops-filter"]
+    grpo, partial, rv = (by_method(rows)[m] for m in ("grpo", "partial", "rollverify"))
+
+    finals = [h.history["eval_accuracy"][STEPS] for h in store.runs["rollverify"]]
+    assert rv["seeds"] == 3 and rv["status"] == "finished"
+    assert rv["eval_accuracy_mean"] == pytest.approx(statistics.mean(finals))
+    ci = T_975_DOF2 * statistics.stdev(finals) / math.sqrt(3)
+    assert rv["eval_accuracy_ci95"] == pytest.approx(ci, rel=1e-6)
+    before = [h.history["eval_accuracy"][0] for h in store.runs["rollverify"]]
+    assert rv["eval_accuracy_before"] == pytest.approx(statistics.mean(before))
+
+    days = {m: statistics.mean(last(h.history["cost_gpu_days"]) for h in runs)
+            for m, runs in store.runs.items()}  # fmt: skip
+    assert rv["gpu_days"] == pytest.approx(days["rollverify"])
+    assert rv["speedup_vs_grpo"] == pytest.approx(days["grpo"] / days["rollverify"])
+    assert partial["speedup_vs_grpo"] == pytest.approx(days["grpo"] / days["partial"])
+    assert grpo["speedup_vs_grpo"] == pytest.approx(1.0)
+    assert rv["speedup_vs_grpo"] > 1.5  # logged at half grpo's cost per step
+
+    ops = [np.mean(list(h.history["ops_mean"].values())) for h in store.runs["rollverify"]]
+    assert rv["ops_mean"] == pytest.approx(np.mean(ops))
+    # seed 2 logged NaN at its last step: its final rate is the step before
+    acceptance = [last(h.history["acceptance_rate"]) for h in store.runs["rollverify"]]
+    assert acceptance[1] == store.runs["rollverify"][1].history["acceptance_rate"][STEPS - 1]
+    assert rv["acceptance_rate_final"] == pytest.approx(statistics.mean(acceptance))
+    assert rv["switch_step"] == 8  # median of 7 and 9; seed 3 never switched
+
+    assert grpo["acceptance_rate_final"] is None and grpo["switch_step"] is None
+    assert partial["seeds"] == 1 and partial["eval_accuracy_ci95"] is None
+    assert partial["eval_accuracy_mean"] == pytest.approx(
+        store.runs["partial"][0].history["eval_accuracy"][STEPS]
+    )
+
+
+def test_unfinished_runs_are_counted_not_averaged(store):
+    rows = by_method(method_rows(load_report([store.compare], store.uri).runs))
+    # the KILLED run (seed 4) logged a 30x cost and switched at step 2: neither shows
+    assert rows["rollverify"]["unfinished"] == 1 and rows["rollverify"]["seeds"] == 3
+    assert rows["rollverify"]["switch_step"] == 8
+    killed_days = last(store.killed.history["cost_gpu_days"])
+    assert rows["rollverify"]["gpu_days"] < killed_days / 5
+    assert rows["grpo"]["unfinished"] == 0
+
+
+def test_a_method_with_only_unfinished_runs_reports_nulls(store):
+    row = by_method(method_rows(load_report([store.compare], store.uri).runs))["ops-filter"]
+    assert row["status"] == "unfinished" and row["seeds"] == 0 and row["unfinished"] == 2
+    numbers = [k for k in row if k not in ("method", "status", "seeds", "unfinished")]
+    assert numbers and all(row[k] is None for k in numbers)
+
+
+def test_sweep_rows_per_grid_point(store):
+    report = load_report([store.sweep], store.uri)
+    assert report.kind == "sweep" and report.sweep_params == ["verify.ds", "verify.dt"]
+    rows = sweep_rows(report.runs, report.sweep_params)
+    points = [(r["ds"], r["dt"]) for r in rows]
+    assert points == [(0.01, 2.0), (0.01, "inf"), (0.1, 2.0), (0.1, "inf")]
+    first = rows[0]
+    finals = [h.history["eval_accuracy"][5] for h in store.points[("0.01", "2.0")]]
+    assert first["seeds"] == 2 and first["eval_accuracy_mean"] == pytest.approx(np.mean(finals))
+    assert first["eval_accuracy_ci95"] is not None and rows[1]["eval_accuracy_ci95"] is None
+    days = [last(h.history["cost_gpu_days"]) for h in store.points[("0.01", "2.0")]]
+    assert first["gpu_days"] == pytest.approx(np.mean(days))
+    assert rows[3]["status"] == "unfinished" and rows[3]["unfinished"] == 1
+    assert rows[3]["eval_accuracy_mean"] is None
+
+    grid = sweep_grid(rows, "ds", "dt", "eval_accuracy_mean")
+    assert [g["ds"] for g in grid] == [0.01, 0.1] and list(grid[0]) == ["ds", "dt=2", "dt=inf"]
+    assert grid[1]["dt=inf"] is None and grid[0]["dt=2"] == first["eval_accuracy_mean"]
+
+
+def test_targets_default_to_the_newest_parent_and_accept_a_training_run(store):
+    assert load_report([], store.uri).parent_run_ids == [store.sweep]
+    one = store.runs["grpo"][1]
+    report = load_report([one.run_id], store.uri)
+    assert report.kind == "runs" and [r.run_id for r in report.runs] == [one.run_id]
+    (row,) = method_rows(report.runs)
+    assert row["seeds"] == 1 and row["eval_accuracy_mean"] == one.history["eval_accuracy"][STEPS]
+
+
+def test_without_parents_every_training_run_is_reported(tmp_path, empty_store):
+    s = Store(tmp_path, empty_store)
+    s.run("grpo", 1)
+    s.run("rollverify", 1, status="RUNNING")
+    rows = method_rows(load_report([], s.uri).runs)
+    assert [(r["method"], r["status"]) for r in rows] == [
+        ("grpo", "finished"),
+        ("rollverify", "unfinished"),
+    ]
+
+
+def test_bad_targets_are_value_errors_naming_them(store, tmp_path):
+    with pytest.raises(ValueError, match=r"^0123abc: no such run in sqlite:///.*--tracking-uri"):
+        load_report(["0123abc"], store.uri)
+    with pytest.raises(ValueError, match="no parent.json"):
+        load_report([str(tmp_path)], store.uri)
+    with pytest.raises(ValueError, match="no MLflow store"):
+        load_report([], f"sqlite:///{tmp_path / 'missing' / 'mlflow.db'}")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_t_quantile_without_scipy_comes_from_a_table(monkeypatch):
+    assert t_critical_95(2) == pytest.approx(T_975_DOF2, rel=1e-9)
+    monkeypatch.setitem(sys.modules, "scipy.special", None)  # import fails
+    assert t_critical_95(2) == 4.303 and t_critical_95(11) == 2.228 and t_critical_95(500) == 1.96
+
+
+def test_plots_skip_metrics_no_run_logged(store, tmp_path):
+    report = load_report([store.compare], store.uri)
+    grpo_only = {"grpo": [r for r in report.runs if r.method == "grpo"]}
+    paths = plot_metrics(grpo_only, tmp_path)
+    assert {p.stem for p in paths} == {
+        "reward_mean", "entropy_mean", "ops_mean", "response_length_mean", "eval_accuracy"
+    }  # fmt: skip
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+# ---- the command line, as a user runs it -------------------------------------------------
+
+
+def test_cli_json_from_a_compare_folder(store, tmp_path, monkeypatch):
+    folder = tmp_path / "compare-20250101-000000"
+    folder.mkdir()
+    record = {"kind": "compare", "run_id": store.compare, "tracking_uri": store.uri}
+    (folder / "parent.json").write_text(json.dumps(record))
+    monkeypatch.chdir(tmp_path)  # no ./runs here: the store must come from parent.json
+    result = CliRunner().invoke(app, ["report", str(folder), "--format", "json"])
+    assert result.exit_code == 0, result.output
+
+    def no_nan(constant):
+        raise AssertionError(f"{constant} in json output")
+
+    rows = json.loads(result.stdout, parse_constant=no_nan)
+    assert [r["method"] for r in rows] == ["grpo", "partial", "rollverify", "ops-filter"]
+    assert rows[3]["eval_accuracy_mean"] is None and rows[1]["eval_accuracy_ci95"] is None
+
+
+def test_cli_sweep_table_with_grids_and_plots(store, tmp_path):
+    plots = tmp_path / "plots"
+    args = ["report", store.sweep, "--tracking-uri", store.uri, "--plots", str(plots)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "acc, ds x dt" in result.stdout and "GPU-days, ds x dt" in result.stdout
+    assert "dt=inf" in result.stdout and "…" not in result.stdout  # fits 80 columns
+    pngs = sorted(plots.glob("*.png"))
+    assert {p.stem for p in pngs} == {
+        "reward_mean", "entropy_mean", "ops_mean", "acceptance_rate", "response_length_mean",
+        "eval_accuracy",
+    }  # fmt: skip
+    assert all(p.stat().st_size > 1000 for p in pngs)
+    assert all(f"wrote {p}" in result.stderr for p in pngs)
+
+
+def test_cli_method_table_fits_80_columns(store):
+    result = CliRunner().invoke(app, ["report", store.compare, "--tracking-uri", store.uri])
+    assert result.exit_code == 0, result.output
+    assert "rollverify" in result.stdout and "…" not in result.stdout  # nothing cut
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    assert "speedup" in result.stdout and "switch@" in result.stdout  # the split tables
+
+
+def test_cli_bad_target_is_one_line_exit_2(tmp_path):
+    missing = tmp_path / "compare-missing"
+    result = subprocess.run(
+        [sys.executable, "-m", "rvctl.app", "report", str(missing)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == (
+        f"error: {missing}: no such folder; pass a run id or a compare/sweep output folder"
+    )
+    assert len(lines) == 2 and lines[1].startswith("hint:") and result.stdout == ""

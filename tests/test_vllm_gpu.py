@@ -1,0 +1,108 @@
+"""CUDA vLLM: the sidecar on a GPU, in bf16 as the real-scale config runs it. Skipped (with the
+reason in pytest's summary) where no GPU is present; the config checks run everywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from rollverify.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU_CONFIG = ROOT / "experiments" / "qwen3-8b-dapo-math.yaml"
+MODEL = str(ROOT / "models" / "tiny-qwen3-chain")
+
+needs_gpu = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA GPU here: the CUDA-vLLM tests need one"
+)
+
+
+def test_gpu_config_gives_each_engine_what_vllm_needs():
+    from rollverify.training.run import vllm_settings
+
+    config = load_config(GPU_CONFIG)
+    settings = vllm_settings(config)
+    kwargs = settings.engine_kwargs(seed=0)
+    assert config.engine() == "vllm" and kwargs["dtype"] == "bfloat16"
+    assert kwargs["max_num_seqs"] * config.vllm.engines == config.rollout.slots
+    assert kwargs["max_model_len"] >= config.rollout.max_new_tokens + 1024  # prompt + response
+    assert kwargs["tensor_parallel_size"] == config.vllm.tensor_parallel_size
+    assert kwargs["gpu_memory_utilization"] == config.vllm.gpu_memory_utilization
+    assert kwargs["enforce_eager"] is False  # CUDA graphs on GPUs
+    assert config.vllm.sync_check_tolerance >= 0.05  # bf16 rounding
+
+
+@pytest.fixture(scope="module")
+def gpu_engine():
+    pytest.importorskip("vllm")
+    from rollverify.engines.ray_runtime import ensure_ray, stop_ray
+    from rollverify.engines.vllm_engine import VLLMEngine, VLLMSettings
+
+    ensure_ray()
+    settings = VLLMSettings(
+        model=MODEL,
+        dtype="bfloat16",
+        max_model_len=512,
+        slots_per_engine=16,
+        gpu_memory_utilization=0.3,
+        enforce_eager=False,
+    )
+    engine = VLLMEngine(settings, max_new_tokens=64, temperature=1.0)
+    engine.start()
+    yield engine
+    engine.shutdown()
+    stop_ray()
+
+
+@needs_gpu
+def test_gpu_engine_samples_log_probs_and_syncs_weights_in_bf16(gpu_engine):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rollverify.engines.protocol import probe_logprobs_of
+    from rollverify.trajectory import Trajectory
+    from tests.tiny import teacher_forced_logprobs
+
+    tokenizer = AutoTokenizer.from_pretrained(MODEL)
+    prompts = [torch.tensor(tokenizer(f"Q:{i}+3x{i + 4}=")["input_ids"]) for i in range(8)]
+    trajectories = [Trajectory(p, i, 0) for i, p in enumerate(prompts)]
+    gpu_engine.submit(trajectories)
+    while gpu_engine.has_work:
+        gpu_engine.poll()
+    model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.bfloat16).eval()
+    for trajectory in trajectories:
+        assert len(trajectory.behavior_logprobs) == len(trajectory) > 0
+        gap = (trajectory.behavior_logprobs - teacher_forced_logprobs(model, trajectory)).abs()
+        assert gap.mean() < 0.05
+
+    probe = torch.cat(prompts).tolist()
+    moved = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.bfloat16).eval()
+    with torch.no_grad():
+        for parameter in moved.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    gpu_engine.load_weights(moved.state_dict().items(), version=1)
+    after = gpu_engine.probe_logprobs(probe)[0]
+    assert (after - probe_logprobs_of(moved, probe)).abs().max() < 0.1
+
+
+@needs_gpu
+def test_gpu_engine_pause_keeps_partial_tokens_and_resume_continues(gpu_engine):
+    from transformers import AutoTokenizer
+
+    from rollverify.trajectory import Trajectory
+
+    tokenizer = AutoTokenizer.from_pretrained(MODEL)
+    prompt = torch.tensor(tokenizer("Q:7+3x30=")["input_ids"])
+    trajectories = [Trajectory(prompt, 0, i) for i in range(8)]
+    gpu_engine.submit(trajectories)
+    gpu_engine.poll(wait_seconds=0.05)
+    gpu_engine.pause()
+    kept = {t.sample_index: t.token_ids.tolist() for t in trajectories}
+    unfinished = [t for t in trajectories if not t.finished]
+    gpu_engine.submit(unfinished)
+    while gpu_engine.has_work:
+        gpu_engine.poll()
+    for t in trajectories:
+        assert t.token_ids.tolist()[: len(kept[t.sample_index])] == kept[t.sample_index]
+        assert len(t.behavior_logprobs) == len(t) == len(t.versions)

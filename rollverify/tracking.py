@@ -6,13 +6,17 @@ Metric names are stable (docs/metrics.md lists them): dashboards depend on them.
 
 from __future__ import annotations
 
+import json
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
+
+from rollverify.atomic import atomic_write_text
 
 MAX_PARAM_LENGTH = 6000  # MLflow 3 limit on a param value
 
@@ -42,8 +46,11 @@ class MLflowTracker:
         tags: dict[str, str],
         artifact_root: Path,
         parent_run_id: str | None = None,
+        spool: Path | None = None,
     ) -> None:
         self.client = MlflowClient(tracking_uri=uri)
+        self.spool = spool  # metrics the store refused, one JSON batch per line, until delivered
+        self.pending: list[list[Metric]] = []
         found = self.client.get_experiment_by_name(experiment)
         experiment_id = (
             found.experiment_id
@@ -65,10 +72,13 @@ class MLflowTracker:
         """Continue an existing run (a resumed sweep's parent): it is RUNNING again."""
         tracker = cls.__new__(cls)
         tracker.client, tracker.run_id = MlflowClient(tracking_uri=uri), run_id
+        tracker.spool, tracker.pending = None, []
         tracker.client.update_run(run_id, status="RUNNING")
         return tracker
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """One batch per step. If the store is down or locked, training goes on: the batch
+        waits (in memory, and in the spool file) and goes out with the next one that can."""
         timestamp = int(time.time() * 1000)
         batch = [
             Metric(name, float(value), timestamp, step)
@@ -76,10 +86,47 @@ class MLflowTracker:
             if value is not None and not (isinstance(value, float) and math.isnan(value))
         ]
         if batch:
-            self.client.log_batch(self.run_id, metrics=batch)
+            self.pending.append(batch)
+            self.deliver()
 
-    def finish(self, status: str = "FINISHED") -> None:
-        self.client.set_terminated(self.run_id, status=status)
+    def deliver(self) -> bool:
+        """Send what is pending; True when nothing is left."""
+        try:
+            while self.pending:
+                self.client.log_batch(self.run_id, metrics=self.pending[0])
+                self.pending.pop(0)
+        except Exception as error:  # sqlite busy, server down, ...: keep it, say so once
+            if not getattr(self, "warned", False):
+                self.warned = True
+                warnings.warn(
+                    f"MLflow store unavailable ({type(error).__name__}); metrics are kept "
+                    f"{'in ' + str(self.spool) if self.spool else 'in memory'} and sent later",
+                    stacklevel=2,
+                )
+        self._write_spool()
+        return not self.pending
+
+    def _write_spool(self) -> None:
+        if self.spool is None:
+            return
+        if not self.pending:
+            self.spool.unlink(missing_ok=True)
+            return
+        lines = [
+            json.dumps([[m.key, m.value, m.timestamp, m.step] for m in batch])
+            for batch in self.pending
+        ]
+        atomic_write_text(self.spool, "\n".join(lines) + "\n")
+
+    def finish(self, status: str = "FINISHED", retry_seconds: float = 30.0) -> None:
+        """Deliver what is pending (retrying a while), then close the run."""
+        deadline = time.monotonic() + retry_seconds
+        while not self.deliver() and time.monotonic() < deadline:
+            time.sleep(1.0)
+        try:
+            self.client.set_terminated(self.run_id, status=status)
+        except Exception as error:
+            warnings.warn(f"MLflow run {self.run_id} not closed: {error}", stacklevel=2)
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -191,14 +191,18 @@ def steps_logged(tmp_path: Path) -> int:
     )
 
 
-def test_rvctl_train_with_vllm_trains_and_sigterm_leaves_nothing_behind(tmp_path):
+@pytest.mark.parametrize("stop", ["sigterm", "ctrl-c"])
+def test_rvctl_train_with_vllm_trains_and_a_stop_leaves_nothing_behind(tmp_path, stop):
     """One CLI run (the engine start dominates): a few rollverify steps on the sidecar, then
-    SIGTERM (a scheduler's preemption): exit 130, run marked KILLED, no process or /dev/shm
-    block of Ray or vLLM left."""
+    SIGTERM to rvctl (a scheduler's preemption) or Ctrl-C (SIGINT to its whole process group,
+    as a terminal sends it): exit 130, run marked KILLED, no process or /dev/shm block of Ray
+    or vLLM left."""
     before = shared_memory()
     command = [*RVCTL, "train", "--engine", "vllm", "--steps", "200"]
     command += ["--config", str(tiny_config_file(tmp_path)), "--output", str(tmp_path)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     children: dict[int, object] = {}
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None and steps_logged(tmp_path) < 2:
@@ -208,7 +212,10 @@ def test_rvctl_train_with_vllm_trains_and_sigterm_leaves_nothing_behind(tmp_path
     assert steps_logged(tmp_path) >= 2, "rvctl train --engine vllm trains"
     children.update({p.pid: p for p in descendants(process.pid)})
     assert any("EngineCore" in _name(p) for p in children.values())
-    process.send_signal(signal.SIGTERM)
+    if stop == "sigterm":
+        process.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(process.pid, signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr[-3000:]
     assert "interrupted" in stderr and "Traceback" not in stderr

@@ -30,6 +30,7 @@ from rollverify.config import RunConfig
 from rollverify.engines.protocol import RolloutEngine, SyncCheckError, probe_logprobs_of
 from rollverify.evaluation import evaluate
 from rollverify.filters import keep_fresh, keep_on_policy, staleness
+from rollverify.guards import require_finite
 from rollverify.ledger import CostLedger
 from rollverify.methods import Method
 from rollverify.ops import sequence_ops, token_ops
@@ -119,7 +120,9 @@ class TrainingLoop:
         self.ledger.add_phase("rollout", result.seconds)
         trajectories = list(result.trajectories())
         batch = PaddedTrajectories.of(trajectories)
+        require_finite("behavior log-probs from the engine", batch.behavior_logprobs, batch.mask)
         current = self.trainer.current_logprobs(trajectories)
+        require_finite("log-probs under the current policy", current, batch.mask)
         ops = token_ops(
             current, batch.behavior_logprobs, self.config.verify.ops_metric, mask=batch.mask
         )
@@ -176,6 +179,7 @@ class TrainingLoop:
         self, completions: list[str], answer: list[str], keep: list[bool], **_: Any
     ) -> list[float | None]:
         rewards = [self.task.reward(text, a) for text, a in zip(completions, answer, strict=True)]
+        require_finite("rewards", torch.tensor(rewards, dtype=torch.float64))
         self.metrics.add(reward_mean=sum(rewards) / len(rewards))
         # None = unscorable to TRL: out of the group baseline, advantage 0 (a dropped sample).
         return [r if k else None for r, k in zip(rewards, keep, strict=True)]

@@ -208,6 +208,7 @@ def _train(
         },
         artifact_root=Path(config.output).resolve() / "mlartifacts",
         parent_run_id=parent_run_id,
+        spool=run_dir / "mlflow-spool.jsonl",
     )
     loop = TrainingLoop(config, method, task, engine, tracker, on_step, run_dir=run_dir)
     trainer = build_trainer(

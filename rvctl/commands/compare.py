@@ -99,7 +99,7 @@ class Board:
         for column in ["run", "status", "step", *(label for _, label in LIVE_METRICS)]:
             table.add_column(column, justify="left" if column in ("run", "status") else "right")
         for child, row in self.rows.items():
-            cells = [f"{row[name]:.3f}" if name in row else "-" for name, _ in LIVE_METRICS]
+            cells = [f"{row[name]:.3g}" if name in row else "-" for name, _ in LIVE_METRICS]
             table.add_row(child.name, row["status"], f"{row['step']}/{self.steps}", *cells)
         return table
 

@@ -1,0 +1,125 @@
+"""Checkpoint folders: safetensors + JSON only (no pickle), written atomically, checksummed.
+
+    <run>/checkpoints/step-000040/
+        <name>.safetensors ...    groups of tensors (model, optimizer, rng, cache, ...)
+        state.json                everything else (positions, monitor, ledger, run id, config)
+        manifest.json             sha256 and size of every file above; written last
+
+A checkpoint is written into a temporary folder and renamed into place, so a reader sees a
+whole checkpoint or none. `latest` walks back from the newest and skips any whose files do not
+match their manifest (truncated, corrupt, half-deleted), with a warning, so a run resumes from
+the last good one. Only the newest `keep` are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+MANIFEST = "manifest.json"
+STATE = "state.json"
+_FORMAT = "rollverify.checkpoint/1"
+
+
+@dataclass
+class Checkpoint:
+    step: int
+    tensors: dict[str, dict[str, torch.Tensor]]  # group name -> named tensors
+    state: dict[str, Any]  # JSON-able
+
+
+def folder_for(root: Path, step: int) -> Path:
+    return root / f"step-{step:06d}"
+
+
+def save(root: Path, checkpoint: Checkpoint, keep: int = 3) -> Path:
+    """Write `checkpoint` under root atomically; prune to the newest `keep`; return its folder."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = folder_for(root, checkpoint.step)
+    for leftover in root.glob(".tmp-*"):  # a write that was killed: never a checkpoint
+        shutil.rmtree(leftover, ignore_errors=True)
+    temporary = root / f".tmp-{final.name}-{os.getpid()}"
+    temporary.mkdir()
+    for group, tensors in checkpoint.tensors.items():
+        contiguous = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+        save_file(contiguous, temporary / f"{group}.safetensors")
+    (temporary / STATE).write_text(json.dumps({"step": checkpoint.step, **checkpoint.state}))
+    files = sorted(p.name for p in temporary.iterdir())
+    manifest = {
+        "format": _FORMAT,
+        "step": checkpoint.step,
+        "files": {name: _digest(temporary / name) for name in files},
+    }
+    (temporary / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    _fsync_tree(temporary)
+    if final.exists():  # the same step again (a resumed run): replace it whole
+        shutil.rmtree(final)
+    os.replace(temporary, final)
+    _prune(root, keep)
+    return final
+
+
+def latest(root: Path) -> Checkpoint | None:
+    """The newest checkpoint whose files match their manifest (warning about any skipped)."""
+    for folder in sorted(root.glob("step-*"), reverse=True):
+        problem = check(folder)
+        if problem is None:
+            return load(folder)
+        warnings.warn(f"skipping checkpoint {folder}: {problem}", stacklevel=2)
+    return None
+
+
+def check(folder: Path) -> str | None:
+    """None if the folder is a whole, unaltered checkpoint; else what is wrong."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError) as error:
+        return f"no readable manifest ({error})"
+    if manifest.get("format") != _FORMAT:
+        return f"unknown format {manifest.get('format')!r}"
+    for name, expected in manifest["files"].items():
+        path = folder / name
+        if not path.exists():
+            return f"{name} is missing"
+        if _digest(path) != expected:
+            return f"{name} does not match its checksum (truncated or corrupt)"
+    return None
+
+
+def load(folder: Path) -> Checkpoint:
+    state = json.loads((folder / STATE).read_text())
+    tensors = {p.stem: load_file(p) for p in sorted(folder.glob("*.safetensors"))}
+    return Checkpoint(state.pop("step"), tensors, state)
+
+
+def _digest(path: Path) -> dict[str, Any]:
+    sha = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return {"sha256": sha.hexdigest(), "bytes": path.stat().st_size}
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in folder.iterdir():
+        with path.open("rb") as handle:
+            os.fsync(handle.fileno())
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _prune(root: Path, keep: int) -> None:
+    for folder in sorted(root.glob("step-*"), reverse=True)[keep:]:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,69 @@
+"""The MLflow store may be locked or down: training goes on, metrics wait and arrive later."""
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from rollverify.tracking import MLflowTracker
+
+
+def tracker(tmp_path, name="run", spool=True):
+    return MLflowTracker(
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "rollverify",
+        run_name=name,
+        params={"train": {"steps": 3}},
+        tags={"method": "grpo"},
+        artifact_root=tmp_path / "artifacts",
+        spool=tmp_path / f"{name}-spool.jsonl" if spool else None,
+    )
+
+
+def test_a_locked_store_delays_metrics_and_loses_none(tmp_path):
+    run = tracker(tmp_path)
+    run.log_metrics({"reward_mean": 0.1}, step=1)
+    lock = sqlite3.connect(tmp_path / "mlflow.db", timeout=0)
+    lock.execute("BEGIN EXCLUSIVE")  # another writer holds the database
+    with pytest.warns(UserWarning, match="MLflow store unavailable"):
+        run.log_metrics({"reward_mean": 0.2}, step=2)
+    assert run.pending and (tmp_path / "run-spool.jsonl").exists()
+    lock.rollback()
+    lock.close()
+    run.log_metrics({"reward_mean": 0.3}, step=3)
+    run.finish()
+    history = MlflowClient(run.client.tracking_uri).get_metric_history(run.run_id, "reward_mean")
+    assert {m.step: m.value for m in history} == {1: 0.1, 2: 0.2, 3: 0.3}
+    assert not (tmp_path / "run-spool.jsonl").exists()
+
+
+def test_concurrent_writers_to_one_store_lose_nothing(tmp_path):
+    tracker(tmp_path, "init", spool=False).finish()  # the store exists, as in a sweep
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        from tests.test_tracking import tracker
+        run = tracker(Path({str(tmp_path)!r}), sys.argv[1])
+        for step in range(1, 41):
+            run.log_metrics({{"reward_mean": step / 100, "ops_mean": step}}, step=step)
+        run.finish()
+        print(run.run_id)
+        """
+    )
+    writers = [
+        subprocess.Popen([sys.executable, "-c", script, f"w{i}"], stdout=subprocess.PIPE, text=True)
+        for i in range(3)
+    ]
+    run_ids = [w.communicate(timeout=300)[0].strip() for w in writers]
+    assert all(w.returncode == 0 for w in writers)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    for run_id in run_ids:
+        for name in ("reward_mean", "ops_mean"):
+            assert sorted(m.step for m in client.get_metric_history(run_id, name)) == list(
+                range(1, 41)
+            )
+        assert client.get_run(run_id).info.status == "FINISHED"

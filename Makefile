@@ -25,10 +25,10 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 demo: setup
 	$(VENV)/bin/rvctl compare grpo partial rollverify --engine hf --steps 40 --plots
 
-# Two workers, one test file each at a time: the slow files (vLLM sidecar, Ray sweeps) mostly
-# wait on their subprocesses, and a file's shared engine stays in one worker.
+# Two workers: the slow tests (vLLM sidecar, Ray sweeps) mostly wait on their subprocesses.
+# The vLLM module is one xdist group, so its shared engine lives in one worker.
 test: setup
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 lint: setup
 	$(VENV)/bin/ruff check .

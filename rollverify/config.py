@@ -340,7 +340,8 @@ def _build(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
         if key not in fields:
             near = difflib.get_close_matches(str(key), fields, n=1)
             hint = f"; did you mean {prefix}{near[0]}?" if near else f"; known: {', '.join(fields)}"
-            problems.append(f"{prefix}{key}: unknown key{hint}")
+            name = str(key) if str(key).isprintable() and str(key).strip() else repr(key)
+            problems.append(f"{prefix}{name}: unknown key{hint}")
     values = {}
     for name, f in fields.items():
         if name not in data:

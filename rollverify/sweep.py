@@ -13,7 +13,7 @@ import json
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -247,7 +247,7 @@ class ChildWatcher(threading.Thread):
 def _write_plan(folder: Path, config: RunConfig, grid: Grid) -> None:
     from rollverify.atomic import atomic_write_text
 
-    plan = {"config": config.to_dict(), "grid": dataclasses_asdict(grid)}
+    plan = {"config": config.to_dict(), "grid": asdict(grid)}
     atomic_write_text(folder / "sweep.yaml", yaml.safe_dump(plan, sort_keys=False))
 
 
@@ -257,9 +257,3 @@ def _read_plan(folder: Path) -> tuple[RunConfig, Grid]:
     plan = yaml.safe_load((folder / "sweep.yaml").read_text())
     config = load_config(overrides=flatten(plan["config"]))
     return config, Grid(**plan["grid"])
-
-
-def dataclasses_asdict(value: Any) -> Any:
-    if is_dataclass(value):
-        return {f.name: dataclasses_asdict(getattr(value, f.name)) for f in fields(value)}
-    return value

@@ -3,6 +3,7 @@
     <run>/checkpoints/step-000040/
         <name>.safetensors ...    groups of tensors (model, optimizer, rng, cache, ...)
         state.json                everything else (positions, monitor, ledger, run id, config)
+        <name>.json ...           other JSON documents (trainer_state.json for transformers)
         manifest.json             sha256 and size of every file above; written last
 
 A checkpoint is written into a temporary folder and renamed into place, so a reader sees a
@@ -18,12 +19,15 @@ import json
 import os
 import shutil
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from rollverify.faults import kill_point
 
 MANIFEST = "manifest.json"
 STATE = "state.json"
@@ -35,6 +39,8 @@ class Checkpoint:
     step: int
     tensors: dict[str, dict[str, torch.Tensor]]  # group name -> named tensors
     state: dict[str, Any]  # JSON-able
+    documents: dict[str, Any] = field(default_factory=dict)  # name -> JSON-able, <name>.json
+    folder: Path | None = None  # where it was read from
 
 
 def folder_for(root: Path, step: int) -> Path:
@@ -50,9 +56,12 @@ def save(root: Path, checkpoint: Checkpoint, keep: int = 3) -> Path:
     temporary = root / f".tmp-{final.name}-{os.getpid()}"
     temporary.mkdir()
     for group, tensors in checkpoint.tensors.items():
-        contiguous = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
-        save_file(contiguous, temporary / f"{group}.safetensors")
+        unique, aliases = _without_aliases(tensors)
+        save_file(unique, temporary / f"{group}.safetensors", {"aliases": json.dumps(aliases)})
     (temporary / STATE).write_text(json.dumps({"step": checkpoint.step, **checkpoint.state}))
+    for name, document in checkpoint.documents.items():
+        (temporary / f"{name}.json").write_text(json.dumps(document, indent=2))
+    kill_point("checkpoint-write", checkpoint.step)  # tests: die with no manifest written
     files = sorted(p.name for p in temporary.iterdir())
     manifest = {
         "format": _FORMAT,
@@ -61,9 +70,11 @@ def save(root: Path, checkpoint: Checkpoint, keep: int = 3) -> Path:
     }
     (temporary / MANIFEST).write_text(json.dumps(manifest, indent=2))
     _fsync_tree(temporary)
-    if final.exists():  # the same step again (a resumed run): replace it whole
-        shutil.rmtree(final)
+    if final.exists():  # the same step again (a stop request after a periodic save)
+        final.rename(root / f".tmp-old-{final.name}-{os.getpid()}")
     os.replace(temporary, final)
+    for old in root.glob(f".tmp-old-{final.name}-*"):
+        shutil.rmtree(old, ignore_errors=True)
     _prune(root, keep)
     return final
 
@@ -97,8 +108,50 @@ def check(folder: Path) -> str | None:
 
 def load(folder: Path) -> Checkpoint:
     state = json.loads((folder / STATE).read_text())
-    tensors = {p.stem: load_file(p) for p in sorted(folder.glob("*.safetensors"))}
-    return Checkpoint(state.pop("step"), tensors, state)
+    tensors = {p.stem: _load_group(p) for p in sorted(folder.glob("*.safetensors"))}
+    documents = {
+        p.stem: json.loads(p.read_text())
+        for p in sorted(folder.glob("*.json"))
+        if p.name not in (STATE, MANIFEST)
+    }
+    return Checkpoint(state.pop("step"), tensors, state, documents, folder)
+
+
+def _without_aliases(
+    tensors: dict[str, torch.Tensor],
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Tensors that share memory (tied embeddings) are stored once; safetensors refuses
+    aliases. Returns the unique tensors and {alias: stored name}."""
+    unique: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple, str] = {}
+    for name, tensor in tensors.items():
+        tensor = tensor.detach().cpu()
+        view = (
+            (
+                tensor.untyped_storage().data_ptr(),
+                tensor.storage_offset(),
+                tensor.shape,
+                tensor.stride(),
+                tensor.dtype,
+            )
+            if tensor.numel()
+            else None
+        )
+        if view is not None and view in seen:
+            aliases[name] = seen[view]
+            continue
+        if view is not None:
+            seen[view] = name
+        unique[name] = tensor.contiguous()
+    return unique, aliases
+
+
+def _load_group(path: Path) -> dict[str, torch.Tensor]:
+    with safe_open(str(path), framework="pt") as file:
+        tensors = {name: file.get_tensor(name) for name in file.keys()}  # noqa: SIM118
+        aliases = json.loads((file.metadata() or {}).get("aliases", "{}"))
+    return tensors | {alias: tensors[name] for alias, name in aliases.items()}
 
 
 def _digest(path: Path) -> dict[str, Any]:

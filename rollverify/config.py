@@ -186,6 +186,16 @@ class TrainConfig:
         _at_least_one,
         ">= 1",
     )
+    checkpoint_every: int = _field(
+        10,
+        "Write a checkpoint every this many steps (also at the end and on SIGINT/SIGTERM); "
+        "0: only then. `rvctl resume RUN_DIR` continues from the last good one.",
+        lambda x: x >= 0,
+        ">= 0",
+    )
+    keep_checkpoints: int = _field(
+        3, "Checkpoints kept per run (the newest).", _at_least_one, ">= 1"
+    )
     eval_every: int = _field(
         20,
         "Evaluate every this many steps (and at the end); 0: only at the start and the end.",
@@ -262,10 +272,11 @@ class RunConfig:
         return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
 
     def with_overrides(self, overrides: dict[str, Any]) -> RunConfig:
-        """A checked copy with dotted fields replaced ({"train.seed": 1})."""
+        """A checked copy with dotted fields replaced ({"train.seed": 1}; None: keep)."""
         from rollverify.tracking import flatten
 
-        return load_config(overrides=flatten(self.to_dict()) | overrides)
+        wanted = {k: v for k, v in overrides.items() if v is not None}
+        return load_config(overrides=flatten(self.to_dict()) | wanted)
 
     def device_layout(self):
         """Devices the run holds, for the cost ledger (rollverify/ledger.py)."""

@@ -10,6 +10,7 @@ the `idle` phase. So the phases (idle included) always add up to wall seconds x 
     train      the trainer
     verify     the trainer (it scores the cache under the new policy)
     sync       both (weights travel from the trainer to the engines)
+    checkpoint all (the trainer writes; the engines wait)
 
 Engine start-up and model loading are not counted (once per run, not per step). Tokens: the
 engine generated them; trained ones are kept; discarded ones were truncated by verification
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PHASES = ("rollout", "eval", "train", "verify", "sync")
+PHASES = ("rollout", "eval", "train", "verify", "sync", "checkpoint")
 TOKEN_KINDS = ("generated", "kept", "discarded", "regenerated")
 SECONDS_PER_DAY = 86_400.0
 
@@ -39,7 +40,7 @@ class DeviceLayout:
             return self.engines or self.trainer
         if phase in ("train", "verify"):
             return self.trainer
-        if phase == "sync":
+        if phase in ("sync", "checkpoint"):
             return self.held
         raise ValueError(f"unknown phase {phase!r}; one of {PHASES}")
 
@@ -92,6 +93,7 @@ class CostLedger:
         return cls(
             DeviceLayout(**data["layout"]),
             data["wall_seconds"],
-            {k: float(v) for k, v in data["device_seconds"].items()},
+            dict.fromkeys((*PHASES, "idle"), 0.0)
+            | {k: float(v) for k, v in data["device_seconds"].items()},
             {k: int(v) for k, v in data["tokens"].items()},
         )

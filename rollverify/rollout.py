@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -44,6 +44,10 @@ class RolloutState:
     answers: dict[int, str] = field(default_factory=dict)
 
 
+class RolloutInterrupted(Exception):
+    """A stop was requested mid-rollout; everything generated so far is in the cache."""
+
+
 @dataclass
 class RolloutResult:
     """B complete groups to train on, and what the rollout cost.
@@ -73,8 +77,13 @@ def collect(
     group_size: int,
     partial: bool,
     max_inflight_groups: int | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> RolloutResult:
-    """Run one step's rollout; see the module docstring for the two schedules."""
+    """Run one step's rollout; see the module docstring for the two schedules.
+
+    When `should_stop()` turns true, everything in flight is paused into the cache (finished
+    trajectories too, waiting for their groups) and RolloutInterrupted is raised: a rollout
+    can stop at any time and lose nothing."""
     start, tokens_before = time.perf_counter(), engine.stats.tokens_generated
     regenerated_before = engine.stats.tokens_regenerated
     cached = state.cache.take_all()
@@ -112,6 +121,10 @@ def collect(
                     f"rollout stalled: {len(complete())} of {batch_groups} "
                     "groups complete and nothing left to generate"
                 )
+        if should_stop():
+            for trajectory in [*engine.pause(), *(t for m in finished.values() for t in m)]:
+                state.cache.add(trajectory)
+            raise RolloutInterrupted
         for trajectory in engine.poll():
             finished[trajectory.group_id].append(trajectory)
 

@@ -23,6 +23,7 @@ MAX_PARAM_LENGTH = 6000  # MLflow 3 limit on a param value
 
 class Tracker(Protocol):
     run_id: str
+    uri: str
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
 
@@ -48,7 +49,7 @@ class MLflowTracker:
         parent_run_id: str | None = None,
         spool: Path | None = None,
     ) -> None:
-        self.client = MlflowClient(tracking_uri=uri)
+        self.client, self.uri = MlflowClient(tracking_uri=uri), uri
         self.spool = spool  # metrics the store refused, one JSON batch per line, until delivered
         self.pending: list[list[Metric]] = []
         found = self.client.get_experiment_by_name(experiment)
@@ -68,12 +69,14 @@ class MLflowTracker:
         )
 
     @classmethod
-    def attach(cls, uri: str, run_id: str) -> MLflowTracker:
-        """Continue an existing run (a resumed sweep's parent): it is RUNNING again."""
+    def attach(cls, uri: str, run_id: str, spool: Path | None = None) -> MLflowTracker:
+        """Continue an existing run (a resumed run, a resumed sweep's parent): RUNNING again.
+        Metrics a killed process left in its spool file go out first."""
         tracker = cls.__new__(cls)
-        tracker.client, tracker.run_id = MlflowClient(tracking_uri=uri), run_id
-        tracker.spool, tracker.pending = None, []
+        tracker.client, tracker.uri, tracker.run_id = MlflowClient(tracking_uri=uri), uri, run_id
+        tracker.spool, tracker.pending = spool, _read_spool(spool)
         tracker.client.update_run(run_id, status="RUNNING")
+        tracker.deliver()
         return tracker
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
@@ -127,6 +130,16 @@ class MLflowTracker:
             self.client.set_terminated(self.run_id, status=status)
         except Exception as error:
             warnings.warn(f"MLflow run {self.run_id} not closed: {error}", stacklevel=2)
+
+
+def _read_spool(spool: Path | None) -> list[list[Metric]]:
+    if spool is None or not spool.exists():
+        return []
+    return [
+        [Metric(key, value, timestamp, step) for key, value, timestamp, step in json.loads(line)]
+        for line in spool.read_text().splitlines()
+        if line.strip()
+    ]
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

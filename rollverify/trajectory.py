@@ -170,6 +170,15 @@ class TrajectoryCache:
     def num_tokens(self) -> int:
         return sum(len(t) for t in self._items.values())
 
+    def to_tensors(self) -> tuple[dict[str, torch.Tensor], list[dict]]:
+        """The cache as concatenated tensors and one JSON record per trajectory."""
+        tensors, metadata = _to_tensors(list(self))
+        return tensors, json.loads(metadata["records"])
+
+    @classmethod
+    def from_tensors(cls, tensors: dict[str, torch.Tensor], records: list[dict]) -> TrajectoryCache:
+        return cls(_from_tensors(tensors, records, "checkpoint"))
+
     def save(self, path: str | Path) -> None:
         """Write the cache atomically to one safetensors file (tensors + JSON records)."""
         atomic_write_bytes(path, safetensors_bytes(*_to_tensors(list(self))))

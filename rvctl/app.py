@@ -19,6 +19,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.command("train")(train.train)
+app.command("resume")(train.resume)
 app.command("methods")(methods.methods)
 app.command("compare")(compare.compare)
 app.command("sweep", context_settings=sweep.CONTEXT)(sweep.sweep)

@@ -1,9 +1,10 @@
 """Rollout schedules on the real in-process engine: what is trained, cached, resumed, lost."""
 
+import pytest
 import torch
 
 from rollverify.engines.hf_engine import HFEngine
-from rollverify.rollout import PromptGroup, RolloutState, collect
+from rollverify.rollout import PromptGroup, RolloutInterrupted, RolloutState, collect
 from tests.tiny import EOS, PAD, prompts, random_model
 
 B, G = 3, 4
@@ -126,3 +127,25 @@ def test_partial_keeps_slots_busier_on_a_long_tail():
         utilization[partial] = engine.stats.utilization(engine.slots)
     assert utilization[True] > utilization[False]
     assert torch.tensor(list(utilization.values())).le(1).all()
+
+
+def test_a_stop_mid_rollout_caches_everything_and_the_next_rollout_uses_it():
+    """A stop request (SIGTERM) in the middle of a rollout: everything generated so far goes to
+    the cache, finished trajectories of incomplete groups included; the next rollout trains on
+    it with no trajectory lost, duplicated or regenerated from scratch."""
+    for partial in (False, True):
+        engine, source, state = _setup()
+        stop = iter([False] * 15 + [True]).__next__  # asked on the 16th poll
+        with pytest.raises(RolloutInterrupted):
+            _collect(engine, source, state, partial=partial, should_stop=stop)
+        assert not engine.has_work
+        cached = {t.key: len(t) for t in state.cache}
+        started = source.next_id
+        assert len(cached) == started * G and sum(cached.values()) > 0
+        assert set(state.answers) == set(range(started))
+        result = _collect(engine, source, state, partial=partial)
+        keys = [t.key for t in result.trajectories()] + [t.key for t in state.cache]
+        assert len(keys) == len(set(keys)), "nothing duplicated"
+        assert set(cached) <= set(keys), "nothing lost"
+        kept = {t.key: len(t) for t in [*result.trajectories(), *state.cache]}
+        assert all(kept[key] >= length for key, length in cached.items()), "tokens kept"

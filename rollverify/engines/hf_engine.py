@@ -225,6 +225,12 @@ class HFEngine:
     def reset_stats(self) -> None:
         self.stats = EngineStats()
 
+    def sampling_state(self) -> torch.Tensor:
+        return self.generator.get_state()
+
+    def load_sampling_state(self, state: torch.Tensor) -> None:
+        self.generator.set_state(state)
+
     # -- one step -----------------------------------------------------------------------------
 
     def _decode(self) -> list[int]:

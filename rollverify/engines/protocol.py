@@ -53,6 +53,7 @@ class EngineStats:
     tokens_regenerated: int = 0  # generated again after verification truncated them
     tokens_prefilled: int = 0
     aborted: int = 0
+    restarts: int = 0  # sidecars replaced after dying
 
     def utilization(self, slots: int) -> float:
         return self.slot_steps_busy / (slots * self.decode_steps) if self.decode_steps else 0.0
@@ -92,6 +93,12 @@ class RolloutEngine(Protocol):
     def probe_logprobs(self, token_ids: list[int]) -> torch.Tensor:
         """Each replica's log p(token_i | tokens before it), i >= 1, at temperature 1:
         float [replicas, T-1]. Compared with the trainer's after every weight sync."""
+
+    def sampling_state(self) -> torch.Tensor:
+        """Where the training stream of random numbers is (a checkpoint keeps it)."""
+
+    def load_sampling_state(self, state: torch.Tensor) -> None:
+        """Continue the training stream from a `sampling_state`."""
 
     def seeded(self, seed: int) -> AbstractContextManager[None]:
         """Sample with a generator seeded `seed` inside the block (evaluation), then resume the

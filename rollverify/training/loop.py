@@ -10,10 +10,17 @@ TRL drives the loop; these are the parts that are ours:
     after_update()   TRL's on_step_end: weight sync -> verify the cache (rollverify methods)
                      -> switch if acceptance collapsed -> evaluate when due
     log()            TRL's on_log: one batched call with the step's metrics (docs/metrics.md)
+    checkpoint()     every train.checkpoint_every steps, at the end, and when asked to stop:
+                     everything needed to continue (training/checkpointing.py)
+
+A stop request (SIGINT/SIGTERM, training/stopping.py) pauses a rollout at once, its tokens
+kept in the cache, or lets a training step finish; then a checkpoint is written and the run
+raises RunInterrupted.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -26,18 +33,22 @@ import torch
 from transformers import TrainerCallback
 
 from rollverify.atomic import atomic_write_text
+from rollverify.checkpoint import save as save_checkpoint
 from rollverify.config import RunConfig
 from rollverify.engines.protocol import RolloutEngine, SyncCheckError, probe_logprobs_of
 from rollverify.evaluation import evaluate
+from rollverify.faults import kill_point
 from rollverify.filters import keep_fresh, keep_on_policy, staleness
 from rollverify.guards import require_finite
 from rollverify.ledger import CostLedger
 from rollverify.methods import Method
 from rollverify.ops import sequence_ops, token_ops
-from rollverify.rollout import RolloutResult, RolloutState, collect
+from rollverify.rollout import RolloutInterrupted, RolloutResult, RolloutState, collect
 from rollverify.switching import AcceptanceMonitor
 from rollverify.tasks.base import Task
 from rollverify.tracking import Tracker
+from rollverify.training.checkpointing import capture
+from rollverify.training.stopping import RunInterrupted, StopRequest
 from rollverify.trajectory import PaddedTrajectories
 from rollverify.verify import verify
 
@@ -73,9 +84,11 @@ class TrainingLoop:
         tracker: Tracker,
         on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None,
         run_dir: Path | None = None,
+        stop: StopRequest | None = None,
     ) -> None:
         self.config, self.method, self.task, self.engine = config, method, task, engine
         self.tracker, self.on_step, self.run_dir = tracker, on_step, run_dir
+        self.stop = stop if stop is not None else StopRequest()
         self.ledger = CostLedger(config.device_layout())
         self.state = RolloutState()
         self.monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
@@ -87,10 +100,28 @@ class TrainingLoop:
         self.device_seconds = 0.0
         self.step_started = 0.0
         self.last_eval: float | None = None
+        self.eval_before: float = math.nan  # accuracy of the base model, step 0
+        self.first_metrics: dict[str, float] = {}  # each metric's first logged value
+        self.last_checkpoint: tuple[int, Path] | None = None
         self.last_rollout: RolloutResult | None = None  # the batch being trained, for inspection
 
     def attach(self, trainer: Any) -> None:
         self.trainer = trainer
+
+    def counters(self) -> dict[str, Any]:
+        """The loop's own running figures, for a checkpoint (JSON-able)."""
+        return {
+            "device_seconds": self.device_seconds,
+            "last_eval": self.last_eval,
+            "eval_before": self.eval_before,
+            "first_metrics": self.first_metrics,
+        }
+
+    def load_counters(self, counters: dict[str, Any]) -> None:
+        self.device_seconds = counters["device_seconds"]
+        self.last_eval = counters["last_eval"]
+        self.eval_before = counters["eval_before"]
+        self.first_metrics = dict(counters["first_metrics"])
 
     @property
     def version(self) -> int:
@@ -107,15 +138,26 @@ class TrainingLoop:
         self.metrics = StepMetrics()
         self.step_started = time.perf_counter()
         rollout = self.config.rollout
-        result = collect(
-            self.engine,
-            self.task,
-            self.state,
-            batch_groups=rollout.batch_groups,
-            group_size=rollout.group_size,
-            partial=self.partial,
-            max_inflight_groups=rollout.max_inflight_groups,
-        )
+        polls = itertools.count()
+
+        def stop_now() -> bool:
+            if next(polls) == 10:  # tests only: a kill in the middle of this rollout
+                kill_point("rollout", self.version + 1)
+            return self.stop.requested
+
+        try:
+            result = collect(
+                self.engine,
+                self.task,
+                self.state,
+                batch_groups=rollout.batch_groups,
+                group_size=rollout.group_size,
+                partial=self.partial,
+                max_inflight_groups=rollout.max_inflight_groups,
+                should_stop=stop_now,
+            )
+        except RolloutInterrupted:  # its tokens are in the cache: save them, then stop
+            self.stop_here()
         self.last_rollout = result
         self.ledger.add_phase("rollout", result.seconds)
         trajectories = list(result.trajectories())
@@ -149,6 +191,7 @@ class TrainingLoop:
             resumed=float(result.resumed),
             paused=float(result.paused),
             cache_size=float(len(self.state.cache)),
+            engine_restarts=float(self.engine.stats.restarts),
             rollout_seconds=result.seconds,
         )
         answers = [a for a, group in zip(result.answers, result.groups, strict=True) for _ in group]
@@ -191,9 +234,12 @@ class TrainingLoop:
             time.perf_counter() - self.step_started - self.metrics.values["rollout_seconds"]
         )
         start = time.perf_counter()
-        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-        self.engine.load_weights(model.state_dict().items(), version=step)
-        self.check_weight_sync(step)
+        # Stopping: the engine is not needed again (a resumed run syncs it first), and its
+        # processes may already have the signal too (Ctrl-C reaches the process group).
+        if not self.stop.requested:
+            model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+            self.engine.load_weights(model.state_dict().items(), version=step)
+            self.check_weight_sync(step)
         sync_seconds = time.perf_counter() - start
 
         start = time.perf_counter()
@@ -231,7 +277,8 @@ class TrainingLoop:
             switched=float(self.monitor.switched),
         )
         every = self.config.train.eval_every
-        if step == self.config.train.steps or (every and step % every == 0):
+        due = step == self.config.train.steps or (every and step % every == 0)
+        if due and not self.stop.requested:
             self.metrics.add(eval_accuracy=self.evaluate())
         self.metrics.add(**self.ledger.metrics())
         if self.run_dir is not None:  # stored with the run, current after every step
@@ -304,20 +351,53 @@ class TrainingLoop:
             self.metrics.add(entropy_mean=trl_logs["entropy"])
         values = dict(self.metrics.values)
         self.tracker.log_metrics(values, step=step)
+        kill_point("log", step)  # tests: metrics logged, checkpoint not yet written
+        self.first_metrics.update({k: v for k, v in values.items() if k not in self.first_metrics})
         self.on_step(step, values)
+
+    # -- checkpoint ---------------------------------------------------------------------------
+
+    def checkpoint_due(self, step: int) -> bool:
+        every = self.config.train.checkpoint_every
+        return step == self.config.train.steps or bool(every and step % every == 0)
+
+    def checkpoint(self) -> Path:
+        """Write a checkpoint of the step just finished (its time is a ledger phase)."""
+        start = time.perf_counter()
+        folder = save_checkpoint(
+            self.run_dir / "checkpoints",
+            capture(self, self.trainer, self.tracker.run_id, self.tracker.uri),
+            keep=self.config.train.keep_checkpoints,
+        )
+        self.last_checkpoint = (self.trainer.state.global_step, folder)
+        self.ledger.add_phase("checkpoint", time.perf_counter() - start)
+        return folder
+
+    def stop_here(self) -> None:
+        """Save where the run is (unless just saved) and stop it: RunInterrupted."""
+        step = self.trainer.state.global_step
+        if self.last_checkpoint is None or self.last_checkpoint[0] != step:
+            self.checkpoint()
+        raise RunInterrupted(step, self.run_dir)
 
 
 class LoopCallback(TrainerCallback):
-    """Hands TRL's step boundaries to the loop: after the update, then the log."""
+    """Hands TRL's step boundaries to the loop: after the update, then the log and the
+    checkpoint (after the log, so a resumed run draws the random numbers this one would)."""
 
-    def __init__(self, loop: TrainingLoop) -> None:
+    def __init__(self, loop: TrainingLoop, logged_step: int = -1) -> None:
         self.loop = loop
-        self.logged_step = -1
+        self.logged_step = logged_step
 
     def on_step_end(self, args, state, control, **kwargs):
+        kill_point("train", state.global_step)  # tests: optimizer stepped, nothing synced
         self.loop.after_update(state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs is not None and state.global_step != self.logged_step and "entropy" in logs:
             self.logged_step = state.global_step
             self.loop.log(state.global_step, logs)
+            if self.loop.checkpoint_due(state.global_step):
+                self.loop.checkpoint()
+            if self.loop.stop.requested:
+                self.loop.stop_here()

@@ -1,6 +1,7 @@
-"""The training recipe: setup(); train(); cleanup(). What `rvctl train` runs.
+"""The training recipe: setup(); train(); cleanup(). What `rvctl train` and `rvctl resume` run.
 
 rvctl train --method rollverify --steps 60 --seed 0
+rvctl resume runs/rollverify-s0-20261130-031500
 """
 
 from __future__ import annotations
@@ -12,20 +13,24 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollverify.atomic import atomic_write_text
-from rollverify.config import RunConfig
+from rollverify.checkpoint import Checkpoint, latest
+from rollverify.config import ConfigError, RunConfig, load_config
 from rollverify.engines.hf_engine import HFEngine
 from rollverify.engines.protocol import RolloutEngine
 from rollverify.methods import METHODS
 from rollverify.tasks.base import Task
 from rollverify.tasks.chain import ChainTask, ChainTaskConfig
 from rollverify.tracking import MLflowTracker, default_tracking_uri
+from rollverify.training.checkpointing import config_changes, restore_loop
 from rollverify.training.loop import LoopCallback, TrainingLoop
+from rollverify.training.stopping import StopRequest
 from rollverify.training.trl_adapter import build_trainer
 
 
@@ -152,12 +157,62 @@ def train(
 ) -> RunSummary:
     """One training run. `engine`: an already started engine to reuse (it is reset to the base
     weights, version 0); by default the configured engine is started and stopped here."""
+    return _with_engine(config, engine, run_dir_for(config), on_step, parent_run_id, None)
+
+
+def resume(
+    run_dir: str | Path,
+    overrides: dict[str, Any] | None = None,
+    config_path: str | Path | None = None,
+    on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None,
+    engine: RolloutEngine | None = None,
+) -> RunSummary:
+    """Continue a run from its last good checkpoint, in the same MLflow run.
+
+    The config is the run's own (or `config_path`), with `overrides`; a change that would make
+    the rest of the run a different experiment is refused (ConfigError, one line per field).
+    """
+    run_dir = Path(run_dir)
+    checkpoint = _last_good_checkpoint(run_dir)
+    base = load_config(config_path if config_path is not None else run_dir / "config.yaml")
+    config = base.with_overrides(overrides or {})
+    problems = config_changes(checkpoint.state["config"], config.to_dict())
+    if config.train.steps <= checkpoint.step:
+        problems.append(
+            f"train.steps: the run is at step {checkpoint.step} of {config.train.steps}; "
+            f"pass --steps N with N > {checkpoint.step} to train further"
+        )
+    if problems:
+        raise ConfigError(problems)
+    return _with_engine(config, engine, run_dir, on_step, None, checkpoint)
+
+
+def _last_good_checkpoint(run_dir: Path) -> Checkpoint:
+    if not (run_dir / "config.yaml").is_file():
+        raise ValueError(f"RUN_DIR {run_dir}: not a run folder (no config.yaml); check the path")
+    checkpoint = latest(run_dir / "checkpoints")
+    if checkpoint is None:
+        raise ValueError(
+            f"RUN_DIR {run_dir}: no good checkpoint in {run_dir / 'checkpoints'}; "
+            "start the run again with rvctl train"
+        )
+    return checkpoint
+
+
+def _with_engine(
+    config: RunConfig,
+    engine: RolloutEngine | None,
+    run_dir: Path,
+    on_step: Callable[[int, dict[str, float]], None],
+    parent_run_id: str | None,
+    checkpoint: Checkpoint | None,
+) -> RunSummary:
     if engine is not None:
         check_engine_fits(engine, config)
         with engine.seeded(config.train.seed):  # as if started for this run
-            return _train(config, on_step, parent_run_id, engine)
+            return _run(config, run_dir, engine, on_step, parent_run_id, checkpoint)
     with engine_running(build_engine(config), config) as started:
-        return _train(config, on_step, parent_run_id, started)
+        return _run(config, run_dir, started, on_step, parent_run_id, checkpoint)
 
 
 def build_engine(config: RunConfig) -> RolloutEngine:
@@ -172,45 +227,38 @@ def build_engine(config: RunConfig) -> RolloutEngine:
     return make_engine(config, base, tokenizer)
 
 
-def _train(
+def _run(
     config: RunConfig,
+    run_dir: Path,
+    engine: RolloutEngine,
     on_step: Callable[[int, dict[str, float]], None],
     parent_run_id: str | None,
-    engine: RolloutEngine,
+    checkpoint: Checkpoint | None,
 ) -> RunSummary:
+    """setup (fresh, or from `checkpoint`); train; cleanup."""
     # -- setup ---------------------------------------------------------------------------------
     started = time.perf_counter()
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
     torch.manual_seed(config.train.seed)
     method = METHODS[config.train.method]
-    run_dir = run_dir_for(config)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
     tokenizer = AutoTokenizer.from_pretrained(config.model_path())
     model = AutoModelForCausalLM.from_pretrained(
         config.model_path(), dtype=getattr(torch, config.model.dtype)
     )
+    step = 0 if checkpoint is None else checkpoint.step
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint.tensors["model"])
     task = make_task(config, tokenizer)
     engine.pause()  # a reused engine may hold another run's requests
-    engine.load_weights(model.state_dict().items(), version=0)
-    uri = config.tracking.uri or default_tracking_uri(config.output)
-    tracker = MLflowTracker(
-        uri,
-        config.tracking.experiment,
-        run_name=run_dir.name,
-        params=config.to_dict(),
-        tags={
-            "method": method.name,
-            "seed": str(config.train.seed),
-            "engine": config.engine(),
-            "run_dir": str(run_dir.resolve()),
-        },
-        artifact_root=Path(config.output).resolve() / "mlartifacts",
-        parent_run_id=parent_run_id,
-        spool=run_dir / "mlflow-spool.jsonl",
-    )
-    loop = TrainingLoop(config, method, task, engine, tracker, on_step, run_dir=run_dir)
+    engine.load_weights(model.state_dict().items(), version=step)
+    tracker = _tracker(config, method.name, run_dir, parent_run_id, checkpoint)
+    stop = StopRequest()
+    loop = TrainingLoop(config, method, task, engine, tracker, run_dir=run_dir, stop=stop)
+    if checkpoint is not None:
+        restore_loop(loop, checkpoint)
     trainer = build_trainer(
         config,
         method,
@@ -218,15 +266,14 @@ def _train(
         tokenizer,
         loop.reward,
         loop.rollout,
-        LoopCallback(loop),
+        LoopCallback(loop, logged_step=step if checkpoint is not None else -1),
         output_dir=str(run_dir / "trl"),
     )
+    trainer.resume_from = checkpoint
     loop.attach(trainer)
-    first: dict[str, float] = {}
     last: dict[str, float] = {}
 
     def remember(step: int, metrics: dict[str, float]) -> None:
-        first.update({k: v for k, v in metrics.items() if k not in first})
         last.update(metrics)
         on_step(step, metrics)
 
@@ -235,10 +282,16 @@ def _train(
     # -- train ---------------------------------------------------------------------------------
     status = "FAILED"
     try:
-        before = loop.evaluate()
-        tracker.log_metrics({"eval_accuracy": before}, step=0)
-        on_step(0, {"eval_accuracy": before})
-        trainer.train()
+        with stop.listening():
+            if checkpoint is None:
+                loop.eval_before = loop.evaluate()
+                tracker.log_metrics({"eval_accuracy": loop.eval_before}, step=0)
+                on_step(0, {"eval_accuracy": loop.eval_before})
+            else:
+                on_step(step, {})
+            trainer.train(
+                resume_from_checkpoint=str(checkpoint.folder) if checkpoint is not None else None
+            )
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -248,13 +301,13 @@ def _train(
     summary = RunSummary(
         run_dir=str(run_dir),
         run_id=tracker.run_id,
-        tracking_uri=uri,
+        tracking_uri=tracker.uri,
         method=method.name,
         seed=config.train.seed,
         steps=config.train.steps,
-        eval_accuracy_before=before,
+        eval_accuracy_before=loop.eval_before,
         eval_accuracy_after=loop.last_eval if loop.last_eval is not None else math.nan,
-        reward_mean_first=first.get("reward_mean", math.nan),
+        reward_mean_first=loop.first_metrics.get("reward_mean", math.nan),
         reward_mean_last=last.get("reward_mean", math.nan),
         ops_mean_last=last.get("ops_mean", math.nan),
         acceptance_window_mean=loop.monitor.window_mean,
@@ -264,3 +317,32 @@ def _train(
     )
     atomic_write_text(run_dir / "summary.json", json.dumps(asdict(summary), indent=2) + "\n")
     return summary
+
+
+def _tracker(
+    config: RunConfig,
+    method: str,
+    run_dir: Path,
+    parent_run_id: str | None,
+    checkpoint: Checkpoint | None,
+) -> MLflowTracker:
+    """A new MLflow run, or the checkpoint's run continued (its spooled metrics sent first)."""
+    spool = run_dir / "mlflow-spool.jsonl"
+    if checkpoint is not None:
+        saved = checkpoint.state["mlflow"]
+        return MLflowTracker.attach(saved["tracking_uri"], saved["run_id"], spool=spool)
+    return MLflowTracker(
+        config.tracking.uri or default_tracking_uri(config.output),
+        config.tracking.experiment,
+        run_name=run_dir.name,
+        params=config.to_dict(),
+        tags={
+            "method": method,
+            "seed": str(config.train.seed),
+            "engine": config.engine(),
+            "run_dir": str(run_dir.resolve()),
+        },
+        artifact_root=Path(config.output).resolve() / "mlartifacts",
+        parent_run_id=parent_run_id,
+        spool=spool,
+    )

@@ -21,13 +21,33 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from rollverify.checkpoint import Checkpoint
 from rollverify.config import RunConfig
 from rollverify.methods import Method
+from rollverify.training.checkpointing import load_optimizer_and_scheduler, restore_rng
 from rollverify.trajectory import Trajectory
 
 
 class BehaviorRatioGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer whose importance ratio is pi_theta / mu_{v_t} for every token."""
+    """GRPOTrainer whose importance ratio is pi_theta / mu_{v_t} for every token.
+
+    It also resumes from rollverify checkpoints: `train(resume_from_checkpoint=folder)` with
+    `resume_from` set reads transformers' trainer_state.json from the folder, and the three
+    hooks below restore the rest from safetensors + JSON instead of transformers' pickles.
+    """
+
+    resume_from: Checkpoint | None = None
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+        pass  # the weights were loaded before the trainer was built: the engine needed them
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        if checkpoint is not None:
+            load_optimizer_and_scheduler(self.optimizer, self.lr_scheduler, self.resume_from)
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        if checkpoint is not None:
+            restore_rng(self.resume_from)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)

@@ -1,10 +1,14 @@
-"""`rvctl train`: one GRPO run (any method) with live progress and a one-screen summary."""
+"""`rvctl train` and `rvctl resume`: one GRPO run (any method) with live progress and a
+one-screen summary."""
 
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -20,6 +24,11 @@ from rvctl.options import (
 )
 from rvctl.output import Format, print_rows, stderr
 
+CheckpointEveryOption = Annotated[
+    int | None,
+    typer.Option(help="Checkpoint every N steps (and at the end, and on Ctrl-C/SIGTERM)."),
+]
+
 
 def train(
     config: ConfigOption = None,
@@ -29,6 +38,7 @@ def train(
     steps: StepsOption = None,
     seed: Annotated[int | None, typer.Option(help="Seed of data, sampling and init.")] = None,
     engine: EngineOption = None,
+    checkpoint_every: CheckpointEveryOption = None,
     tracking_uri: TrackingOption = None,
     output: OutputOption = None,
     format: FormatOption = Format.table,
@@ -37,30 +47,88 @@ def train(
     from rollverify.config import load_config
 
     overrides = {"train.method": method, "train.seed": seed}
+    overrides |= {"train.checkpoint_every": checkpoint_every}
     overrides |= run_overrides(steps, engine, output, tracking_uri)
     run_config = load_config(config, overrides)
     from rollverify.training.run import train as run_training  # heavy: torch, TRL, MLflow
 
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[live]}"),
-        TimeElapsedColumn(),
-        console=stderr,
-    ) as progress:
-        task = progress.add_task(
-            run_config.train.method, total=run_config.train.steps, live="evaluating the base model"
-        )
+    summary = _with_progress(
+        run_config.train.method,
+        run_config.train.steps,
+        lambda on_step: run_training(run_config, on_step=on_step),
+    )
+    _print_summary(summary, format)
 
-        def show(step: int, metrics: dict[str, float]) -> None:
-            progress.update(task, completed=step, live=_live(metrics))
 
-        try:
-            summary = run_training(run_config, on_step=show)
-        except KeyboardInterrupt:
-            stderr.print("interrupted: engines stopped, MLflow run marked KILLED")
-            raise
+def resume(
+    run_dir: Annotated[Path, typer.Argument(help="The run's folder (runs/<method>-s<seed>-...).")],
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="Another config (default: the run's config.yaml)."),
+    ] = None,
+    steps: Annotated[int | None, typer.Option(help="Train up to this step (extend a run).")] = None,
+    engine: EngineOption = None,
+    checkpoint_every: CheckpointEveryOption = None,
+    format: FormatOption = Format.table,
+) -> None:
+    """Continue a stopped or killed run from its last good checkpoint, in its MLflow run."""
+    overrides = {
+        "train.steps": steps,
+        "rollout.engine": engine,
+        "train.checkpoint_every": checkpoint_every,
+    }
+    from rollverify.training.run import resume as resume_run  # heavy: torch, TRL, MLflow
+
+    summary = _with_progress(
+        run_dir.name,
+        steps or _planned_steps(run_dir),
+        lambda on_step: resume_run(run_dir, overrides, config, on_step=on_step),
+    )
+    _print_summary(summary, format)
+
+
+def _planned_steps(run_dir: Path) -> int | None:
+    """The run's train.steps, for the progress bar (the library checks the folder)."""
+    import yaml
+
+    try:
+        return yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["steps"]
+    except Exception:  # not a run folder: resume says so, with the fix
+        return None
+
+
+def _with_progress(name: str, steps: int | None, run: Callable[[Callable], Any]) -> Any:
+    """Run `run(on_step)` under a progress bar of steps; say how to go on if interrupted."""
+    try:
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[live]}"),
+            TimeElapsedColumn(),
+            console=stderr,
+        ) as progress:
+            task = progress.add_task(name, total=steps, live="starting")
+
+            def show(step: int, metrics: dict[str, float]) -> None:
+                progress.update(task, completed=step, live=_live(metrics))
+
+            return run(show)
+    except KeyboardInterrupt as interrupt:
+        # Plain print: a path to copy must not be wrapped by rich.
+        run_dir = getattr(interrupt, "run_dir", None)
+        if run_dir is not None:
+            print(
+                f"interrupted after step {interrupt.step}: checkpoint saved, engines stopped, "
+                f"MLflow run KILLED; continue with: rvctl resume {run_dir}",
+                file=sys.stderr,
+            )
+        else:
+            print("interrupted: engines stopped, MLflow run marked KILLED", file=sys.stderr)
+        raise
+
+
+def _print_summary(summary: Any, format: Format) -> None:
     rows = [{"field": k, "value": v} for k, v in asdict(summary).items()]
     print_rows(
         rows if format is Format.table else [asdict(summary)],

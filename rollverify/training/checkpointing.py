@@ -1,0 +1,179 @@
+"""What a training checkpoint holds, and how each part goes back where it came from.
+
+A checkpoint is taken at a step boundary, after the step's metrics are logged:
+
+    tensors  model          the trainer's weights (the engine gets them by weight sync)
+             optimizer      AdamW moments, per parameter index
+             rng            torch (CPU, CUDA), numpy keys, the engine's sampling state
+             cache          the partial-rollout cache: token ids, behavior log-probs, versions
+    state    config, MLflow run id, optimizer groups, scheduler, python/numpy RNG, task
+             (data position), answers of groups in play, acceptance monitor, cost ledger,
+             the loop's counters
+    documents trainer_state  transformers' TrainerState, read by `Trainer.train(resume_...)`
+
+Everything is safetensors or JSON (rollverify/checkpoint.py writes it atomically). The
+transformers Trainer restores the optimizer, scheduler and RNG through three hooks that the
+adapter (trl_adapter.py) points at `load_optimizer_and_scheduler` and `restore_rng` here, at
+the moments it would restore its own (pickled) files; so a resumed run draws the same random
+numbers as one that never stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+from rollverify.checkpoint import Checkpoint
+from rollverify.ledger import CostLedger
+from rollverify.rollout import RolloutState
+from rollverify.tracking import flatten
+from rollverify.trajectory import TrajectoryCache
+
+# Fields a resumed run may change: how long, how often, where it runs. Any other change
+# (model, task, rollout, verification, optimizer) would make the rest of the run another
+# experiment than its first part.
+RESUMABLE_CHANGES = (
+    "train.steps",
+    "train.eval_every",
+    "train.threads",
+    "train.devices",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "rollout.engine",
+    "vllm.",
+    "output",
+)
+
+
+def capture(loop: Any, trainer: Any, run_id: str, tracking_uri: str) -> Checkpoint:
+    """Everything needed to continue `loop` and `trainer` from the step just finished."""
+    step = trainer.state.global_step
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    optimizer_tensors, optimizer_state = _optimizer_parts(trainer.optimizer)
+    cache_tensors, cache_records = loop.state.cache.to_tensors()
+    rng_tensors, rng_state = _rng_parts()
+    rng_tensors["engine"] = loop.engine.sampling_state()
+    trainer.state.stateful_callbacks["TrainerControl"] = trainer.control.state()
+    return Checkpoint(
+        step,
+        tensors={
+            "model": model.state_dict(),
+            "optimizer": optimizer_tensors,
+            "rng": rng_tensors,
+            "cache": cache_tensors,
+        },
+        state={
+            "config": loop.config.to_dict(),
+            "mlflow": {"run_id": run_id, "tracking_uri": tracking_uri},
+            "optimizer": optimizer_state,
+            "scheduler": trainer.lr_scheduler.state_dict(),
+            "rng": rng_state,
+            "task": loop.task.state_dict(),
+            "answers": {str(group): answer for group, answer in loop.state.answers.items()},
+            "cache": cache_records,
+            "monitor": loop.monitor.state_dict(),
+            "ledger": loop.ledger.to_dict(),
+            "loop": loop.counters(),
+            "engine": type(loop.engine).__name__,
+        },
+        documents={"trainer_state": dataclasses.asdict(trainer.state)},
+    )
+
+
+def restore_loop(loop: Any, checkpoint: Checkpoint) -> None:
+    """Put the loop's own state back (the trainer's comes back through its hooks)."""
+    state = checkpoint.state
+    loop.task.load_state_dict(state["task"])
+    cache = TrajectoryCache.from_tensors(checkpoint.tensors["cache"], state["cache"])
+    answers = {int(group): answer for group, answer in state["answers"].items()}
+    loop.state = RolloutState(cache, answers)
+    loop.monitor.load_state_dict(state["monitor"])
+    loop.ledger = CostLedger.from_dict(state["ledger"])
+    loop.load_counters(state["loop"])
+    if state["engine"] == type(loop.engine).__name__:
+        loop.engine.load_sampling_state(checkpoint.tensors["rng"]["engine"])
+    else:  # resumed on another engine: its sampling stream starts from the seed
+        warnings.warn(
+            f"resumed on {type(loop.engine).__name__}, checkpoint from {state['engine']}: "
+            "sampling continues from the seed, not where it was",
+            stacklevel=2,
+        )
+
+
+def load_optimizer_and_scheduler(optimizer: Any, scheduler: Any, checkpoint: Checkpoint) -> None:
+    saved = checkpoint.state["optimizer"]
+    per_parameter: dict[int, dict[str, Any]] = {}
+    for name, tensor in checkpoint.tensors["optimizer"].items():
+        index, key = name.split(".", 1)
+        per_parameter.setdefault(int(index), {})[key] = tensor
+    for name, value in saved["plain"].items():
+        index, key = name.split(".", 1)
+        per_parameter.setdefault(int(index), {})[key] = value
+    groups = [
+        {k: tuple(v) if k == "betas" else v for k, v in group.items()}
+        for group in saved["param_groups"]
+    ]
+    optimizer.load_state_dict({"state": per_parameter, "param_groups": groups})
+    scheduler.load_state_dict(checkpoint.state["scheduler"])
+
+
+def restore_rng(checkpoint: Checkpoint) -> None:
+    tensors, state = checkpoint.tensors["rng"], checkpoint.state["rng"]
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    numpy = state["numpy"]
+    keys = tensors["numpy_keys"].numpy().astype(np.uint32)
+    np.random.set_state((numpy["kind"], keys, numpy["pos"], numpy["has_gauss"], numpy["gauss"]))
+    torch.random.set_rng_state(tensors["torch"])
+    cuda = sorted(name for name in tensors if name.startswith("cuda"))
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([tensors[name] for name in cuda])
+
+
+def config_changes(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """One line per field whose change would break a resumed run."""
+    before, after = flatten(saved), flatten(wanted)
+    problems = []
+    for name in sorted(before.keys() | after.keys()):
+        if before.get(name) == after.get(name) or name.startswith(RESUMABLE_CHANGES):
+            continue
+        problems.append(
+            f"{name}: {before.get(name)!r} in the checkpoint, {after.get(name)!r} now; a resumed "
+            "run keeps its model, task, rollout, verification and optimizer settings (put it "
+            "back, or start a new run with rvctl train)"
+        )
+    return problems
+
+
+def _optimizer_parts(optimizer: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    state = optimizer.state_dict()
+    tensors, plain = {}, {}
+    for index, values in state["state"].items():
+        for key, value in values.items():
+            if torch.is_tensor(value):
+                tensors[f"{index}.{key}"] = value
+            else:
+                plain[f"{index}.{key}"] = value
+    return tensors, {"param_groups": state["param_groups"], "plain": plain}
+
+
+def _rng_parts() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    tensors = {
+        "torch": torch.random.get_rng_state(),
+        "numpy_keys": torch.from_numpy(keys.astype(np.int64)),
+    }
+    if torch.cuda.is_available():
+        for index, cuda_state in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"cuda{index:03d}"] = cuda_state
+    state = {
+        "python": [version, list(internal), gauss],
+        "numpy": {"kind": kind, "pos": int(pos), "has_gauss": int(has_gauss), "gauss": cached},
+    }
+    return tensors, state

@@ -1,0 +1,180 @@
+"""Checkpoints and `rvctl resume`: a run killed anywhere continues to the same end.
+
+(Stopping by SIGTERM / Ctrl-C, with the rollout in flight saved and resumed: the vLLM CLI test
+in test_vllm_engine.py.)
+
+The kill test is the issue's: on CPU with the hf engine and a fixed seed, a run SIGKILLed
+during rollout, during training and while writing a checkpoint (after logging the step), and
+resumed each time, ends with the same weights, optimizer, cache and logged metrics (timings
+aside) as a run that never stopped. Kills are real SIGKILLs at named points
+(rollverify/faults.py), so each test hits the moment it names.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from mlflow.tracking import MlflowClient
+
+from rollverify.checkpoint import folder_for, latest
+from rollverify.config import ConfigError, load_config
+from rollverify.training.run import resume, train
+
+# One worker runs the module (make test: --dist loadgroup): its reference run is made once.
+pytestmark = pytest.mark.xdist_group("resume")
+
+RVCTL = [sys.executable, "-m", "rvctl.app"]
+STEPS = 6
+# Tiny, and with a cache to lose: rollverify, 2 groups of 2 per step, 8 slots (partial
+# rollout pauses trajectories every step), evaluations and checkpoints in the middle.
+SETTINGS = {
+    "task": {"max_steps": 6, "eval_size": 8},
+    "rollout": {
+        "engine": "hf",
+        "batch_groups": 2,
+        "group_size": 2,
+        "slots": 8,
+        "max_new_tokens": 64,
+    },
+    "train": {
+        "method": "rollverify",
+        "steps": STEPS,
+        "eval_every": 3,
+        "checkpoint_every": 2,
+        "threads": 1,
+    },
+}
+TIMING = ("_seconds", "cost_")  # wall-clock figures differ between any two runs
+
+
+def config_file(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tiny.yaml"
+    path.write_text(yaml.safe_dump(SETTINGS))
+    return path
+
+
+def run_cli(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(os.environ)
+    env.pop("ROLLVERIFY_KILL_AT", None)
+    if kill_at is not None:
+        env["ROLLVERIFY_KILL_AT"] = kill_at
+    return subprocess.run([*RVCTL, *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def logged(uri: str, run_id: str) -> dict[str, dict[int, list[float]]]:
+    """Every value logged per metric and step (a replayed step logs again)."""
+    client = MlflowClient(uri)
+    values: dict[str, dict[int, list[float]]] = {}
+    for name in client.get_run(run_id).data.metrics:
+        for metric in client.get_metric_history(run_id, name):
+            values.setdefault(name, {}).setdefault(metric.step, []).append(metric.value)
+    return values
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The run that never stopped (in-process; the same threads and seed as the CLI runs)."""
+    folder = tmp_path_factory.mktemp("reference")
+    config = load_config(config_file(folder), {"output": str(folder)})
+    return train(config)
+
+
+def test_killed_at_four_points_and_resumed_ends_like_an_uninterrupted_run(tmp_path, reference):
+    output = tmp_path / "runs"
+    config = str(config_file(tmp_path))
+    first = run_cli("train", "--config", config, "--output", str(output), kill_at="rollout:3")
+    assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
+    (run_dir,) = output.glob("rollverify-s0-*")
+    checkpoints = run_dir / "checkpoints"
+    assert latest(checkpoints).step == 2
+
+    # Resumed from step 2 each time; killed further on at each point.
+    for kill_at, newest_good in [("train:4", 2), ("checkpoint-write:4", 2)]:
+        result = run_cli("resume", str(run_dir), kill_at=kill_at)
+        assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
+        if kill_at.startswith("checkpoint-write"):  # died with a half-written checkpoint
+            assert list(checkpoints.glob(".tmp-step-000004-*"))
+            assert not folder_for(checkpoints, 4).exists()
+        assert latest(checkpoints).step == newest_good
+    final = run_cli("resume", str(run_dir))
+    assert final.returncode == 0, final.stderr[-3000:]
+    assert not list(checkpoints.glob(".tmp-*"))
+
+    ours, theirs = latest(checkpoints), latest(Path(reference.run_dir) / "checkpoints")
+    assert ours.step == theirs.step == STEPS
+    for group in ("model", "optimizer", "cache"):  # bit for bit
+        assert ours.tensors[group].keys() == theirs.tensors[group].keys()
+        for name, tensor in theirs.tensors[group].items():
+            assert torch.equal(ours.tensors[group][name], tensor), f"{group}.{name}"
+    for part in ("cache", "answers", "task", "monitor"):
+        assert ours.state[part] == theirs.state[part], part
+    assert ours.state["ledger"]["tokens"] == theirs.state["ledger"]["tokens"]
+    assert len(ours.state["cache"]) > 0, "the test must have a cache to lose"
+
+    # One MLflow run, finished; every value it holds (replays included) is the reference's.
+    run_id = ours.state["mlflow"]["run_id"]
+    client = MlflowClient(ours.state["mlflow"]["tracking_uri"])
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert len(client.search_runs([client.get_run(run_id).info.experiment_id])) == 1
+    got = logged(client.tracking_uri, run_id)
+    expected = logged(reference.tracking_uri, reference.run_id)
+    assert got.keys() == expected.keys()
+    replayed = 0
+    for name, steps in expected.items():
+        if any(part in name for part in TIMING):
+            continue
+        assert got[name].keys() == steps.keys(), name
+        for step, (value,) in steps.items():
+            assert set(got[name][step]) == {value}, (name, step, got[name][step], value)
+            replayed += len(got[name][step]) - 1
+    assert replayed > 0, "killed runs replay steps after their last checkpoint"
+
+
+def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(tmp_path):
+    config = load_config(
+        config_file(tmp_path),
+        {"output": str(tmp_path), "train.steps": 3, "train.checkpoint_every": 1},
+    )
+    summary = train(config)
+    checkpoints = Path(summary.run_dir) / "checkpoints"
+    newest = folder_for(checkpoints, 3) / "model.safetensors"
+    newest.write_bytes(newest.read_bytes()[:-100])  # truncated, as a full disk leaves it
+    with pytest.warns(UserWarning, match="step-000003.*checksum"):
+        resumed = resume(summary.run_dir, {"train.steps": 4})
+    assert resumed.run_id == summary.run_id
+    history = logged(summary.tracking_uri, summary.run_id)
+    assert len(history["reward_mean"][3]) == 2, "step 3 trained again from checkpoint 2"
+    assert sorted(history["reward_mean"]) == [1, 2, 3, 4]
+
+
+def test_resume_refuses_a_config_that_breaks_the_run_and_changes_nothing(tmp_path, reference):
+    run_dir = Path(reference.run_dir)
+    before = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")}
+    changed = dict(SETTINGS, train={**SETTINGS["train"], "learning_rate": 1e-3, "steps": 9})
+    path = tmp_path / "changed.yaml"
+    path.write_text(yaml.safe_dump(changed))
+    with pytest.raises(ConfigError) as error:
+        resume(run_dir, config_path=path)
+    assert error.value.problems == [
+        "train.learning_rate: 0.0005 in the checkpoint, 0.001 now; a resumed run keeps its "
+        "model, task, rollout, verification and optimizer settings (put it back, or start a "
+        "new run with rvctl train)"
+    ]
+    with pytest.raises(ConfigError, match="train.steps: the run is at step 6 of 6; pass --steps"):
+        resume(run_dir)
+    result = run_cli("resume", str(run_dir), "--config", str(path))  # the CLI: exit 2, one line
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {error.value.problems[0]}"]
+    with pytest.raises(ValueError, match="not a run folder"):
+        resume(tmp_path / "nowhere")
+    assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == before

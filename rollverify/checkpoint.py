@@ -51,10 +51,26 @@ def save(root: Path, checkpoint: Checkpoint, keep: int = 3) -> Path:
     """Write `checkpoint` under root atomically; prune to the newest `keep`; return its folder."""
     root.mkdir(parents=True, exist_ok=True)
     final = folder_for(root, checkpoint.step)
-    for leftover in root.glob(".tmp-*"):  # a write that was killed: never a checkpoint
+    _recover(root)
+    for leftover in root.glob(".tmp-step-*"):  # a write that was killed: never a checkpoint
         shutil.rmtree(leftover, ignore_errors=True)
     temporary = root / f".tmp-{final.name}-{os.getpid()}"
     temporary.mkdir()
+    try:
+        _write(temporary, checkpoint)
+    except BaseException:  # a full disk, Ctrl-C: leave no half checkpoint behind
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    if final.exists():  # the same step again (a stop request after a periodic save)
+        final.rename(root / f".tmp-old-{final.name}-{os.getpid()}")
+    os.replace(temporary, final)
+    for old in root.glob(f".tmp-old-{final.name}-*"):
+        shutil.rmtree(old, ignore_errors=True)
+    _prune(root, keep)
+    return final
+
+
+def _write(temporary: Path, checkpoint: Checkpoint) -> None:
     for group, tensors in checkpoint.tensors.items():
         unique, aliases = _without_aliases(tensors)
         save_file(unique, temporary / f"{group}.safetensors", {"aliases": json.dumps(aliases)})
@@ -70,17 +86,23 @@ def save(root: Path, checkpoint: Checkpoint, keep: int = 3) -> Path:
     }
     (temporary / MANIFEST).write_text(json.dumps(manifest, indent=2))
     _fsync_tree(temporary)
-    if final.exists():  # the same step again (a stop request after a periodic save)
-        final.rename(root / f".tmp-old-{final.name}-{os.getpid()}")
-    os.replace(temporary, final)
-    for old in root.glob(f".tmp-old-{final.name}-*"):
-        shutil.rmtree(old, ignore_errors=True)
-    _prune(root, keep)
-    return final
+
+
+def _recover(root: Path) -> None:
+    """A save killed between moving an older copy of its step aside and renaming the new one
+    into place leaves the older copy as .tmp-old-step-N-*: put it back."""
+    for old in sorted(root.glob(".tmp-old-step-*")):
+        final = root / old.name.removeprefix(".tmp-old-").rsplit("-", 1)[0]
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.rename(final)
 
 
 def latest(root: Path) -> Checkpoint | None:
     """The newest checkpoint whose files match their manifest (warning about any skipped)."""
+    if root.is_dir():
+        _recover(root)
     for folder in sorted(root.glob("step-*"), reverse=True):
         problem = check(folder)
         if problem is None:
@@ -95,9 +117,12 @@ def check(folder: Path) -> str | None:
         manifest = json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError) as error:
         return f"no readable manifest ({error})"
-    if manifest.get("format") != _FORMAT:
-        return f"unknown format {manifest.get('format')!r}"
-    for name, expected in manifest["files"].items():
+    if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
+        return "not a rollverify checkpoint manifest"
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        return "the manifest lists no files"
+    for name, expected in files.items():
         path = folder / name
         if not path.exists():
             return f"{name} is missing"
@@ -126,7 +151,7 @@ def _without_aliases(
     aliases: dict[str, str] = {}
     seen: dict[tuple, str] = {}
     for name, tensor in tensors.items():
-        tensor = tensor.detach().cpu()
+        tensor = tensor.detach()  # where it lives: tied weights share memory there, not on CPU
         view = (
             (
                 tensor.untyped_storage().data_ptr(),
@@ -143,7 +168,7 @@ def _without_aliases(
             continue
         if view is not None:
             seen[view] = name
-        unique[name] = tensor.contiguous()
+        unique[name] = tensor.cpu().contiguous()
     return unique, aliases
 
 

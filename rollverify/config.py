@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -447,6 +448,12 @@ def _check_links(config: RunConfig, problems: list[str]) -> None:
             f"train.epsilon_high: must be >= train.epsilon ({config.train.epsilon}), got "
             f"{config.train.epsilon_high}"
         )
+    unwritable = _unwritable(Path(config.output))
+    if unwritable:
+        problems.append(
+            f"output: cannot write runs to {config.output} ({unwritable}); pick a folder you can "
+            "write (--output)"
+        )
     if not _is_hub_id(config.model.path) and not Path(config.model_path()).is_dir():
         problems.append(
             f"model.path: no model folder at {config.model_path()}; fix the path (the default "
@@ -460,6 +467,18 @@ def _check_links(config: RunConfig, problems: list[str]) -> None:
                     f"task.{name}: no file at {path}; point it to a JSON list of problems "
                     "(see data/math/PROVENANCE.md)"
                 )
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why runs could not be written under `folder` (created if missing), or None."""
+    existing = folder.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"no write permission on {existing}"
+    return None
 
 
 def _is_hub_id(path: str) -> bool:

@@ -47,6 +47,11 @@ class RolloutState:
 class RolloutInterrupted(Exception):
     """A stop was requested mid-rollout; everything generated so far is in the cache."""
 
+    def __init__(self, seconds: float, tokens_generated: int, tokens_regenerated: int) -> None:
+        super().__init__("rollout interrupted by a stop request")
+        self.seconds = seconds
+        self.tokens_generated, self.tokens_regenerated = tokens_generated, tokens_regenerated
+
 
 @dataclass
 class RolloutResult:
@@ -124,7 +129,11 @@ def collect(
         if should_stop():
             for trajectory in [*engine.pause(), *(t for m in finished.values() for t in m)]:
                 state.cache.add(trajectory)
-            raise RolloutInterrupted
+            raise RolloutInterrupted(
+                time.perf_counter() - start,
+                engine.stats.tokens_generated - tokens_before,
+                engine.stats.tokens_regenerated - regenerated_before,
+            )
         for trajectory in engine.poll():
             finished[trajectory.group_id].append(trajectory)
 

@@ -17,3 +17,16 @@ DATA = Path(__file__).parent / "data"
 def vectors() -> dict:
     """The spec's test vectors (a copy of ../shared/spec/verify_vectors.json)."""
     return json.loads((DATA / "verify_vectors.json").read_text())
+
+
+# The longest files first: with `make test`'s two workers taking whole files (--dist
+# loadfile), a long file started last would run alone at the end.
+LONGEST_FIRST = ("test_vllm_engine.py", "test_orchestration.py", "test_resume.py")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a file stays

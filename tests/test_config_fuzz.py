@@ -73,10 +73,13 @@ def test_the_cli_prints_one_line_per_problem_and_writes_nothing(tmp_path):
         "verify: {ds: nan}",
         "model: {path: /nonexistent}",
         ": : :",
+        "output: BLOCKED/runs",  # the output folder cannot be written (a file is in the way)
     ]
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
     for i, text in enumerate(cases):
         path = tmp_path / f"bad{i}.yaml"
-        path.write_text(text)
+        path.write_text(text.replace("BLOCKED", str(blocked)))
         output = tmp_path / f"out{i}"
         result = subprocess.run(
             [
@@ -86,12 +89,12 @@ def test_the_cli_prints_one_line_per_problem_and_writes_nothing(tmp_path):
                 "train",
                 "--config",
                 str(path),
-                "--output",
-                str(output),
-            ],
+            ]
+            + (["--output", str(output)] if "output" not in text else []),
             capture_output=True,
             text=True,
         )
         assert result.returncode == 2, (text, result.stderr)
         assert "Traceback" not in result.stderr and result.stderr.startswith("error: ")
         assert not output.exists(), f"{text}: output written"
+    assert result.stderr.startswith(f"error: output: cannot write runs to {blocked}/runs")

@@ -31,17 +31,14 @@ from rollverify.trajectory import Trajectory  # noqa: E402
 from tests.test_train import history, tiny  # noqa: E402
 from tests.tiny import teacher_forced_logprobs  # noqa: E402
 
-# One xdist worker runs this whole module (make test: --dist loadgroup): one shared engine.
-pytestmark = pytest.mark.xdist_group("vllm")
+# One xdist worker runs this whole module (make test: --dist loadfile): one shared engine.
 
 MODEL = str(Path(__file__).parents[1] / "models" / "tiny-qwen3-chain")
 RVCTL = [sys.executable, "-m", "rvctl.app"]
 SLOTS, MAX_NEW_TOKENS = 8, 64  # as tests/test_train.py's tiny() config, so runs can share it
 
 
-# Session scope: xdist may run other modules' tests between this module's on the same worker,
-# and a module-scoped engine would be stopped and started again (~40 s) each time.
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def engine():
     ensure_ray()
     settings = VLLMSettings(model=MODEL, dtype="float32", max_model_len=512, slots_per_engine=SLOTS)

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from rollverify.engines.protocol import EngineStats
-from rollverify.engines.vllm_sidecar import unlink_shared_memory
+from rollverify.engines.vllm_sidecar import EngineDead, unlink_shared_memory
 from rollverify.trajectory import Trajectory
 
 
@@ -80,7 +80,8 @@ class VLLMSettings:
 
 
 SIDECAR_TIMEOUT_S = 300.0  # a poll or an abort answers in milliseconds when the sidecar is well
-MAX_RESTARTS = 3
+START_TIMEOUT_S = 900.0  # starting an engine and loading weights (an 8B model: minutes)
+MAX_RESTARTS = 3  # per VLLMEngine, over all its sidecars
 
 
 class SidecarFailed(RuntimeError):
@@ -114,8 +115,10 @@ class VLLMEngine:
         self._busy = [0.0] * settings.engines
         self._ids = itertools.count()
         self._leftovers: dict[int, list[str]] = {}  # sidecar -> its /dev/shm blocks
-        self.restarts = 0
+        self.restarts = 0  # sidecars replaced, over the engine's life
         self._dead: set[int] = set()  # sidecars found dead, replaced before their next use
+        self._death = ""  # what the last one died of
+        self._waiting: list[Trajectory] = []  # in flight on a dead sidecar: resubmitted later
         self._weights: Any = None  # ObjectRef of the last synced weights, for restarts
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -145,48 +148,74 @@ class VLLMEngine:
                 "be wrong; is rollverify installed (its vllm plugin entry point)?"
             )
 
-    def _orphans(self, index: int, error: Exception) -> list[Trajectory]:
-        """Sidecar `index` is dead: mark it, return the trajectories that were in flight on it
-        (with the tokens they had when submitted; what it generated since is lost)."""
-        if self.restarts + len(self._dead) >= MAX_RESTARTS:
-            raise SidecarFailed(
-                f"vLLM sidecar {index} failed after {self.restarts} restarts ({error}); "
-                "check the engine's log above"
-            ) from error
+    # -- dead sidecars ------------------------------------------------------------------------
+
+    def _call(self, method: str, args: dict[int, tuple], timeout: float) -> dict[int, Any]:
+        """Call `method` on the sidecars in `args`; answers by sidecar. One that is dead or hung
+        is buried (not restarted here: the caller may be stopping the run) and not in the
+        answers; an error in a request of a healthy sidecar stops the run."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        refs = {i: getattr(self._actors[i], method).remote(*a) for i, a in args.items()}
+        answers = {}
+        for index, ref in refs.items():
+            try:
+                answers[index] = ray.get(ref, timeout=timeout)
+            except (RayActorError, GetTimeoutError) as error:
+                self._bury(index, error)
+            except RayTaskError as error:
+                if not isinstance(error.cause, EngineDead) and not isinstance(error, EngineDead):
+                    raise SidecarFailed(f"vLLM sidecar {index}: {error.cause or error}") from None
+                self._bury(index, error)
+        return answers
+
+    def _bury(self, index: int, error: Exception) -> None:
+        """Sidecar `index` is dead: its in-flight trajectories wait for a new one, with the
+        tokens they had when submitted (what it generated since is lost)."""
         self._dead.add(index)
-        lost = [rid for rid, (_, a) in self._inflight.items() if a == index]
+        self._death = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        lost = [rid for rid, (_, actor) in self._inflight.items() if actor == index]
         self._load[index] = 0
-        return [self._inflight.pop(rid)[0] for rid in lost]
+        self._waiting += [self._inflight.pop(rid)[0] for rid in lost]
+
+    def _live(self) -> list[int]:
+        return [i for i in range(len(self._actors)) if i not in self._dead]
 
     def _revive(self) -> None:
-        """Replace dead sidecars: a new actor with the last synced weights."""
+        """Replace dead sidecars (new actors with the last synced weights) and resubmit the
+        trajectories that were waiting for them."""
         import ray
 
         for index in sorted(self._dead):
+            if self.restarts >= MAX_RESTARTS:
+                raise SidecarFailed(
+                    f"vLLM sidecar {index} died after {self.restarts} restarts ({self._death}); "
+                    "check the engine's log above"
+                )
             with contextlib.suppress(Exception):
                 ray.kill(self._actors[index])
             unlink_shared_memory(self._leftovers.pop(index, []))  # the dead engine's buffers
             actor = self._new_actor(index)
-            self._check_started(index, ray.get(actor.start.remote()))
-            if self._weights is not None:
-                ray.get(actor.load_weights.remote(self._weights))
+            try:
+                report = ray.get(actor.start.remote(), timeout=START_TIMEOUT_S)
+                if self._weights is not None:
+                    ray.get(actor.load_weights.remote(self._weights), timeout=START_TIMEOUT_S)
+            except Exception as error:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
+                raise SidecarFailed(
+                    f"vLLM sidecar {index} died ({self._death}) and could not be restarted: "
+                    f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                ) from None
             self._actors[index] = actor
+            self._check_started(index, report)
             self._dead.discard(index)
             self.restarts += 1
             self.stats.restarts += 1
-
-    def _gather(self, refs: list[Any], timeout: float) -> list[tuple[Any, Exception | None]]:
-        """Each sidecar's answer, or the error that says it is dead or hung."""
-        import ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-
-        results = []
-        for ref in refs:
-            try:
-                results.append((ray.get(ref, timeout=timeout), None))
-            except (RayActorError, RayTaskError, GetTimeoutError) as error:
-                results.append((None, error))
-        return results
+        if self._waiting:
+            waiting, self._waiting = self._waiting, []
+            self.submit(waiting)
 
     def shutdown(self) -> None:
         import ray
@@ -196,7 +225,7 @@ class VLLMEngine:
                 ray.get(actor.shutdown.remote(), timeout=30)
             with contextlib.suppress(Exception):
                 ray.kill(actor)
-        self._actors, self._weights, self._dead = [], None, set()
+        self._actors, self._weights, self._dead, self._waiting = [], None, set(), []
         for blocks in self._leftovers.values():  # what a sidecar killed mid-shutdown left behind
             unlink_shared_memory(blocks)
         self._leftovers = {}
@@ -208,10 +237,10 @@ class VLLMEngine:
 
     @property
     def has_work(self) -> bool:
-        return bool(self._inflight)
+        return bool(self._inflight or self._waiting)
 
     def idle_slots(self) -> int:
-        return max(0, self.slots - len(self._inflight))
+        return max(0, self.slots - len(self._inflight) - len(self._waiting))
 
     def submit(self, trajectories: list[Trajectory]) -> None:
         self._revive()
@@ -228,39 +257,24 @@ class VLLMEngine:
             batches.setdefault(actor, []).append((request_id, prompt, budget, seed))
             self._inflight[request_id] = (trajectory, actor)
             self._load[actor] += 1
-        refs = [self._actors[a].add.remote(batch, self.temperature) for a, batch in batches.items()]
-        lost = []
-        for actor, (_, error) in zip(batches, self._gather(refs, SIDECAR_TIMEOUT_S), strict=True):
-            if error is not None:
-                lost += self._orphans(actor, error)
-        if lost:
-            self.submit(lost)
+        self._call("add", {a: (batch, self.temperature) for a, batch in batches.items()}, 60.0)
 
     def poll(self, wait_seconds: float = 0.02) -> list[Trajectory]:
-        refs = [actor.poll.remote(wait_seconds) for actor in self._actors]
-        finished, lost = [], []
-        for actor, (report, error) in enumerate(self._gather(refs, SIDECAR_TIMEOUT_S)):
-            if error is not None:  # dead: a new sidecar continues what it was generating
-                lost += self._orphans(actor, error)
-                continue
+        self._revive()  # a sidecar found dead at the last call: replace it, resubmit its work
+        reports = self._call("poll", {a: (wait_seconds,) for a in self._live()}, SIDECAR_TIMEOUT_S)
+        finished = []
+        for actor, report in reports.items():
             self._busy[actor] = report["busy_seconds"]
-            for record in report["finished"]:
-                finished.append(self._absorb(record))
-        if lost:
-            self.submit(lost)
+            finished += [self._absorb(record) for record in report["finished"]]
         self.stats.decode_steps += 1
         return finished
 
     def pause(self) -> list[Trajectory]:
-        refs = [actor.abort_all.remote() for actor in self._actors]
-        paused = []
-        # An abort takes milliseconds; a sidecar that does not answer in 60 s is taken for dead
-        # (not restarted here: a pause may be the run stopping).
-        for actor, (records, error) in enumerate(self._gather(refs, 60.0)):
-            if error is not None:  # dead: its trajectories pause with what they had
-                paused += self._orphans(actor, error)
-                continue
-            paused += [self._absorb(record) for record in records]
+        # An abort answers in milliseconds; one that takes a minute is taken for dead (and not
+        # replaced here: a pause may be the run stopping).
+        answers = self._call("abort_all", {a: () for a in self._live()}, 60.0)
+        paused = [self._absorb(record) for records in answers.values() for record in records]
+        paused, self._waiting = paused + self._waiting, []
         self.stats.aborted += sum(not t.finished for t in paused)
         assert not self._inflight, "every request comes back from an abort"
         return paused
@@ -270,18 +284,23 @@ class VLLMEngine:
 
         if self.has_work:
             raise RuntimeError("pause the engine before loading weights: in-flight KV is stale")
-        self._revive()
-        weights = ray.put([(name, tensor.detach().cpu()) for name, tensor in named_tensors])
-        ray.get([actor.load_weights.remote(weights) for actor in self._actors])
-        self._weights, self.version = weights, version
+        self._weights = None  # drop the old copy first: one copy of the weights at a time
+        self._weights = ray.put([(name, tensor.detach().cpu()) for name, tensor in named_tensors])
+        self._revive()  # a replacement takes these weights as it starts
+        self._call("load_weights", {a: (self._weights,) for a in self._live()}, START_TIMEOUT_S)
+        self._revive()  # one that died while loading
+        self.version = version
 
     def probe_logprobs(self, token_ids: list[int]) -> torch.Tensor:
         """Each sidecar's log-probs of token_ids[1:] given the tokens before: float [E, T-1]."""
-        import ray
-
-        self._revive()
-        rows = ray.get([actor.probe_logprobs.remote(token_ids) for actor in self._actors])
-        return torch.tensor(rows)
+        for _ in range(2):  # a sidecar that dies on the way is replaced and asked again
+            self._revive()
+            rows = self._call(
+                "probe_logprobs", {a: (token_ids,) for a in self._live()}, SIDECAR_TIMEOUT_S
+            )
+            if len(rows) == len(self._actors):
+                return torch.tensor([rows[a] for a in sorted(rows)])
+        raise SidecarFailed(f"vLLM sidecars died while scoring the probe ({self._death})")
 
     @contextmanager
     def seeded(self, seed: int) -> Iterator[None]:

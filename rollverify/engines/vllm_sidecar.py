@@ -20,6 +20,10 @@ from typing import Any
 import psutil
 
 
+class EngineDead(RuntimeError):
+    """The sidecar's engine core is gone: the owner replaces the sidecar."""
+
+
 @dataclass
 class RequestRecord:
     """What one request produced so far (token ids and their log-probs, in order)."""
@@ -135,7 +139,9 @@ class VLLMSidecar:
                 await asyncio.wait_for(self.changed.wait(), wait_seconds)
         self._mark()
         if self.error is not None:
-            raise RuntimeError(f"vLLM sidecar failed: {self.error}")
+            if self.llm is None or self.llm.errored:  # the engine core died: replace us
+                raise EngineDead(f"vLLM engine core died: {self.error}")
+            raise RuntimeError(f"vLLM request failed: {self.error}")
         finished, self.finished = self.finished, []
         return {
             "finished": [_plain(r) for r in finished],

@@ -36,7 +36,8 @@ from rollverify.trajectory import TrajectoryCache
 
 # Fields a resumed run may change: how long, how often, where it runs. Any other change
 # (model, task, rollout, verification, optimizer) would make the rest of the run another
-# experiment than its first part.
+# experiment than its first part. (Bit-exact continuation also needs the same threads and
+# engine; changing them is allowed, it only gives up exactness.)
 RESUMABLE_CHANGES = (
     "train.steps",
     "train.eval_every",
@@ -131,8 +132,14 @@ def restore_rng(checkpoint: Checkpoint) -> None:
     np.random.set_state((numpy["kind"], keys, numpy["pos"], numpy["has_gauss"], numpy["gauss"]))
     torch.random.set_rng_state(tensors["torch"])
     cuda = sorted(name for name in tensors if name.startswith("cuda"))
-    if cuda and torch.cuda.is_available():
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all([tensors[name] for name in cuda])
+    elif cuda:
+        warnings.warn(
+            f"the checkpoint has RNG states of {len(cuda)} GPUs, this process sees "
+            f"{torch.cuda.device_count()}: GPU sampling will not repeat exactly",
+            stacklevel=2,
+        )
 
 
 def config_changes(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:

@@ -24,6 +24,7 @@ import itertools
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,7 @@ class TrainingLoop:
         self.last_eval: float | None = None
         self.eval_before: float = math.nan  # accuracy of the base model, step 0
         self.first_metrics: dict[str, float] = {}  # each metric's first logged value
+        self.eval_pending = False  # an evaluation a stop skipped: a resumed run does it first
         self.last_checkpoint: tuple[int, Path] | None = None
         self.last_rollout: RolloutResult | None = None  # the batch being trained, for inspection
 
@@ -115,6 +117,7 @@ class TrainingLoop:
             "last_eval": self.last_eval,
             "eval_before": self.eval_before,
             "first_metrics": self.first_metrics,
+            "eval_pending": self.eval_pending,
         }
 
     def load_counters(self, counters: dict[str, Any]) -> None:
@@ -122,6 +125,7 @@ class TrainingLoop:
         self.last_eval = counters["last_eval"]
         self.eval_before = counters["eval_before"]
         self.first_metrics = dict(counters["first_metrics"])
+        self.eval_pending = counters["eval_pending"]
 
     @property
     def version(self) -> int:
@@ -156,7 +160,12 @@ class TrainingLoop:
                 max_inflight_groups=rollout.max_inflight_groups,
                 should_stop=stop_now,
             )
-        except RolloutInterrupted:  # its tokens are in the cache: save them, then stop
+        except RolloutInterrupted as interrupted:  # its tokens are in the cache: save, stop
+            self.ledger.add_phase("rollout", interrupted.seconds)
+            self.ledger.add_tokens(
+                generated=interrupted.tokens_generated,
+                regenerated=interrupted.tokens_regenerated,
+            )
             self.stop_here()
         self.last_rollout = result
         self.ledger.add_phase("rollout", result.seconds)
@@ -234,9 +243,11 @@ class TrainingLoop:
             time.perf_counter() - self.step_started - self.metrics.values["rollout_seconds"]
         )
         start = time.perf_counter()
-        # Stopping: the engine is not needed again (a resumed run syncs it first), and its
-        # processes may already have the signal too (Ctrl-C reaches the process group).
-        if not self.stop.requested:
+        # Stopping before the last step: the engine is not needed again (a resumed run syncs
+        # it first, and evaluates then if an evaluation was due), and its processes may have
+        # the signal too (Ctrl-C reaches the process group).
+        stopping = self.stop.requested and step < self.config.train.steps
+        if not stopping:
             model = self.trainer.accelerator.unwrap_model(self.trainer.model)
             self.engine.load_weights(model.state_dict().items(), version=step)
             self.check_weight_sync(step)
@@ -277,9 +288,10 @@ class TrainingLoop:
             switched=float(self.monitor.switched),
         )
         every = self.config.train.eval_every
-        due = step == self.config.train.steps or (every and step % every == 0)
-        if due and not self.stop.requested:
+        due = step == self.config.train.steps or bool(every and step % every == 0)
+        if due and not stopping:
             self.metrics.add(eval_accuracy=self.evaluate())
+        self.eval_pending = due and stopping
         self.metrics.add(**self.ledger.metrics())
         if self.run_dir is not None:  # stored with the run, current after every step
             atomic_write_text(
@@ -361,33 +373,46 @@ class TrainingLoop:
         every = self.config.train.checkpoint_every
         return step == self.config.train.steps or bool(every and step % every == 0)
 
-    def checkpoint(self) -> Path:
-        """Write a checkpoint of the step just finished (its time is a ledger phase)."""
+    def checkpoint(self) -> Path | None:
+        """Write a checkpoint of the step just finished (its time is a ledger phase). A write
+        that fails (a full disk) is reported and training goes on: the older ones are kept."""
         start = time.perf_counter()
-        folder = save_checkpoint(
-            self.run_dir / "checkpoints",
-            capture(self, self.trainer, self.tracker.run_id, self.tracker.uri),
-            keep=self.config.train.keep_checkpoints,
-        )
-        self.last_checkpoint = (self.trainer.state.global_step, folder)
-        self.ledger.add_phase("checkpoint", time.perf_counter() - start)
+        step = self.trainer.state.global_step
+        try:
+            folder = save_checkpoint(
+                self.run_dir / "checkpoints",
+                capture(self, self.trainer, self.tracker.run_id, self.tracker.uri),
+                keep=self.config.train.keep_checkpoints,
+            )
+        except OSError as error:
+            warnings.warn(f"checkpoint of step {step} not written: {error}", stacklevel=2)
+            return None
+        finally:
+            self.ledger.add_phase("checkpoint", time.perf_counter() - start)
+        self.last_checkpoint = (step, folder)
         return folder
 
     def stop_here(self) -> None:
         """Save where the run is (unless just saved) and stop it: RunInterrupted."""
         step = self.trainer.state.global_step
-        if self.last_checkpoint is None or self.last_checkpoint[0] != step:
-            self.checkpoint()
-        raise RunInterrupted(step, self.run_dir)
+        saved = self.last_checkpoint is not None and self.last_checkpoint[0] == step
+        if not saved:
+            saved = self.checkpoint() is not None
+        raise RunInterrupted(step, self.run_dir if saved else None)
 
 
 class LoopCallback(TrainerCallback):
     """Hands TRL's step boundaries to the loop: after the update, then the log and the
     checkpoint (after the log, so a resumed run draws the random numbers this one would)."""
 
-    def __init__(self, loop: TrainingLoop, logged_step: int = -1) -> None:
+    def __init__(self, loop: TrainingLoop, logged_step: int = -1, resuming: bool = False):
         self.loop = loop
         self.logged_step = logged_step
+        self.resuming = resuming
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not self.resuming:  # step 0: a run killed before its first checkpoint resumes too
+            self.loop.checkpoint()
 
     def on_step_end(self, args, state, control, **kwargs):
         kill_point("train", state.global_step)  # tests: optimizer stepped, nothing synced

@@ -207,12 +207,14 @@ def _with_engine(
     parent_run_id: str | None,
     checkpoint: Checkpoint | None,
 ) -> RunSummary:
-    if engine is not None:
-        check_engine_fits(engine, config)
-        with engine.seeded(config.train.seed):  # as if started for this run
-            return _run(config, run_dir, engine, on_step, parent_run_id, checkpoint)
-    with engine_running(build_engine(config), config) as started:
-        return _run(config, run_dir, started, on_step, parent_run_id, checkpoint)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with run_lock(run_dir):
+        if engine is not None:
+            check_engine_fits(engine, config)
+            with engine.seeded(config.train.seed):  # as if started for this run
+                return _run(config, run_dir, engine, on_step, parent_run_id, checkpoint)
+        with engine_running(build_engine(config), config) as started:
+            return _run(config, run_dir, started, on_step, parent_run_id, checkpoint)
 
 
 def build_engine(config: RunConfig) -> RolloutEngine:
@@ -256,38 +258,38 @@ def _run(
     engine.load_weights(model.state_dict().items(), version=step)
     tracker = _tracker(config, method.name, run_dir, parent_run_id, checkpoint)
     stop = StopRequest()
-    loop = TrainingLoop(config, method, task, engine, tracker, run_dir=run_dir, stop=stop)
-    if checkpoint is not None:
-        restore_loop(loop, checkpoint)
-    trainer = build_trainer(
-        config,
-        method,
-        model,
-        tokenizer,
-        loop.reward,
-        loop.rollout,
-        LoopCallback(loop, logged_step=step if checkpoint is not None else -1),
-        output_dir=str(run_dir / "trl"),
-    )
-    trainer.resume_from = checkpoint
-    loop.attach(trainer)
     last: dict[str, float] = {}
 
     def remember(step: int, metrics: dict[str, float]) -> None:
         last.update(metrics)
         on_step(step, metrics)
 
-    loop.on_step = remember
-
     # -- train ---------------------------------------------------------------------------------
     status = "FAILED"
     try:
         with stop.listening():
+            loop = TrainingLoop(config, method, task, engine, tracker, remember, run_dir, stop)
+            trainer = build_trainer(
+                config,
+                method,
+                model,
+                tokenizer,
+                loop.reward,
+                loop.rollout,
+                LoopCallback(loop, logged_step=step, resuming=checkpoint is not None),
+                output_dir=str(run_dir / "trl"),
+            )
+            loop.attach(trainer)
             if checkpoint is None:
                 loop.eval_before = loop.evaluate()
                 tracker.log_metrics({"eval_accuracy": loop.eval_before}, step=0)
                 on_step(0, {"eval_accuracy": loop.eval_before})
             else:
+                restore_loop(loop, checkpoint)
+                trainer.resume_from = checkpoint  # read by the trainer's resume hooks
+                if loop.eval_pending:  # a stop skipped it; evaluation leaves training's RNG be
+                    tracker.log_metrics({"eval_accuracy": loop.evaluate()}, step=step)
+                    loop.eval_pending = False
                 on_step(step, {})
             trainer.train(
                 resume_from_checkpoint=str(checkpoint.folder) if checkpoint is not None else None
@@ -319,6 +321,29 @@ def _run(
     return summary
 
 
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """One process per run folder: a second `rvctl resume` of a running run is refused."""
+    import fcntl
+
+    with (run_dir / ".lock").open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunBusy(
+                f"RUN_DIR {run_dir}: another process is training this run; wait for it to "
+                "end or stop it first"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class RunBusy(RuntimeError):
+    exit_code = 2  # a usage error: nothing was touched
+
+
 def _tracker(
     config: RunConfig,
     method: str,
@@ -330,7 +355,13 @@ def _tracker(
     spool = run_dir / "mlflow-spool.jsonl"
     if checkpoint is not None:
         saved = checkpoint.state["mlflow"]
-        return MLflowTracker.attach(saved["tracking_uri"], saved["run_id"], spool=spool)
+        try:
+            return MLflowTracker.attach(saved["tracking_uri"], saved["run_id"], spool=spool)
+        except Exception as error:  # the store moved, or the run was deleted
+            raise ValueError(
+                f"MLflow run {saved['run_id']} in {saved['tracking_uri']} cannot be continued "
+                f"({type(error).__name__}: {str(error).splitlines()[0]}); restore that store"
+            ) from None
     return MLflowTracker(
         config.tracking.uri or default_tracking_uri(config.output),
         config.tracking.experiment,

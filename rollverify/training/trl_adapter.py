@@ -48,6 +48,7 @@ class BehaviorRatioGRPOTrainer(GRPOTrainer):
     def _load_rng_state(self, checkpoint: str | None) -> None:
         if checkpoint is not None:
             restore_rng(self.resume_from)
+            self.resume_from.tensors.clear()  # the last reader: free the checkpoint's memory
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)

@@ -1,0 +1,81 @@
+"""What checkpointing costs per step, measured side by side on the embedded default.
+
+    .venv/bin/python benchmarks/checkpoint_bench.py [--steps 12] [--repeats 2]
+
+Runs the default config (hf engine) with a checkpoint after every step and with none (but the
+last), interleaved run by run, and reports from each run's cost ledger: seconds per checkpoint
+(capture + safetensors/JSON writes + fsync + manifest checksums), the checkpoint's size, mean
+step seconds without checkpoints, and the overhead ratio checkpoint seconds / step seconds
+(what checkpoint_every=1 adds; checkpoint_every=N adds 1/N of it). Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from rollverify.config import load_config  # noqa: E402
+from rollverify.training.run import train  # noqa: E402
+
+
+def one_run(folder: str, steps: int, every: int) -> dict:
+    config = load_config(
+        overrides={
+            "rollout.engine": "hf",
+            "train.steps": steps,
+            "train.eval_every": 0,
+            "train.checkpoint_every": every,
+            "train.threads": 2,
+            "output": folder,
+        }
+    )
+    summary = train(config)
+    ledger = json.loads((Path(summary.run_dir) / "ledger.json").read_text())
+    checkpoints = sorted((Path(summary.run_dir) / "checkpoints").glob("step-*"))
+    seconds = ledger["device_seconds"]
+    return {
+        "checkpoints": steps // every if every else 1,
+        "checkpoint_bytes": sum(f.stat().st_size for f in checkpoints[-1].iterdir()),
+        # the ledger is written before the step's checkpoint: the last one is not in it
+        "checkpoint_seconds": seconds["checkpoint"],
+        "step_seconds": sum(v for k, v in seconds.items() if k not in ("checkpoint", "idle"))
+        / steps,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    every, never = [], []
+    with tempfile.TemporaryDirectory() as folder:
+        for repeat in range(args.repeats):  # interleaved: both see the same machine state
+            every.append(one_run(f"{folder}/every-{repeat}", args.steps, 1))
+            never.append(one_run(f"{folder}/never-{repeat}", args.steps, 0))
+    per_checkpoint = [r["checkpoint_seconds"] / (args.steps - 1) for r in every]
+    step_never = [r["step_seconds"] for r in never]
+    step_every = [r["step_seconds"] for r in every]
+    result = {
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "checkpoint_seconds_median": statistics.median(per_checkpoint),
+        "checkpoint_megabytes": every[0]["checkpoint_bytes"] / 1e6,
+        "step_seconds_without_checkpoints": statistics.median(step_never),
+        "step_seconds_with_checkpoint_every_step": statistics.median(step_every),
+        "overhead_every_step": statistics.median(per_checkpoint) / statistics.median(step_never),
+        "runs": {"every": every, "never": never},
+        "python": sys.version.split()[0],
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -40,11 +40,14 @@ def one_run(folder: str, steps: int, every: int) -> dict:
     ledger = json.loads((Path(summary.run_dir) / "ledger.json").read_text())
     checkpoints = sorted((Path(summary.run_dir) / "checkpoints").glob("step-*"))
     seconds = ledger["device_seconds"]
+    # ledger.json is written before its step's checkpoint: it counts the ones of steps
+    # 0 (training start) .. steps-1
+    counted = 1 + ((steps - 1) // every if every else 0)
     return {
-        "checkpoints": steps // every if every else 1,
+        "checkpoints_counted": counted,
         "checkpoint_bytes": sum(f.stat().st_size for f in checkpoints[-1].iterdir()),
-        # the ledger is written before the step's checkpoint: the last one is not in it
         "checkpoint_seconds": seconds["checkpoint"],
+        "seconds_per_checkpoint": seconds["checkpoint"] / counted,
         "step_seconds": sum(v for k, v in seconds.items() if k not in ("checkpoint", "idle"))
         / steps,
     }
@@ -60,7 +63,7 @@ def main() -> None:
         for repeat in range(args.repeats):  # interleaved: both see the same machine state
             every.append(one_run(f"{folder}/every-{repeat}", args.steps, 1))
             never.append(one_run(f"{folder}/never-{repeat}", args.steps, 0))
-    per_checkpoint = [r["checkpoint_seconds"] / (args.steps - 1) for r in every]
+    per_checkpoint = [r["seconds_per_checkpoint"] for r in every]
     step_never = [r["step_seconds"] for r in never]
     step_every = [r["step_seconds"] for r in every]
     result = {

@@ -87,7 +87,7 @@ def load_report(targets: Sequence[str] = (), tracking_uri: str | None = None) ->
     # MLflow takes ~3 s to import: a bad folder is reported before that.
     from mlflow.tracking import MlflowClient
 
-    from rollverify.tracking import default_tracking_uri
+    from rollverify.tracking import child_runs, default_tracking_uri
 
     uri = tracking_uri or next(
         (rec["tracking_uri"] for rec in folders.values()), default_tracking_uri("runs")
@@ -101,9 +101,7 @@ def load_report(targets: Sequence[str] = (), tracking_uri: str | None = None) ->
     parents = [r for r in resolved if r.data.tags.get("kind") in PARENT_KINDS]
     runs = {r.info.run_id: r for r in resolved if _is_training(r)}
     for parent in parents:
-        children = client.search_runs(
-            experiment_ids, f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"
-        )
+        children = child_runs(client, parent.info.run_id)
         runs.update((r.info.run_id, r) for r in children if _is_training(r))
     if not runs:
         names = ", ".join(r.info.run_id for r in resolved)

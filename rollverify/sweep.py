@@ -21,7 +21,7 @@ import yaml
 
 from rollverify.config import RunConfig
 from rollverify.methods import METHODS
-from rollverify.tracking import flatten
+from rollverify.tracking import child_runs, flatten
 
 SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
 
@@ -199,13 +199,7 @@ def finished_child(uri: str, parent_run_id: str, params: dict[str, Any]) -> dict
     not train it again, even when Tune's saved state predates its end."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(uri)
-    experiment = client.get_run(parent_run_id).info.experiment_id
-    runs = client.search_runs(
-        [experiment],
-        filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}' and status = 'FINISHED'",
-    )
-    for run in runs:
+    for run in child_runs(MlflowClient(uri), parent_run_id, finished_only=True):
         if all(run.data.params.get(k) == str(v) for k, v in params.items()):
             summary = Path(run.data.tags["run_dir"]) / "summary.json"
             if summary.exists():
@@ -225,13 +219,8 @@ class ChildWatcher(threading.Thread):
     def finished(self) -> int:
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient(self.uri)
-        parent = client.get_run(self.parent_run_id)
-        runs = client.search_runs(
-            [parent.info.experiment_id],
-            filter_string=f"tags.mlflow.parentRunId = '{self.parent_run_id}'",
-        )
-        return sum(r.info.status == "FINISHED" for r in runs)
+        runs = child_runs(MlflowClient(self.uri), self.parent_run_id, finished_only=True)
+        return len(runs)
 
     def run(self) -> None:
         while not self.stopping.wait(2.0):

@@ -132,6 +132,15 @@ class MLflowTracker:
             warnings.warn(f"MLflow run {self.run_id} not closed: {error}", stacklevel=2)
 
 
+def child_runs(client: MlflowClient, parent_run_id: str, finished_only: bool = False) -> list:
+    """The runs of a compare or a sweep: children of its MLflow parent run."""
+    experiment = client.get_run(parent_run_id).info.experiment_id
+    query = f"tags.mlflow.parentRunId = '{parent_run_id}'"
+    if finished_only:
+        query += " and status = 'FINISHED'"
+    return client.search_runs([experiment], filter_string=query)
+
+
 def _read_spool(spool: Path | None) -> list[list[Metric]]:
     if spool is None or not spool.exists():
         return []

@@ -259,14 +259,14 @@ def start_and_stop(command: list[str], tmp_path: Path, steps: int, stop: str) ->
 
 
 def test_rvctl_with_vllm_stops_cleanly_and_resumes_what_was_in_flight(tmp_path):
-    """`rvctl train --engine vllm`, stopped by SIGTERM (a scheduler's preemption) after 2
-    steps; then `rvctl resume`, stopped by Ctrl-C (SIGINT to the whole process group, as a
+    """`rvctl train --engine vllm`, stopped by SIGTERM (a scheduler's preemption) after a
+    step; then `rvctl resume`, stopped by Ctrl-C (SIGINT to the whole process group, as a
     terminal sends it). Each time: exit 130, no process or /dev/shm block of Ray or vLLM left,
     the MLflow run KILLED. The checkpoint written at the stop holds the trajectories that were
     in flight; the resumed run resumes every one of them, in the same MLflow run."""
     command = [*RVCTL, "train", "--engine", "vllm", "--steps", "200"]
     command += ["--config", str(tiny_config_file(tmp_path)), "--output", str(tmp_path)]
-    start_and_stop(command, tmp_path, steps=2, stop="sigterm")
+    start_and_stop(command, tmp_path, steps=1, stop="sigterm")
     (run_dir,) = tmp_path.glob("rollverify-s0-*")
     stopped = latest(run_dir / "checkpoints")
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")

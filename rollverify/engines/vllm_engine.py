@@ -141,7 +141,7 @@ class VLLMEngine:
     def _check_started(self, index: int, report: dict[str, Any]) -> None:
         if report["host"] == socket.gethostname():
             self._leftovers[index] = report["shared_memory"]
-        if not all(report["prepacking_disabled"]) and self._on_cpu():
+        if not all(report["prepacking_disabled"]) and not torch.cuda.is_available():
             self.shutdown()
             raise RuntimeError(
                 "vLLM CPU weight packing is on in a sidecar: weight sync would "
@@ -229,9 +229,6 @@ class VLLMEngine:
         for blocks in self._leftovers.values():  # what a sidecar killed mid-shutdown left behind
             unlink_shared_memory(blocks)
         self._leftovers = {}
-
-    def _on_cpu(self) -> bool:
-        return not torch.cuda.is_available()
 
     # -- the engine interface -----------------------------------------------------------------
 

@@ -177,3 +177,10 @@ def test_resume_refuses_a_config_that_breaks_the_run_and_changes_nothing(tmp_pat
     with pytest.raises(ValueError, match="not a run folder"):
         resume(tmp_path / "nowhere")
     assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == before
+
+
+def test_a_run_being_trained_cannot_be_resumed_by_a_second_process(reference):
+    from rollverify.training.run import RunBusy, run_lock
+
+    with run_lock(Path(reference.run_dir)), pytest.raises(RunBusy, match="another process"):
+        resume(reference.run_dir, {"train.steps": STEPS + 1})

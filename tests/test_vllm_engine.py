@@ -264,11 +264,13 @@ def test_rvctl_with_vllm_stops_cleanly_and_resumes_what_was_in_flight(tmp_path):
     terminal sends it). Each time: exit 130, no process or /dev/shm block of Ray or vLLM left,
     the MLflow run KILLED. The checkpoint written at the stop holds the trajectories that were
     in flight; the resumed run resumes every one of them, in the same MLflow run."""
-    command = [*RVCTL, "train", "--engine", "vllm", "--steps", "200"]
+    command = [*RVCTL, "train", "--engine", "vllm", "--steps", "200", "--checkpoint-every", "0"]
     command += ["--config", str(tiny_config_file(tmp_path)), "--output", str(tmp_path)]
     start_and_stop(command, tmp_path, steps=1, stop="sigterm")
     (run_dir,) = tmp_path.glob("rollverify-s0-*")
     stopped = latest(run_dir / "checkpoints")
+    saved = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert saved == ["step-000000", f"step-{stopped.step:06d}"], "the start's and the stop's"
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("rollverify").experiment_id])
     assert [r.info.status for r in runs] == ["KILLED"]

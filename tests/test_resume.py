@@ -184,3 +184,36 @@ def test_a_run_being_trained_cannot_be_resumed_by_a_second_process(reference):
 
     with run_lock(Path(reference.run_dir)), pytest.raises(RunBusy, match="another process"):
         resume(reference.run_dir, {"train.steps": STEPS + 1})
+
+
+def test_a_stop_while_a_step_trains_leaves_its_evaluation_to_the_resumed_run(tmp_path, monkeypatch):
+    """SIGTERM arrives while step 2 trains (the handler's request, set as the rollout ends):
+    the step finishes without touching the engine, the checkpoint records the evaluation it
+    owed, and the resumed run evaluates first, at step 2. Nothing is missing from MLflow."""
+    from rollverify.training.loop import TrainingLoop
+    from rollverify.training.stopping import RunInterrupted
+
+    rollout = TrainingLoop.rollout
+
+    def stop_requested_during_step_2(self, prompts, trainer):
+        batch = rollout(self, prompts, trainer)
+        self.stop.requested |= self.trainer.state.global_step == 1
+        return batch
+
+    monkeypatch.setattr(TrainingLoop, "rollout", stop_requested_during_step_2)
+    overrides = {"output": str(tmp_path), "train.steps": 4, "train.eval_every": 2}
+    with pytest.raises(RunInterrupted) as stopped:
+        train(load_config(config_file(tmp_path), overrides | {"train.checkpoint_every": 0}))
+    assert stopped.value.step == 2
+    monkeypatch.undo()
+    (run_dir,) = tmp_path.glob("rollverify-s0-*")
+    assert latest(run_dir / "checkpoints").state["loop"]["eval_pending"]
+    summary = resume(run_dir)
+    history = logged(summary.tracking_uri, summary.run_id)
+    assert {step: len(values) for step, values in history["eval_accuracy"].items()} == {
+        0: 1,
+        2: 1,
+        4: 1,
+    }
+    assert sorted(history["reward_mean"]) == [1, 2, 3, 4]
+    assert MlflowClient(summary.tracking_uri).get_run(summary.run_id).info.status == "FINISHED"

@@ -228,21 +228,38 @@ def steps_logged(tmp_path: Path) -> int:
 
 def start_and_stop(command: list[str], tmp_path: Path, steps: int, stop: str) -> str:
     """Start rvctl, let it train until `steps` steps are logged, stop it as `stop` says; check
-    exit 130 and that none of its processes or /dev/shm blocks survive. Returns its stderr."""
+    exit 130 and that none of its processes or /dev/shm blocks survive. Returns its stderr.
+    If anything fails first, the whole process group is killed (no run left training)."""
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
+    try:
+        return _stop_and_check(process, tmp_path, steps, stop)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+
+
+def _stop_and_check(process, tmp_path: Path, steps: int, stop: str) -> str:
     children: dict[int, object] = {}
+    names: set[str] = set()  # read while they run (a dead process has no name to read)
     deadline = time.monotonic() + 300
     mapped: set[str] = set()  # /dev/shm blocks of rvctl's processes (other workers have theirs)
+
+    def look() -> None:
+        found = descendants(process.pid)
+        children.update({p.pid: p for p in found})
+        names.update(_name(p) for p in found)
+
     while time.monotonic() < deadline and process.poll() is None and steps_logged(tmp_path) < steps:
-        children.update({p.pid: p for p in descendants(process.pid)})
+        look()
         mapped |= shared_memory_of(children.values())
         time.sleep(1)
     assert process.poll() is None, process.communicate()[1][-3000:]
     assert steps_logged(tmp_path) >= steps, "rvctl trains on the vLLM engine"
-    children.update({p.pid: p for p in descendants(process.pid)})
-    assert any("EngineCore" in _name(p) for p in children.values())
+    look()
+    assert any("EngineCore" in name for name in names), sorted(names)
     if stop == "sigterm":
         process.send_signal(signal.SIGTERM)
     else:

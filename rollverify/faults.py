@@ -1,10 +1,12 @@
-"""Fault injection for the kill-anywhere tests: SIGKILL this process at a named point.
+"""Faults: injected ones for the kill-anywhere tests, and one-line descriptions of real ones.
+
+`kill_point` SIGKILLs this process at a named point:
 
     ROLLVERIFY_KILL_AT=checkpoint-write:4   die while writing the step-4 checkpoint
 
 Points: rollout (in the middle of a step's rollout), train (after the optimizer step, before
-the weight sync), log (after the step's metrics reached MLflow), checkpoint-write (tensors
-written, manifest not yet). The step is the one being trained (rollout of step 3: `rollout:3`).
+the weight sync), checkpoint-write (the step's metrics logged, its checkpoint's tensors
+written, no manifest yet). The step is the one being trained (rollout of step 3: `rollout:3`).
 A real SIGKILL: no handler, no cleanup, exactly what a preempted or OOM-killed job sees.
 Unset (always, outside tests), `kill_point` costs one dictionary lookup.
 """
@@ -22,3 +24,9 @@ def kill_point(point: str, step: int) -> None:
     wanted = os.environ.get(ENVIRONMENT)
     if wanted and wanted == f"{point}:{step}":
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def describe(error: BaseException) -> str:
+    """`Type: first line of the message`, for one-line errors (a message may be empty)."""
+    lines = str(error).splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__

@@ -31,6 +31,7 @@ import torch
 
 from rollverify.engines.protocol import EngineStats
 from rollverify.engines.vllm_sidecar import EngineDead, unlink_shared_memory
+from rollverify.faults import describe
 from rollverify.trajectory import Trajectory
 
 
@@ -174,7 +175,7 @@ class VLLMEngine:
         """Sidecar `index` is dead: its in-flight trajectories wait for a new one, with the
         tokens they had when submitted (what it generated since is lost)."""
         self._dead.add(index)
-        self._death = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        self._death = describe(error)
         lost = [rid for rid, (_, actor) in self._inflight.items() if actor == index]
         self._load[index] = 0
         self._waiting += [self._inflight.pop(rid)[0] for rid in lost]
@@ -206,7 +207,7 @@ class VLLMEngine:
                     ray.kill(actor)
                 raise SidecarFailed(
                     f"vLLM sidecar {index} died ({self._death}) and could not be restarted: "
-                    f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                    f"{describe(error)}"
                 ) from None
             self._actors[index] = actor
             self._check_started(index, report)

@@ -104,7 +104,7 @@ class TrainingLoop:
         self.eval_before: float = math.nan  # accuracy of the base model, step 0
         self.first_metrics: dict[str, float] = {}  # each metric's first logged value
         self.eval_pending = False  # an evaluation a stop skipped: a resumed run does it first
-        self.last_checkpoint: tuple[int, Path] | None = None
+        self.checkpointed_step: int | None = None  # the step of the last checkpoint written
         self.last_rollout: RolloutResult | None = None  # the batch being trained, for inspection
 
     def attach(self, trainer: Any) -> None:
@@ -287,8 +287,7 @@ class TrainingLoop:
             ),
             switched=float(self.monitor.switched),
         )
-        every = self.config.train.eval_every
-        due = step == self.config.train.steps or bool(every and step % every == 0)
+        due = self.scheduled(step, self.config.train.eval_every)
         if due and not stopping:
             self.metrics.add(eval_accuracy=self.evaluate())
         self.eval_pending = due and stopping
@@ -363,14 +362,13 @@ class TrainingLoop:
             self.metrics.add(entropy_mean=trl_logs["entropy"])
         values = dict(self.metrics.values)
         self.tracker.log_metrics(values, step=step)
-        kill_point("log", step)  # tests: metrics logged, checkpoint not yet written
         self.first_metrics.update({k: v for k, v in values.items() if k not in self.first_metrics})
         self.on_step(step, values)
 
     # -- checkpoint ---------------------------------------------------------------------------
 
-    def checkpoint_due(self, step: int) -> bool:
-        every = self.config.train.checkpoint_every
+    def scheduled(self, step: int, every: int) -> bool:
+        """Evaluations and checkpoints: every `every` steps (0: never) and at the last."""
         return step == self.config.train.steps or bool(every and step % every == 0)
 
     def checkpoint(self) -> Path | None:
@@ -389,13 +387,13 @@ class TrainingLoop:
             return None
         finally:
             self.ledger.add_phase("checkpoint", time.perf_counter() - start)
-        self.last_checkpoint = (step, folder)
+        self.checkpointed_step = step
         return folder
 
     def stop_here(self) -> None:
         """Save where the run is (unless just saved) and stop it: RunInterrupted."""
         step = self.trainer.state.global_step
-        saved = self.last_checkpoint is not None and self.last_checkpoint[0] == step
+        saved = self.checkpointed_step == step
         if not saved:
             saved = self.checkpoint() is not None
         raise RunInterrupted(step, self.run_dir if saved else None)
@@ -422,7 +420,7 @@ class LoopCallback(TrainerCallback):
         if logs is not None and state.global_step != self.logged_step and "entropy" in logs:
             self.logged_step = state.global_step
             self.loop.log(state.global_step, logs)
-            if self.loop.checkpoint_due(state.global_step):
+            if self.loop.scheduled(state.global_step, self.loop.config.train.checkpoint_every):
                 self.loop.checkpoint()
             if self.loop.stop.requested:
                 self.loop.stop_here()

@@ -24,6 +24,7 @@ from rollverify.checkpoint import Checkpoint, latest
 from rollverify.config import ConfigError, RunConfig, load_config
 from rollverify.engines.hf_engine import HFEngine
 from rollverify.engines.protocol import RolloutEngine
+from rollverify.faults import describe
 from rollverify.methods import METHODS
 from rollverify.tasks.base import Task
 from rollverify.tasks.chain import ChainTask, ChainTaskConfig
@@ -244,7 +245,6 @@ def _run(
         torch.set_num_threads(config.train.threads)
     torch.manual_seed(config.train.seed)
     method = METHODS[config.train.method]
-    run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
     tokenizer = AutoTokenizer.from_pretrained(config.model_path())
     model = AutoModelForCausalLM.from_pretrained(
@@ -360,7 +360,7 @@ def _tracker(
         except Exception as error:  # the store moved, or the run was deleted
             raise ValueError(
                 f"MLflow run {saved['run_id']} in {saved['tracking_uri']} cannot be continued "
-                f"({type(error).__name__}: {str(error).splitlines()[0]}); restore that store"
+                f"({describe(error)}); restore that store"
             ) from None
     return MLflowTracker(
         config.tracking.uri or default_tracking_uri(config.output),

@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from rollverify.config import load_config
+from rollverify.training.run import train
+from tests.test_train import comparable, history, metric_history
+
 RVCTL = [sys.executable, "-m", "rvctl.app"]
 
 
@@ -68,6 +72,13 @@ def test_compare_runs_every_method_under_one_parent_and_reports_it(tmp_path):
     for run in runs.values():
         ledger = json.loads((Path(run.data.tags["run_dir"]) / "ledger.json").read_text())
         assert ledger["gpu_days"] == pytest.approx(last(uri, run.info.run_id, "cost_gpu_days"))
+    # The second child ran on the engine the first one used: it must be the run a standalone
+    # `rvctl train` of the same (method, seed) would have been.
+    alone = train(
+        load_config(tiny_config(tmp_path), {"train.method": "rollverify", "output": str(tmp_path)})
+    )
+    child = metric_history(uri, runs["rollverify"].info.run_id)
+    assert comparable(child) == comparable(history(alone))
 
 
 def test_compare_refuses_an_unknown_method_before_any_work(tmp_path):

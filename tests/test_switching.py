@@ -1,13 +1,18 @@
-"""Acceptance monitor: the spec's switching vectors, the window, state round-trip, errors."""
+"""Acceptance monitor: the spec's switching vectors, the window, state round-trip, errors; and
+a real run that switches."""
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rollverify.checkpoint import folder_for
 from rollverify.switching import AcceptanceMonitor
+from rollverify.training.run import resume, train
 from tests.reference import reference_switch_cycle
+from tests.test_train import history, tiny
 
 
 def _feed(monitor, rates, scale=1000):
@@ -88,3 +93,57 @@ def test_bad_counts_are_named():
         AcceptanceMonitor().update(11, 10)
     with pytest.raises(ValueError, match="kept_tokens=-1"):
         AcceptanceMonitor().update(-1, 10)
+
+
+# -- end to end: a run whose acceptance collapses ------------------------------------------------
+
+
+def _unfinished_in_cache(run_dir: Path, step: int) -> int:
+    state = json.loads((folder_for(run_dir / "checkpoints", step) / "state.json").read_text())
+    return sum(record["finish_reason"] is None for record in state["cache"])
+
+
+def test_a_collapsing_acceptance_rate_switches_the_run_to_on_policy_for_good(tmp_path):
+    """Window 2, a strict ds and a policy that moves fast: acceptance falls, the window fills,
+    the run switches. From then on nothing is paused, the cached trajectories are completed in
+    the next rollout, training becomes on-policy once the cache is drained, and a resumed run
+    stays switched (spec: "Acceptance rate and conditional switching")."""
+    steps = 6
+    config = tiny(
+        tmp_path,
+        "rollverify",
+        **{
+            "train.steps": steps,
+            "train.learning_rate": 0.05,
+            "verify.window": 2,
+            "verify.ds": 1e-3,
+            "train.checkpoint_every": 1,
+            "train.keep_checkpoints": steps + 1,
+        },
+    )
+    summary = train(config)
+    metrics = history(summary)
+    switch = summary.switch_step
+    assert switch is not None and switch < steps - 2, "the switch must leave steps to check"
+    cycles = [s for s in metrics["acceptance_rate"] if s <= switch]
+    assert len(cycles) >= config.verify.window, "the window filled before the switch"
+    assert metrics["acceptance_window_mean"][switch] < config.verify.switch_threshold
+    assert metrics["switched"] == {s: float(s >= switch) for s in range(1, steps + 1)}
+    assert sum(metrics["paused"][s] for s in range(1, switch + 1)) > 0, "partial before"
+    assert all(metrics["paused"][s] == 0 for s in range(switch + 1, steps + 1)), "never again"
+
+    run_dir = Path(summary.run_dir)
+    waiting = _unfinished_in_cache(run_dir, switch)
+    assert waiting > 0, "trajectories were cached when the run switched"
+    assert metrics["resumed"][switch + 1] == waiting, "completed in the next rollout"
+    assert all(_unfinished_in_cache(run_dir, s) == 0 for s in range(switch + 1, steps + 1))
+    drained = min(s for s in range(switch + 1, steps + 1) if metrics["cache_size"][s] == 0)
+    assert drained < steps
+    assert all(metrics["staleness_mean"][s] == 0 for s in range(drained + 1, steps + 1))
+    assert all(metrics["ops_mean"][s] < 1e-4 for s in range(drained + 1, steps + 1))
+
+    resumed = resume(run_dir, {"train.steps": steps + 2})
+    assert (resumed.run_id, resumed.switch_step) == (summary.run_id, switch)
+    after = history(resumed)
+    for step in (steps + 1, steps + 2):
+        assert after["switched"][step] == 1.0 and after["paused"][step] == 0

@@ -5,11 +5,13 @@ import re
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollverify.config import load_config
+from rollverify.engines.protocol import SyncCheckError
 from rollverify.methods import METHODS
 from rollverify.tasks.chain import ChainProblem, chain_reward
-from rollverify.training.run import train
+from rollverify.training.run import make_engine, train
 
 TIMINGS = {"rollout_seconds", "train_seconds", "sync_seconds", "verify_seconds", "device_seconds"}
 PROMPT = re.compile(r"Q:(\d)\+(\d)x(\d+)=")
@@ -35,12 +37,16 @@ def tiny(tmp_path, method, **overrides):
 
 
 def history(summary) -> dict[str, dict[int, float]]:
-    client = MlflowClient(summary.tracking_uri)
-    run = client.get_run(summary.run_id)
-    assert run.info.status == "FINISHED"
+    """Every metric of a finished run: name -> {step: value}."""
+    assert MlflowClient(summary.tracking_uri).get_run(summary.run_id).info.status == "FINISHED"
+    return metric_history(summary.tracking_uri, summary.run_id)
+
+
+def metric_history(tracking_uri: str, run_id: str) -> dict[str, dict[int, float]]:
+    client = MlflowClient(tracking_uri)
     return {
-        name: {m.step: m.value for m in client.get_metric_history(summary.run_id, name)}
-        for name in run.data.metrics
+        name: {m.step: m.value for m in client.get_metric_history(run_id, name)}
+        for name in client.get_run(run_id).data.metrics
     }
 
 
@@ -128,7 +134,7 @@ def test_rollverify_keeps_everything_when_the_policy_did_not_move(tmp_path):
     assert all(metrics["ops_cache_before"][s] < 1e-3 for s in verified)
 
 
-def _comparable(metrics: dict) -> dict:
+def comparable(metrics: dict) -> dict:
     # timings, and the cost ledger's seconds (its token counts stay)
     return {
         name: values
@@ -143,7 +149,7 @@ def _comparable(metrics: dict) -> dict:
 def test_seeded_runs_are_reproducible(tmp_path, method):
     first = history(train(tiny(tmp_path / "a", method)))
     second = history(train(tiny(tmp_path / "b", method)))
-    assert _comparable(first) == _comparable(second)
+    assert comparable(first) == comparable(second)
 
 
 def test_partial_that_never_pauses_equals_grpo(tmp_path):
@@ -151,7 +157,7 @@ def test_partial_that_never_pauses_equals_grpo(tmp_path):
     partial = history(
         train(tiny(tmp_path / "partial", "partial", **{"rollout.max_inflight_groups": 2}))
     )
-    assert _comparable(grpo) == _comparable(partial)
+    assert comparable(grpo) == comparable(partial)
     assert torch.tensor(list(partial["paused"].values())).eq(0).all()
 
 
@@ -173,3 +179,19 @@ def test_filters_drop_stale_and_off_policy_samples(tmp_path):
     )
     assert sum(off["samples_dropped"].values()) > 0
     assert sum(off["tokens_discarded"].values()) > 0
+
+
+def test_a_failed_weight_sync_check_stops_the_run(tmp_path):
+    """An engine that samples from other weights than the trainer's (here: its copy of the model
+    in bfloat16, the trainer in float32) fails the probe check after the first update, and the
+    run stops there with the numbers, its MLflow run FAILED."""
+    config = tiny(tmp_path, "grpo")
+    tokenizer = AutoTokenizer.from_pretrained(config.model_path())
+    lossy = AutoModelForCausalLM.from_pretrained(config.model_path(), dtype=torch.bfloat16)
+    engine = make_engine(config, lossy, tokenizer)
+    with pytest.raises(SyncCheckError, match=r"after step 1: .* differ by .* > vllm.sync_check"):
+        train(config, engine=engine)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("rollverify").experiment_id])
+    assert run.info.status == "FAILED"
+    assert SyncCheckError.exit_code == 1

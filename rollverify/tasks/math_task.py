@@ -33,10 +33,14 @@ class MathTask:
     def _ids(self, problem: MathProblem) -> torch.Tensor:
         content = f"{problem.problem}\n\n{INSTRUCTION}"
         if getattr(self.tokenizer, "chat_template", None):
+            # return_dict=True on every transformers version: 5.x returns a BatchEncoding (not
+            # a dict) by default, which a dict check missed and torch.tensor cannot read.
             ids = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=True
-            )
-            ids = ids["input_ids"] if isinstance(ids, dict) else ids
+                [{"role": "user", "content": content}],
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
+            )["input_ids"]
         else:
             ids = self.tokenizer(content)["input_ids"]
         return torch.tensor(ids, dtype=torch.long)

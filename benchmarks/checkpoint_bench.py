@@ -6,7 +6,9 @@ Runs the default config (hf engine) with a checkpoint after every step and with 
 last), interleaved run by run, and reports from each run's cost ledger: seconds per checkpoint
 (capture + safetensors/JSON writes + fsync + manifest checksums), the checkpoint's size, mean
 step seconds without checkpoints, and the overhead ratio checkpoint seconds / step seconds
-(what checkpoint_every=1 adds; checkpoint_every=N adds 1/N of it). Prints one JSON object.
+(what checkpoint_every=1 adds; checkpoint_every=N adds 1/N of it). A step's seconds are its
+rollout, training, weight sync and cache verification: the two evaluations every run makes
+(at the start and the end) are not part of a step. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -15,18 +17,21 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+from provenance import provenance  # noqa: E402
+
 from rollverify.config import load_config  # noqa: E402
 from rollverify.training.run import train  # noqa: E402
 
+NOT_A_STEP = ("checkpoint", "idle", "eval")  # ledger phases outside a step's own work
 
-def one_run(folder: str, steps: int, every: int) -> dict:
-    config = load_config(
+
+def bench_config(folder: str, steps: int, every: int):
+    return load_config(
         overrides={
             "rollout.engine": "hf",
             "train.steps": steps,
@@ -36,6 +41,10 @@ def one_run(folder: str, steps: int, every: int) -> dict:
             "output": folder,
         }
     )
+
+
+def one_run(folder: str, steps: int, every: int) -> dict:
+    config = bench_config(folder, steps, every)
     summary = train(config)
     ledger = json.loads((Path(summary.run_dir) / "ledger.json").read_text())
     checkpoints = sorted((Path(summary.run_dir) / "checkpoints").glob("step-*"))
@@ -48,8 +57,8 @@ def one_run(folder: str, steps: int, every: int) -> dict:
         "checkpoint_bytes": sum(f.stat().st_size for f in checkpoints[-1].iterdir()),
         "checkpoint_seconds": seconds["checkpoint"],
         "seconds_per_checkpoint": seconds["checkpoint"] / counted,
-        "step_seconds": sum(v for k, v in seconds.items() if k not in ("checkpoint", "idle"))
-        / steps,
+        "step_seconds": sum(v for k, v in seconds.items() if k not in NOT_A_STEP) / steps,
+        "eval_seconds": seconds["eval"],
     }
 
 
@@ -75,7 +84,7 @@ def main() -> None:
         "step_seconds_with_checkpoint_every_step": statistics.median(step_every),
         "overhead_every_step": statistics.median(per_checkpoint) / statistics.median(step_never),
         "runs": {"every": every, "never": never},
-        "python": sys.version.split()[0],
+        "provenance": provenance(bench_config("<tmp>", args.steps, 1).to_dict()),
     }
     print(json.dumps(result, indent=2))
 

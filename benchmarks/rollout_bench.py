@@ -27,6 +27,8 @@ import torch
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+from provenance import provenance  # noqa: E402
+
 from rollverify.config import load_config  # noqa: E402
 from rollverify.rollout import RolloutState, collect  # noqa: E402
 
@@ -217,6 +219,7 @@ def main() -> None:
         )
         / median("synchronous", "trained_tokens_per_second"),
         "goal": {"throughput_ratio": 2.0, "partial_slot_utilization": 0.9},
+        "provenance": provenance(config.to_dict()),
     }
     if not args.skip_step_time:
         with tempfile.TemporaryDirectory() as output:

@@ -104,13 +104,11 @@ class Trajectory:
 class PaddedTrajectories:
     """A batch of trajectories right-padded to the longest: what OPS and verify read.
 
-    token_ids:         long    [B, T] (pad 0)
     behavior_logprobs: float32 [B, T] (pad 0)
     versions:          long    [B, T] (pad -1)
     mask:              bool    [B, T] True on generated tokens
     """
 
-    token_ids: torch.Tensor
     behavior_logprobs: torch.Tensor
     versions: torch.Tensor
     mask: torch.Tensor
@@ -122,14 +120,10 @@ class PaddedTrajectories:
             return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=value)
 
         if not trajectories:
-            return cls(
-                *(_empty(d).reshape(0, 0) for d in (torch.long, torch.float32, torch.long)),
-                mask=_empty(torch.bool).reshape(0, 0),
-            )
+            return cls(*(_empty(d).reshape(0, 0) for d in (torch.float32, torch.long, torch.bool)))
         lengths = torch.tensor([len(t) for t in trajectories])
         width = int(lengths.max())
         return cls(
-            token_ids=pad("token_ids", 0),
             behavior_logprobs=pad("behavior_logprobs", 0.0),
             versions=pad("versions", -1),
             mask=torch.arange(width) < lengths[:, None],

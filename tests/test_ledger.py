@@ -1,5 +1,7 @@
 """The cost ledger: phases add up to wall time x devices held; tokens are counted by kind."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -59,3 +61,37 @@ def test_regenerated_tokens_are_the_ones_below_the_high_water_mark():
     assert trajectory.extend([5, 6], [0.0] * 2, version=1) == 2  # positions 1, 2 again
     assert trajectory.extend([7, 8, 9], [0.0] * 3, version=1) == 1  # position 3 again, 4 new
     assert trajectory.high_water == 6
+
+
+def test_phases_and_tokens_accumulate_over_calls():
+    ledger = CostLedger(DeviceLayout(trainer=2, engines=1))
+    for _ in range(3):
+        ledger.add_phase("train", 1.5)
+        ledger.add_phase("checkpoint", 0.5)  # every device waits for the write
+        ledger.add_tokens(generated=10, kept=6, discarded=4)
+    ledger.add_tokens(regenerated=2)
+    assert ledger.device_seconds["train"] == pytest.approx(9.0)
+    assert ledger.device_seconds["checkpoint"] == pytest.approx(4.5)
+    assert ledger.device_seconds["idle"] == pytest.approx(4.5)  # the engine during training
+    assert ledger.wall_seconds == pytest.approx(6.0)
+    assert ledger.tokens == {"generated": 30, "kept": 18, "discarded": 12, "regenerated": 2}
+
+
+def test_metrics_and_the_stored_ledger_use_the_documented_names():
+    ledger = CostLedger(DeviceLayout(trainer=1, engines=1))
+    ledger.add_phase("rollout", 43_200.0)  # half a day on the engine, the trainer idle
+    ledger.add_tokens(generated=5)
+    metrics = ledger.metrics()
+    assert metrics["cost_device_seconds"] == 86_400.0
+    assert metrics["cost_gpu_days"] == 1.0
+    assert metrics["cost_wall_seconds"] == 43_200.0
+    assert metrics["tokens_generated_total"] == 5.0
+    assert ledger.to_dict()["gpu_days"] == 1.0
+    documented = (Path(__file__).parents[1] / "docs" / "metrics.md").read_text()
+    assert all(f"`{name}`" in documented for name in metrics), "docs/metrics.md lists them"
+
+
+def test_a_stored_ledger_without_a_newer_phase_reads_it_as_zero():
+    stored = CostLedger(DeviceLayout(1, 0)).to_dict()
+    del stored["device_seconds"]["checkpoint"]  # written before that phase existed
+    assert CostLedger.from_dict(stored).device_seconds["checkpoint"] == 0.0

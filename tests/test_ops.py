@@ -90,3 +90,14 @@ def test_shape_mismatch_names_both_arguments():
         sequence_ops(_row([0.0, 0.0]), torch.ones(1, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="bool"):
         sequence_ops(_row([0.0, 0.0]), torch.ones(1, 2))
+
+
+def test_sequence_ops_average_each_row_over_its_own_length():
+    ops = torch.tensor([[0.25, 0.75, 9.0], [0.5, 9.0, 9.0], [0.1, 0.2, 0.3]])
+    mask = torch.tensor([[True, True, False], [True, False, False], [True, True, True]])
+    assert sequence_ops(ops, mask).tolist() == pytest.approx([0.5, 0.5, 0.2])
+
+
+def test_unknown_metric_lists_the_known_ones():
+    with pytest.raises(ValueError, match="use one of abs_ratio, abs_log_ratio, k3$"):
+        token_ops(_row([0.0]), _row([0.0]), "kl")

@@ -74,9 +74,29 @@ def test_state_round_trips_through_json_mid_run():
     assert restored.switch_step == straight.switch_step == 4
 
 
+def test_defaults_are_the_spec_defaults_and_a_fresh_monitor_has_not_switched():
+    monitor = AcceptanceMonitor()
+    assert (monitor.window, monitor.threshold) == (8, 0.5)
+    assert monitor.switch_cycle is None and monitor.switch_step is None
+    assert monitor.state_dict()["switch_step"] is None
+
+
+def test_a_switched_monitor_round_trips_with_its_own_settings():
+    monitor = AcceptanceMonitor(window=2, threshold=0.7)
+    _feed(monitor, [0.9, 0.4, 0.3])
+    assert monitor.switched
+    restored = AcceptanceMonitor()
+    restored.load_state_dict(json.loads(json.dumps(monitor.state_dict())))
+    assert (restored.window, restored.threshold) == (2, 0.7)
+    assert (restored.switch_cycle, restored.switch_step) == (1, 1)
+    assert restored.state_dict() == monitor.state_dict()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
+        ({"threshold": "0.5"}, r"threshold='0.5' must be in \(0, 1\]"),
+        ({"threshold": True}, r"threshold=True must be in \(0, 1\]"),
         ({"window": 0}, "window=0 must be an integer >= 1"),
         ({"window": 2.5}, "window=2.5"),
         ({"threshold": 0}, r"threshold=0 must be in \(0, 1\]"),
@@ -89,7 +109,9 @@ def test_bad_settings_are_named(kwargs, message):
 
 
 def test_bad_counts_are_named():
-    with pytest.raises(ValueError, match="kept_tokens=11, total_tokens=10"):
+    with pytest.raises(
+        ValueError, match="kept_tokens=11, total_tokens=10: need 0 <= kept_tokens <= total_tokens"
+    ):
         AcceptanceMonitor().update(11, 10)
     with pytest.raises(ValueError, match="kept_tokens=-1"):
         AcceptanceMonitor().update(-1, 10)

@@ -1,17 +1,21 @@
 """End-to-end training on the shipped tiny model: every method, real TRL, real MLflow store."""
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rollverify.checkpoint import folder_for
+from rollverify.checkpoint import load as load_checkpoint
 from rollverify.config import load_config
 from rollverify.engines.protocol import SyncCheckError
 from rollverify.methods import METHODS
 from rollverify.tasks.chain import ChainProblem, chain_reward
 from rollverify.training.run import make_engine, train
+from rollverify.trajectory import TrajectoryCache
 
 TIMINGS = {"rollout_seconds", "train_seconds", "sync_seconds", "verify_seconds", "device_seconds"}
 PROMPT = re.compile(r"Q:(\d)\+(\d)x(\d+)=")
@@ -117,12 +121,26 @@ def test_rewards_are_scored_from_the_real_generations(tmp_path):
 
 
 def test_rollverify_truncates_when_the_policy_moved(tmp_path):
-    summary = train(tiny(tmp_path, "rollverify-seq-token", **{"train.learning_rate": 0.05}))
+    """The cache holds the verified prefixes after each cycle (checkpointed right after it),
+    and generation regenerates the dropped suffixes."""
+    settings = {
+        "train.learning_rate": 0.05,
+        "train.checkpoint_every": 1,
+        "train.keep_checkpoints": 4,
+    }
+    summary = train(tiny(tmp_path, "rollverify-seq-token", **settings))
     metrics = history(summary)
     verified = [s for s, tokens in metrics["cache_tokens_verified"].items() if tokens > 0]
     assert verified
     assert min(metrics["acceptance_rate"][s] for s in verified) < 1.0
     assert sum(metrics["tokens_discarded"].values()) > 0
+    for step in verified:
+        saved = load_checkpoint(folder_for(Path(summary.run_dir) / "checkpoints", step))
+        cache = TrajectoryCache.from_tensors(saved.tensors["cache"], saved.state["cache"])
+        cached = sum(len(t) for t in cache if not t.finished)
+        kept = metrics["acceptance_rate"][step] * metrics["cache_tokens_verified"][step]
+        assert cached == round(kept), f"step {step}: the cache must hold what verification kept"
+    assert metrics["tokens_regenerated_total"][3] > 0
 
 
 def test_rollverify_keeps_everything_when_the_policy_did_not_move(tmp_path):

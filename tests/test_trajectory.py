@@ -113,3 +113,104 @@ def test_saving_over_an_old_cache_replaces_it_whole(tmp_path):
     TrajectoryCache([_trajectory(1, 0, [([1] * 50, [-1.0] * 50, 0)])]).save(path)
     TrajectoryCache([_trajectory(2, 0, [([2], [-math.pi], 1)])]).save(path)
     assert [t.key for t in TrajectoryCache.load(path)] == [(2, 0)]
+
+
+def _same(a: Trajectory, b: Trajectory) -> bool:
+    fields = ("prompt_ids", "token_ids", "behavior_logprobs", "versions")
+    return (
+        a.key == b.key
+        and a.finish_reason == b.finish_reason
+        and a.high_water == b.high_water
+        and all(
+            getattr(a, f).dtype == getattr(b, f).dtype and torch.equal(getattr(a, f), getattr(b, f))
+            for f in fields
+        )
+    )
+
+
+def _truncated_cache() -> TrajectoryCache:
+    """Trajectories whose high-water mark is above their length (truncated by verification)."""
+    cut = _trajectory(4, 0, [([1, 2, 3, 4], [-0.5] * 4, 2)])
+    cut.truncate(1)
+    return TrajectoryCache(
+        [cut, _trajectory(4, 1, [([7], [-3.0], 3)], finish_reason="stop"), _trajectory(5, 0, [])]
+    )
+
+
+def test_the_checkpoint_form_round_trips_exactly_high_water_marks_included():
+    cache = _truncated_cache()
+    tensors, records = cache.to_tensors()
+    assert json.loads(json.dumps(records)) == records  # plain JSON
+    assert {name: t.dtype for name, t in tensors.items()} == {
+        "prompt_ids": torch.long,
+        "prompt_lengths": torch.long,
+        "token_ids": torch.long,
+        "behavior_logprobs": torch.float32,
+        "versions": torch.long,
+        "token_lengths": torch.long,
+    }
+    restored = TrajectoryCache.from_tensors(tensors, records)
+    assert all(_same(a, b) for a, b in zip(cache, restored, strict=True))
+    assert next(iter(restored)).high_water == 4
+    empty_tensors, empty_records = TrajectoryCache().to_tensors()
+    assert len(TrajectoryCache.from_tensors(empty_tensors, empty_records)) == 0
+
+
+def test_the_file_form_keeps_high_water_marks(tmp_path):
+    cache = _truncated_cache()
+    cache.save(tmp_path / "cache.safetensors")
+    loaded = TrajectoryCache.load(tmp_path / "cache.safetensors")
+    assert all(_same(a, b) for a, b in zip(cache, loaded, strict=True))
+
+
+def test_an_inconsistent_checkpoint_cache_is_refused():
+    tensors, records = _truncated_cache().to_tensors()
+    with pytest.raises(ValueError, match="checkpoint: trajectory cache is inconsistent"):
+        TrajectoryCache.from_tensors(tensors, records[:-1])  # a record missing
+    tensors["token_lengths"] = tensors["token_lengths"] + 1  # lengths that do not add up
+    with pytest.raises(ValueError, match="checkpoint: trajectory cache is inconsistent"):
+        TrajectoryCache.from_tensors(tensors, records)
+
+
+def test_a_file_of_another_format_is_named(tmp_path):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "other.safetensors"
+    save_file({"x": torch.zeros(1)}, str(path), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"other.safetensors: format 'pt', expected 'rollverify"):
+        TrajectoryCache.load(path)
+
+
+def test_truncate_keeps_any_prefix_from_empty_to_whole():
+    whole = _trajectory(0, 0, [([1, 2, 3], [-1.0] * 3, 0)], finish_reason="stop")
+    assert whole.truncate(3) == 0 and whole.finished, "keeping everything changes nothing"
+    assert whole.truncate(0) == 3 and len(whole) == 0 and not whole.finished
+    with pytest.raises(ValueError, match=r"kept=-1 must be in \[0, 0\]"):
+        whole.truncate(-1)
+
+
+def test_extend_stores_ids_as_long_and_logprobs_as_float32_whatever_it_is_given():
+    t = Trajectory(torch.tensor([1]), 0, 0)
+    t.extend(
+        torch.tensor([3, 4], dtype=torch.int32), torch.tensor([-1.0, -2.0], dtype=torch.float64), 1
+    )
+    assert (t.token_ids.dtype, t.behavior_logprobs.dtype, t.versions.dtype) == (
+        torch.long,
+        torch.float32,
+        torch.long,
+    )
+
+
+def test_an_empty_batch_has_the_documented_shapes_and_dtypes():
+    empty = PaddedTrajectories.of([])
+    fields = (empty.behavior_logprobs, empty.versions, empty.mask)
+    assert [x.shape for x in fields] == [(0, 0)] * 3
+    assert [x.dtype for x in fields] == [torch.float32, torch.long, torch.bool]
+
+
+def test_a_checkpoint_without_high_water_marks_reads_them_as_the_lengths():
+    tensors, records = _truncated_cache().to_tensors()
+    for record in records:  # written before high-water marks were kept
+        del record["high_water"]
+    restored = TrajectoryCache.from_tensors(tensors, records)
+    assert [t.high_water for t in restored] == [1, 1, 0]

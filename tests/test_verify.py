@@ -179,3 +179,50 @@ def test_bad_shapes_and_masks_are_named():
         verify(ops, versions, torch.tensor([[False, True]]))
     with pytest.raises(ValueError, match="integer"):
         verify(ops, versions.double(), mask)
+
+
+def test_the_default_thresholds_are_the_spec_defaults():
+    # ds = 0.01 and dt = 2.0 (spec): a segment of mean 0.0105 fails, 0.0095 passes; in a
+    # segment whose mean passes (~0.0066), a token of 2.0 fails the token stage, 1.99 passes.
+    rows = [[0.0095] * 3 + [0.0105] * 2, [0.0] * 250 + [1.99] + [0.0] * 50]
+    rows.append([0.0] * 250 + [2.0] + [0.0] * 50)
+    ops, versions, mask = _batch(rows, [[1, 1, 1, 2, 2], [3] * 301, [3] * 301])
+    assert verify(ops, versions, mask).tolist() == [3, 301, 250]
+    assert verify(ops, versions, mask).tolist() == verify(ops, versions, mask, 0.01, 2.0).tolist()
+
+
+def test_rows_with_no_positions_keep_nothing_and_come_back_as_long():
+    ops = torch.zeros(3, 0)
+    kept = verify(ops, ops.long(), ops.bool())
+    assert kept.tolist() == [0, 0, 0] and kept.dtype == torch.long
+    assert verify(torch.zeros(0, 0), torch.zeros(0, 0).long(), torch.zeros(0, 0).bool()).dtype == (
+        torch.long
+    )
+
+
+def test_a_mask_with_a_hole_is_not_right_padded():
+    ops, versions, _ = _batch([[0.0, 0.0, 0.0]], [[1, 1, 1]])
+    for holed in ([True, False, True], [False, False, True]):
+        message = "^mask must be right-padded: True on a prefix of each row, then False$"
+        with pytest.raises(ValueError, match=message):
+            verify(ops, versions, torch.tensor([holed]))
+
+
+def test_ops_of_another_shape_are_named():
+    ops, versions, mask = _batch([[0.0, 0.0]], [[1, 1]])
+    with pytest.raises(
+        ValueError, match=r"^shapes must agree: ops \(1, 1\), versions \(1, 2\), mask \(1, 2\)$"
+    ):
+        verify(ops[:, :1], versions, mask)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_ops_are_judged_as_in_float32(dtype):
+    """A 300-token segment of OPS 0.0099 (mean just under ds): summed in half precision it
+    would come out far off; verify sums it in float32."""
+    values = [0.0099] * 300 + [0.5]
+    ops, versions, mask = _batch([values], [[1] * 300 + [2]])
+    half = ops.to(dtype)
+    expected = verify(half.float(), versions, mask, ds=0.01, dt=INF)
+    assert expected.tolist() == [300]
+    assert verify(half, versions, mask, ds=0.01, dt=INF).tolist() == expected.tolist()

@@ -1,0 +1,373 @@
+"""Named mutants: each breaks one mechanism of the paper (or a failure path the README promises),
+and the tests named with it must then fail.
+
+    .venv/bin/python tests/mutants.py                  # every mutant, one after another
+    .venv/bin/python tests/mutants.py switch-ignored   # some, by name
+    .venv/bin/python tests/mutants.py --list
+    .venv/bin/python tests/mutants.py --format json --out benchmarks/results/mutants.json
+
+A mutant replaces one exact piece of source text in a copy of the checkout (tracked and
+untracked files; the checkout itself is never touched), then runs its tests there, with
+PYTHONPATH pointing at the copy so that subprocesses, Ray workers and vLLM's plugin load the
+mutated code too. "killed": the tests failed. "survived": they passed, so they do not guard the
+mechanism. "error": the mutation no longer applies (its text changed: update the mutant) or
+the tests did not run; "timeout": they hung. Exit code 0 only if every mutant was killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    breaks: str  # the mechanism, in words
+    path: str  # file, relative to the repository
+    original: str  # exact text, found exactly once
+    mutated: str
+    tests: tuple[str, ...]  # pytest node ids that must fail
+
+
+MUTANTS = [
+    Mutant(
+        "ratio-denominator",
+        "the loss's ratio uses the behavior log-probs (pi/mu), not the current ones (ratio 1)",
+        "rollverify/training/trl_adapter.py",
+        'output["old_per_token_logps"] = output["sampling_per_token_logps"]',
+        "pass",
+        ("tests/test_loss_inputs.py::test_the_ratio_is_pi_over_the_behavior_policy_of_each_token",),
+    ),
+    Mutant(
+        "switch-ignored",
+        "after the switch the run stops pausing (on-policy for good)",
+        "rollverify/training/loop.py",
+        "return self.method.partial and not self.monitor.switched",
+        "return self.method.partial",
+        (
+            "tests/test_switching.py::"
+            "test_a_collapsing_acceptance_rate_switches_the_run_to_on_policy_for_good",
+        ),
+    ),
+    Mutant(
+        "switch-not-restored",
+        "a resumed run keeps the acceptance monitor and its switch",
+        "rollverify/training/checkpointing.py",
+        'loop.monitor.load_state_dict(state["monitor"])',
+        "pass",
+        (
+            "tests/test_switching.py::"
+            "test_a_collapsing_acceptance_rate_switches_the_run_to_on_policy_for_good",
+        ),
+    ),
+    Mutant(
+        "trl-overrides-dropped",
+        "gspo, sapo and vespo train with their own TRL loss",
+        "rollverify/training/trl_adapter.py",
+        "settings.update(method.trl_overrides)",
+        "pass",
+        (
+            "tests/test_loss_inputs.py::test_the_loss_level_methods_set_their_trl_loss",
+            "tests/test_loss_inputs.py::test_the_loss_level_methods_train_differently_from_partial",
+        ),
+    ),
+    Mutant(
+        "filter-env-mask",
+        "a dropped sample's tokens are out of the loss (env_mask)",
+        "rollverify/training/loop.py",
+        "if self.method.sample_filter is not None:  # dropped samples: no tokens in the loss",
+        "if False:",
+        (
+            "tests/test_loss_inputs.py::"
+            "test_a_dropped_sample_gets_no_gradient_and_leaves_the_group_baseline",
+        ),
+    ),
+    Mutant(
+        "filter-none-rewards",
+        "a dropped sample is out of its group's reward baseline (reward None)",
+        "rollverify/training/loop.py",
+        "return [r if k else None for r, k in zip(rewards, keep, strict=True)]",
+        "return rewards",
+        (
+            "tests/test_loss_inputs.py::"
+            "test_a_dropped_sample_gets_no_gradient_and_leaves_the_group_baseline",
+        ),
+    ),
+    Mutant(
+        "filter-staleness-inverted",
+        "the staleness filter drops the stale samples, not the fresh ones",
+        "rollverify/filters.py",
+        "return staleness(versions, mask, current_version) <= bound",
+        "return staleness(versions, mask, current_version) > bound",
+        ("tests/test_train.py::test_filters_drop_stale_and_off_policy_samples",),
+    ),
+    Mutant(
+        "verify-skipped",
+        "rollverify truncates the off-policy suffix of the cache",
+        "rollverify/training/loop.py",
+        "                trajectory.truncate(k)",
+        "                pass",
+        ("tests/test_train.py::test_rollverify_truncates_when_the_policy_moved",),
+    ),
+    Mutant(
+        "sync-check-ignored",
+        "a failed weight-sync check stops the run",
+        "rollverify/training/loop.py",
+        "if not gap <= self.config.vllm.sync_check_tolerance:",
+        "if False:",
+        ("tests/test_train.py::test_a_failed_weight_sync_check_stops_the_run",),
+    ),
+    Mutant(
+        "second-signal-ignored",
+        "a second SIGINT/SIGTERM stops at once",
+        "rollverify/training/stopping.py",
+        "raise KeyboardInterrupt  # asked twice: stop now",
+        "return",
+        ("tests/test_stopping.py",),
+    ),
+    Mutant(
+        "shared-engine-not-reseeded",
+        "compare's runs on a shared engine are the runs `rvctl train` would make",
+        "rollverify/training/run.py",
+        "with engine.seeded(config.train.seed):  # as if started for this run",
+        "if True:",
+        (
+            "tests/test_orchestration.py::test_compare_runs_every_method_under_one_parent_and_reports_it",
+        ),
+    ),
+    Mutant(
+        "math-chat-template-skipped",
+        "math prompts go through the model's chat template",
+        "rollverify/tasks/math_task.py",
+        'if getattr(self.tokenizer, "chat_template", None):',
+        "if False:",
+        ("tests/test_math_task.py::test_prompts_go_through_the_chat_template",),
+    ),
+    Mutant(
+        "math-order-unseeded",
+        "the math task's order depends on the run's seed",
+        "rollverify/tasks/math_task.py",
+        "random.Random(self.seed * 1_000_003 + epoch).shuffle(order)",
+        "random.Random(epoch).shuffle(order)",
+        (
+            "tests/test_math_task.py::"
+            "test_each_epoch_visits_every_problem_once_in_its_own_seeded_order",
+        ),
+    ),
+    Mutant(
+        "math-reward-reads-special-tokens",
+        "rewards of token ids read the text without special tokens",
+        "rollverify/tasks/math_task.py",
+        "self.tokenizer.decode(token_ids, skip_special_tokens=True)",
+        "self.tokenizer.decode(token_ids)",
+        (
+            "tests/test_math_task.py::test_rewards_of_token_ids_read_the_text_without_special_tokens",
+        ),
+    ),
+    Mutant(
+        "engine-change-refused",
+        "a run may resume on another engine",
+        "rollverify/training/checkpointing.py",
+        '    "rollout.engine",\n',
+        "",
+        ("tests/test_vllm_engine.py::test_a_run_resumes_on_another_engine",),
+    ),
+    Mutant(
+        "prepacking-check-ignored",
+        "a vLLM sidecar with CPU weight prepacking on refuses to start",
+        "rollverify/engines/vllm_engine.py",
+        'if not all(report["prepacking_disabled"]) and not torch.cuda.is_available():',
+        "if False:",
+        ("tests/test_vllm_engine.py::test_a_sidecar_with_weight_prepacking_on_refuses_to_start",),
+    ),
+    Mutant(
+        "hang-not-detected",
+        "a sidecar that stops answering is taken for dead",
+        "rollverify/engines/vllm_engine.py",
+        "except (RayActorError, GetTimeoutError) as error:",
+        "except RayActorError as error:",
+        (
+            "tests/test_vllm_engine.py::"
+            "test_a_hung_sidecar_is_detected_and_the_restart_cap_stops_the_run",
+        ),
+    ),
+    Mutant(
+        "restart-cap-removed",
+        "a sidecar that keeps dying stops the run after MAX_RESTARTS",
+        "rollverify/engines/vllm_engine.py",
+        "if self.restarts >= MAX_RESTARTS:",
+        "if False:",
+        (
+            "tests/test_vllm_engine.py::"
+            "test_a_hung_sidecar_is_detected_and_the_restart_cap_stops_the_run",
+        ),
+    ),
+    Mutant(
+        "weight-sync-plugin-off",
+        "vLLM's CPU weight prepacking is turned off, so synced weights take effect",
+        "rollverify/engines/vllm_plugin.py",
+        'if os.environ.get(DISABLE_ENV) == "1":\n        return',
+        "return",
+        ("tests/test_vllm_engine.py::test_weight_sync_makes_the_engine_score_like_the_trainer",),
+    ),
+]
+
+
+@dataclass
+class Outcome:
+    name: str
+    breaks: str
+    result: str  # killed | survived | error | timeout
+    seconds: float
+    detail: str = ""
+
+
+def copy_checkout(destination: Path) -> None:
+    """Tracked and untracked (not ignored) files: what a clean checkout plus your edits hold."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, (n.decode() for n in listed)):
+        source = ROOT / name
+        if source.is_file():
+            target = destination / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def apply(mutant: Mutant, tree: Path) -> str | None:
+    """Mutate the copy; None, or why the mutant does not apply."""
+    path = tree / mutant.path
+    text = path.read_text()
+    count = text.count(mutant.original)
+    if count != 1:
+        return f"{mutant.path}: the original text occurs {count} times (expected once)"
+    mutated = text.replace(mutant.original, mutant.mutated)
+    try:
+        compile(mutated, str(path), "exec")
+    except SyntaxError as error:
+        return f"{mutant.path}: the mutation does not compile ({error})"
+    path.write_text(mutated)
+    return None
+
+
+def run(mutant: Mutant, timeout: float) -> Outcome:
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as folder:
+        tree = Path(folder)
+        copy_checkout(tree)
+        problem = apply(mutant, tree)
+        if problem:
+            return Outcome(mutant.name, mutant.breaks, "error", 0.0, problem)
+        env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+        command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+        try:
+            done = subprocess.run(
+                [*command, *mutant.tests],
+                cwd=tree,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:  # a hang is no verdict: the tests must fail
+            seconds = time.perf_counter() - started
+            return Outcome(mutant.name, mutant.breaks, "timeout", seconds, f"after {timeout:.0f} s")
+    seconds = time.perf_counter() - started
+    lines = done.stdout.strip().splitlines()
+    failures = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
+    why = next((line[1:].strip() for line in lines if line.startswith("E ")), "")
+    last = "; ".join(failures + ([why] if why else [])) or (lines or [""])[-1]
+    if done.returncode == 0:
+        return Outcome(mutant.name, mutant.breaks, "survived", seconds, last)
+    if done.returncode == 1:  # pytest: tests ran and some failed
+        return Outcome(mutant.name, mutant.breaks, "killed", seconds, last)
+    return Outcome(
+        mutant.name, mutant.breaks, "error", seconds, f"pytest exit {done.returncode}: {last}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="mutants to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--format", choices=["table", "json"], default="table")
+    parser.add_argument("--out", type=Path, help="also write the JSON result here")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant")
+    args = parser.parse_args()
+    known = {m.name: m for m in MUTANTS}
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        print(f"error: unknown mutant {', '.join(unknown)}; --list shows them", file=sys.stderr)
+        return 2
+    chosen = [known[n] for n in args.names] or MUTANTS
+    if args.list:
+        for mutant in chosen:
+            print(f"{mutant.name:34} {mutant.path:40} {mutant.breaks}")
+        return 0
+
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    outcomes = []
+    with Progress(console=Console(stderr=True)) as progress:
+        task = progress.add_task("mutants", total=len(chosen))
+        for mutant in chosen:
+            progress.update(task, description=mutant.name)
+            outcomes.append(run(mutant, args.timeout))
+            progress.advance(task)
+    killed = sum(o.result == "killed" for o in outcomes)
+    report = {
+        "mutants": len(outcomes),
+        "killed": killed,
+        "score": killed / len(outcomes),
+        "revision": _revision(),
+        "outcomes": [asdict(o) for o in outcomes],
+    }
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    if args.format == "json":
+        print(json.dumps(report, indent=2))
+    else:
+        table = Table(title=f"mutants: {killed} of {len(outcomes)} killed")
+        for column in ("mutant", "breaks", "result", "seconds"):
+            table.add_column(column)
+        for outcome in outcomes:
+            style = {"killed": "green", "survived": "red"}.get(outcome.result, "yellow")
+            table.add_row(
+                outcome.name, outcome.breaks, f"[{style}]{outcome.result}", f"{outcome.seconds:.0f}"
+            )
+        Console().print(table)
+        for outcome in outcomes:
+            if outcome.result != "killed":
+                print(f"{outcome.name}: {outcome.result}: {outcome.detail}", file=sys.stderr)
+    return 0 if killed == len(outcomes) else 1
+
+
+def _revision() -> str:
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    return head + ("+uncommitted" if dirty else "")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -47,14 +47,17 @@ bench: setup
 # Does the suite notice when a mechanism breaks? Named mutants of the paper's mechanisms
 # (tests/mutants.py, ~8 min: each one runs its tests in a mutated copy of the checkout) and
 # mutmut over the pure rules (ops, verify, switching, filters, trajectory, ledger; ~2 min).
+# Each writes its result to benchmarks/results/ (mutants.json, mutation.json).
 mutants: setup
-	$(PY) tests/mutants.py
+	$(PY) tests/mutants.py --out benchmarks/results/mutants.json
 
 mutation: setup
 	rm -rf mutants
 	$(VENV)/bin/mutmut run --max-children 2
 	$(VENV)/bin/mutmut results
-	$(VENV)/bin/mutmut export-cicd-stats && cat mutants/mutmut-cicd-stats.json
+	$(VENV)/bin/mutmut export-cicd-stats
+	$(PY) tests/mutants.py --mutmut-stats mutants/mutmut-cicd-stats.json \
+		--out benchmarks/results/mutation.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis mutants

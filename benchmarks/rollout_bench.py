@@ -30,6 +30,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from provenance import provenance  # noqa: E402
 
 from rollverify.config import load_config  # noqa: E402
+from rollverify.engines.protocol import probe_logprobs_of  # noqa: E402
 from rollverify.rollout import RolloutState, collect  # noqa: E402
 
 
@@ -44,6 +45,9 @@ def rollout_run(engine, model, config, partial: bool, steps: int, seed: int) -> 
     state = RolloutState()
     rollout = config.rollout
     sync_seconds: list[float] = []
+    sync_gaps: list[float] = []
+    probe = torch.cat([p.prompt_ids for p in task.eval_problems()[:8]])[:64].tolist()
+    trainer_probe = probe_logprobs_of(model, probe)
 
     def one_step(version: int):
         result = collect(
@@ -57,6 +61,8 @@ def rollout_run(engine, model, config, partial: bool, steps: int, seed: int) -> 
         start = time.perf_counter()
         engine.load_weights(model.state_dict().items(), version=version)
         sync_seconds.append(time.perf_counter() - start)
+        # the training loop's check: engine and trainer score the same probe sequence
+        sync_gaps.append((engine.probe_logprobs(probe) - trainer_probe).abs().max().item())
         return result
 
     with engine.seeded(seed):
@@ -84,6 +90,7 @@ def rollout_run(engine, model, config, partial: bool, steps: int, seed: int) -> 
             busy / (engine.slots * seconds) if busy is not None else stats.utilization(engine.slots)
         ),
         "sync_seconds_mean": statistics.mean(sync_seconds[1:]),
+        "sync_logprob_gap_max": max(sync_gaps),
     }
 
 

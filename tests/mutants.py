@@ -308,7 +308,12 @@ def main() -> int:
     parser.add_argument("--format", choices=["table", "json"], default="table")
     parser.add_argument("--out", type=Path, help="also write the JSON result here")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant")
+    parser.add_argument(
+        "--mutmut-stats", type=Path, help="record a mutmut run's stats (make mutation) and exit"
+    )
     args = parser.parse_args()
+    if args.mutmut_stats:
+        return record_mutmut(args.mutmut_stats, args.out)
     known = {m.name: m for m in MUTANTS}
     unknown = [n for n in args.names if n not in known]
     if unknown:
@@ -357,6 +362,29 @@ def main() -> int:
             if outcome.result != "killed":
                 print(f"{outcome.name}: {outcome.result}: {outcome.detail}", file=sys.stderr)
     return 0 if killed == len(outcomes) else 1
+
+
+def record_mutmut(stats_file: Path, out: Path | None) -> int:
+    """mutmut's counts with the score, the revision and the surviving mutants' names."""
+    stats = json.loads(stats_file.read_text())
+    listed = subprocess.run(
+        [str(Path(sys.executable).parent / "mutmut"), "results"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    report = {
+        "command": "make mutation",
+        "revision": _revision(),
+        "score": stats["killed"] / stats["total"],
+        **stats,
+        "survivors": [line.split(":")[0].strip() for line in listed if "survived" in line],
+    }
+    text = json.dumps(report, indent=2) + "\n"
+    if out:
+        out.write_text(text)
+    print(text, end="")
+    return 0
 
 
 def _revision() -> str:

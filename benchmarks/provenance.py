@@ -23,7 +23,10 @@ def provenance(config: dict[str, Any] | None = None) -> dict[str, Any]:
 
     return {
         "revision": _git("rev-parse", "HEAD"),
-        "uncommitted_changes": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        # results being rewritten by this very run are not a change to the code measured
+        "uncommitted_changes": bool(
+            _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results")
+        ),
         "command": " ".join([_shown(sys.executable), *sys.argv]),
         "config": config,
         "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

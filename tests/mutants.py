@@ -391,8 +391,11 @@ def _revision() -> str:
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True
+    dirty = subprocess.run(  # result files being rewritten are not a change to the code
+        ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     return head + ("+uncommitted" if dirty else "")
 

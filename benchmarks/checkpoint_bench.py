@@ -24,13 +24,13 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from provenance import provenance  # noqa: E402
 
-from rollverify.config import load_config  # noqa: E402
+from rollverify.config import RunConfig, load_config  # noqa: E402
 from rollverify.training.run import train  # noqa: E402
 
 NOT_A_STEP = ("checkpoint", "idle", "eval")  # ledger phases outside a step's own work
 
 
-def bench_config(folder: str, steps: int, every: int):
+def bench_config(folder: str, steps: int, every: int) -> RunConfig:
     return load_config(
         overrides={
             "rollout.engine": "hf",
@@ -84,7 +84,12 @@ def main() -> None:
         "step_seconds_with_checkpoint_every_step": statistics.median(step_every),
         "overhead_every_step": statistics.median(per_checkpoint) / statistics.median(step_never),
         "runs": {"every": every, "never": never},
-        "provenance": provenance(bench_config("<tmp>", args.steps, 1).to_dict()),
+        "provenance": provenance(
+            {  # the two arms differ in train.checkpoint_every alone
+                "every_step": bench_config("<tmp>", args.steps, 1).to_dict(),
+                "never": bench_config("<tmp>", args.steps, 0).to_dict(),
+            }
+        ),
     }
     print(json.dumps(result, indent=2))
 

@@ -23,10 +23,7 @@ def provenance(config: dict[str, Any] | None = None) -> dict[str, Any]:
 
     return {
         "revision": _git("rev-parse", "HEAD"),
-        # results being rewritten by this very run are not a change to the code measured
-        "uncommitted_changes": bool(
-            _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results")
-        ),
+        "uncommitted_changes": _uncommitted(),
         "command": " ".join([_shown(sys.executable), *sys.argv]),
         "config": config,
         "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -48,6 +45,13 @@ def _shown(path: str) -> str:
     """The interpreter as the README writes it (.venv/bin/python), else as it is."""
     absolute = Path(path).absolute()
     return str(absolute.relative_to(ROOT)) if absolute.is_relative_to(ROOT) else path
+
+
+def _uncommitted() -> bool | None:
+    """Edits or new files beside the revision (None: git cannot tell). Results being rewritten
+    by this very run are not a change to the code measured."""
+    status = _git("status", "--porcelain", "--", ".", ":!benchmarks/results")
+    return None if status == "unknown" else bool(status)
 
 
 def _git(*args: str) -> str:

@@ -98,23 +98,35 @@ def _busy_slot_seconds(engine) -> float | None:
     return engine.busy_slot_seconds() if hasattr(engine, "busy_slot_seconds") else None
 
 
-def step_time_ours(config, steps: int) -> float:
+def step_time_ours(config, steps: int) -> dict:
+    """Seconds per step and per generated completion token of `rvctl train --method grpo`."""
     from rollverify.training.run import train
 
     times: list[float] = []
-    summary = train(
-        config,
-        on_step=lambda step, m: (
-            times.append(m["rollout_seconds"] + m["train_seconds"])
-            if "train_seconds" in m
-            else None
-        ),
-    )
-    del summary
-    return statistics.mean(times[1:])  # step 1 pays one-time setup inside TRL
+    tokens: list[float] = []
+    batch = config.rollout.batch_groups * config.rollout.group_size
+
+    def record(step: int, metrics: dict) -> None:
+        if "train_seconds" in metrics:
+            times.append(metrics["rollout_seconds"] + metrics["train_seconds"])
+            tokens.append(metrics["response_length_mean"] * batch)
+
+    train(config, on_step=record)
+    return _per_step(times, tokens)
 
 
-def step_time_stock_trl(config, steps: int) -> float:
+def _per_step(times: list[float], tokens: list[float]) -> dict:
+    # step 1 pays one-time setup inside TRL; each side samples its own completions, so their
+    # lengths differ: compare per generated token too.
+    times, tokens = times[1:], tokens[1:]
+    return {
+        "step_seconds": statistics.mean(times),
+        "completion_tokens_per_step": statistics.mean(tokens),
+        "seconds_per_completion_token": sum(times) / sum(tokens),
+    }
+
+
+def step_time_stock_trl(config, steps: int) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from transformers.trainer_callback import PrinterCallback
@@ -155,6 +167,8 @@ def step_time_stock_trl(config, steps: int) -> float:
         seed=train.seed,
     )
     times: list[float] = []
+    tokens: list[float] = []
+    batch = rollout.batch_groups * rollout.group_size
 
     class Timer(TrainerCallback):
         def on_step_begin(self, *a, **k):
@@ -162,6 +176,10 @@ def step_time_stock_trl(config, steps: int) -> float:
 
         def on_step_end(self, *a, **k):
             times.append(time.perf_counter() - self.start)
+
+        def on_log(self, args, state, control, logs=None, **k):
+            if logs and "completions/mean_length" in logs:
+                tokens.append(logs["completions/mean_length"] * batch)
 
     trainer = GRPOTrainer(
         model=model,
@@ -173,7 +191,7 @@ def step_time_stock_trl(config, steps: int) -> float:
     )
     trainer.remove_callback(PrinterCallback)  # stdout is for our JSON
     trainer.train()
-    return statistics.mean(times[1:])
+    return _per_step(times, tokens)
 
 
 def main() -> None:
@@ -226,7 +244,6 @@ def main() -> None:
         )
         / median("synchronous", "trained_tokens_per_second"),
         "goal": {"throughput_ratio": 2.0, "partial_slot_utilization": 0.9},
-        "provenance": provenance(config.to_dict()),
     }
     if not args.skip_step_time:
         with tempfile.TemporaryDirectory() as output:
@@ -241,13 +258,17 @@ def main() -> None:
                     "rollout.engine": args.engine,
                 }
             )
-            report["grpo_step_seconds_ours"] = step_time_ours(step_config, args.train_steps)
-            report["grpo_step_seconds_stock_trl"] = step_time_stock_trl(
-                step_config, args.train_steps
-            )
-            report["stock_trl_over_ours"] = (
-                report["grpo_step_seconds_stock_trl"] / report["grpo_step_seconds_ours"]
-            )
+            ours = step_time_ours(step_config, args.train_steps)
+            stock = step_time_stock_trl(step_config, args.train_steps)
+            report["grpo_step"] = {
+                "ours": ours,
+                "stock_trl": stock,
+                "stock_trl_over_ours_per_step": stock["step_seconds"] / ours["step_seconds"],
+                "stock_trl_over_ours_per_token": stock["seconds_per_completion_token"]
+                / ours["seconds_per_completion_token"],
+                "config": step_config.to_dict(),
+            }
+    report["provenance"] = provenance(config.to_dict())  # at the end: measured_at is when done
     print(json.dumps(report, indent=2))
 
 

@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 from rollverify.guards import StepRefused, require_finite
 from rollverify.tasks.chain import ChainTask
 from rollverify.training.run import train
-from tests.test_train import tiny
+from tests.runs import tiny
 
 
 def test_finite_values_pass_and_padding_is_not_read():

@@ -4,6 +4,11 @@ the loss settings of the loss-level methods.
 A spy wraps the real trainer's `_generate_and_score_completions` (the batch the loss trains on,
 in rollout order) and records it with the trajectories it came from; it calls through and
 changes nothing. Real TRL, real tiny model, real rollouts on the hf engine.
+
+TRL has no public hook for the batch its loss receives, so the spy and the gradient checks use
+TRL 1.16's `_generate_and_score_completions`, `_get_per_token_logps_and_entropies` and
+`_compute_loss` (the methods our adapter builds on). A TRL upgrade that renames them fails
+these tests loudly (AttributeError) rather than letting them pass.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from rollverify.training.loop import TrainingLoop
 from rollverify.training.run import train
 from rollverify.training.trl_adapter import BehaviorRatioGRPOTrainer, grpo_config
 from rollverify.trajectory import PaddedTrajectories, Trajectory
-from tests.test_train import history, tiny
+from tests.runs import history, tiny
 
 STALE_LR = 0.05  # the policy moves visibly in one step: stale tokens are far from ratio 1
 
@@ -111,91 +116,124 @@ def test_the_ratio_is_pi_over_the_behavior_policy_of_each_token(tmp_path, batche
     stale = torch.cat(stale_ratios)
     assert stale.numel() > 0, "partial rollout must train stale tokens by step 3"
     assert (stale - 1).abs().max() > 0.05, "stale tokens keep the ratio to their old policy"
+    # ... and TRL's loss reads that denominator: without it, TRL takes the current log-probs
+    # (ratio 1 everywhere) and the gradient of the same batch is another one.
+    learning = [b for b in batches if b.inputs["advantages"].abs().sum() > 0]
+    assert learning, "some batch must carry a learning signal"
+    batch = learning[-1]
+    ratio_one = {k: v for k, v in batch.inputs.items() if k != "old_per_token_logps"}
+    assert not torch.allclose(_gradient(batch, batch.inputs), _gradient(batch, ratio_one))
 
 
-@pytest.mark.parametrize(
-    ("method", "bound"),
-    [
-        ("staleness-filter", {"verify.staleness_bound": 0}),
-        ("ops-filter", {"verify.ops_bound": 0.02}),
-    ],
-)
+def _gradient(batch: LossBatch, inputs: dict[str, Any]) -> torch.Tensor:
+    """The gradient of TRL's loss on `inputs` at the trainer's weights, flattened."""
+    model = batch.trainer.model
+    model.zero_grad()
+    batch.trainer._compute_loss(model, inputs).backward()
+    gradient = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    model.zero_grad()
+    return gradient
+
+
+# The members of a group start in one rollout, so they are equally stale: the staleness filter
+# drops whole groups. The OPS filter, with a bound inside the spread of OPS (measured for this
+# seed), drops part of a group, where the baseline of the kept members is at stake.
+FILTERS = [
+    ("staleness-filter", {"verify.staleness_bound": 0, "train.learning_rate": STALE_LR}, False),
+    ("ops-filter", {"verify.ops_bound": 0.2, "train.learning_rate": 0.01}, True),
+]
+
+
+@pytest.mark.parametrize(("method", "settings", "part_of_a_group"), FILTERS)
 def test_a_dropped_sample_gets_no_gradient_and_leaves_the_group_baseline(
-    tmp_path, batches, method, bound
+    tmp_path, batches, method, settings, part_of_a_group
 ):
-    config = tiny(tmp_path, method, **{"train.learning_rate": STALE_LR, **bound})
+    config = tiny(tmp_path, method, **settings)
     train(config)
-    group_size = config.rollout.group_size
+    mixed_groups = 0  # groups with kept and dropped members: where the baseline is at stake
     for batch in batches:
         keep = torch.tensor([r is not None for r in batch.rewards])
         mask, advantages = batch.loss_mask, batch.inputs["advantages"]
         assert not mask[~keep].any(), "a dropped sample's tokens must be out of the loss"
         assert mask[keep].any(-1).all()
         assert (advantages[~keep] == 0).all()
-        for start in range(0, len(batch.rewards), group_size):
-            members = range(start, start + group_size)
+        for members in _groups(batch, config.rollout.group_size):
             kept = [batch.rewards[i] for i in members if batch.rewards[i] is not None]
+            mixed_groups += 0 < len(kept) < len(members)
             for i in members:
-                if batch.rewards[i] is None:
-                    continue
-                baseline = sum(kept) / len(kept)  # of the kept members only (TRL: nanmean)
-                spread = torch.tensor(kept).std().item() if len(kept) > 1 else float("nan")
-                expected = batch.rewards[i] - baseline
-                expected = expected / (spread + 1e-4) if len(kept) > 1 else 0.0
-                assert advantages[i].item() == pytest.approx(expected, abs=1e-4), (i, kept)
-    with_drops = [b for b in batches if None in b.rewards]
-    assert with_drops, "the bound must drop samples, or nothing is tested"
-    _loss_ignores_dropped_rows(with_drops[-1])
+                if batch.rewards[i] is not None:
+                    expected = _advantage(batch.rewards[i], kept)
+                    assert advantages[i].item() == pytest.approx(expected, abs=1e-4), (i, kept)
+    assert (mixed_groups > 0) == part_of_a_group
+    batch = next(b for b in reversed(batches) if None in b.rewards)
+    _loss_ignores_dropped_rows(batch)
+
+
+def _groups(batch: LossBatch, group_size: int) -> list[range]:
+    """Row ranges of the GRPO groups, as TRL forms them (G consecutive rows), checked against
+    the trajectories' own group ids."""
+    groups = [range(i, i + group_size) for i in range(0, len(batch.trajectories), group_size)]
+    for members in groups:
+        assert len({batch.trajectories[i].group_id for i in members}) == 1, "a group is contiguous"
+    return groups
+
+
+def _advantage(reward: float, kept: list[float]) -> float:
+    """TRL's group advantage over the kept members only: (r - mean) / (std + 1e-4)."""
+    if len(kept) < 2:
+        return 0.0  # a group of one: reward - its own mean
+    spread = torch.tensor(kept).std().item()  # TRL's nanstd: Bessel-corrected
+    return (reward - sum(kept) / len(kept)) / (spread + 1e-4)
 
 
 def _loss_ignores_dropped_rows(batch: LossBatch) -> None:
     """TRL's loss on this batch has the same gradient whatever a dropped row holds."""
-    trainer = batch.trainer
-    model = trainer.model
     dropped = torch.tensor([r is None for r in batch.rewards])
-
-    def gradient(inputs: dict[str, Any]) -> torch.Tensor:
-        model.zero_grad()
-        trainer._compute_loss(model, inputs).backward()
-        return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-
-    base = gradient(batch.inputs)
     altered = dict(batch.inputs)
     altered["advantages"] = batch.inputs["advantages"].clone()
     altered["advantages"][dropped] = 5.0  # a large signal, if the row reached the loss
     completion = batch.inputs["completion_ids"].clone()
-    completion[dropped] = (completion[dropped] + 1) % trainer.processing_class.vocab_size
+    vocab = batch.trainer.processing_class.vocab_size
+    completion[dropped] = (completion[dropped] + 1) % vocab
     altered["completion_ids"] = completion
-    torch.testing.assert_close(gradient(altered), base, atol=1e-7, rtol=1e-5)
-    model.zero_grad()
+    torch.testing.assert_close(
+        _gradient(batch, altered), _gradient(batch, batch.inputs), atol=1e-7, rtol=1e-5
+    )
 
 
-LOSS_METHODS = [name for name, method in METHODS.items() if method.trl_overrides]
+# Each loss-level method and what TRL must be told for it (the papers' settings).
+LOSS_SETTINGS = {
+    "gspo": {"importance_sampling_level": "sequence", "loss_type": "grpo"},
+    "sapo": {"importance_sampling_level": "token", "loss_type": "sapo"},
+    "vespo": {"importance_sampling_level": "token", "loss_type": "vespo"},
+}
+PARTIAL_SETTINGS = {"importance_sampling_level": "token", "loss_type": "dapo"}  # train.loss_type
 
 
 def test_the_loss_level_methods_set_their_trl_loss(tmp_path):
     config = tiny(tmp_path, "partial")
-    assert sorted(LOSS_METHODS) == ["gspo", "sapo", "vespo"]
-    for name in LOSS_METHODS:
+    assert sorted(n for n, m in METHODS.items() if m.trl_overrides) == sorted(LOSS_SETTINGS)
+    for name, settings in LOSS_SETTINGS.items():
         args = grpo_config(config, METHODS[name], str(tmp_path))
-        for field, value in METHODS[name].trl_overrides.items():
-            assert getattr(args, field) == value, (name, field)
+        assert {field: getattr(args, field) for field in settings} == settings, name
+    gspo = grpo_config(config, METHODS["gspo"], str(tmp_path))
+    assert (gspo.epsilon, gspo.epsilon_high) == (3e-4, 4e-4)  # GSPO's sequence-level clip
 
 
-def test_the_loss_level_methods_train_differently_from_partial(tmp_path, batches):
-    """Same seed, same first rollout: only the loss differs, and with it the weights."""
+def test_the_loss_level_methods_train_differently_from_partial_and_each_other(tmp_path, batches):
+    """Same seed, same first rollout: only the loss differs, and with it the weights. The
+    trainer TRL built for each holds the loss asked for."""
     finals, first_rewards = {}, {}
-    for name in ["partial", *LOSS_METHODS]:
+    for name in ["partial", *LOSS_SETTINGS]:
         summary = train(tiny(tmp_path / name, name))
-        finals[name] = latest(Path(summary.run_dir) / "checkpoints")
+        finals[name] = latest(Path(summary.run_dir) / "checkpoints").tensors["model"]
         first_rewards[name] = history(summary)["reward_mean"][1]
         trainer = batches[-1].trainer
-        for field, value in METHODS[name].trl_overrides.items():
-            attribute = {"epsilon": "epsilon_low"}.get(field, field)
-            assert getattr(trainer, attribute, getattr(trainer.args, field)) == value, (name, field)
+        wanted = LOSS_SETTINGS.get(name, PARTIAL_SETTINGS)
+        assert {field: getattr(trainer, field) for field in wanted} == wanted, name
     assert len(set(first_rewards.values())) == 1, "the first rollout is the same for all"
-    partial = finals["partial"].tensors["model"]
-    for name in LOSS_METHODS:
-        weights = finals[name].tensors["model"]
-        moved = max((weights[k] - partial[k]).abs().max().item() for k in partial)
-        assert moved > 1e-6, f"{name} trained exactly like partial: its loss was not used"
+    names = list(finals)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            moved = max((finals[a][k] - finals[b][k]).abs().max().item() for k in finals[a])
+            assert moved > 1e-6, f"{a} and {b} trained alike: a loss was not used"

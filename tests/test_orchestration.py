@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from rollverify.config import load_config
 from rollverify.training.run import train
-from tests.test_train import comparable, history, metric_history
+from tests.runs import comparable, history, metric_history
 
 RVCTL = [sys.executable, "-m", "rvctl.app"]
 

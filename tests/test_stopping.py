@@ -20,7 +20,10 @@ needs_main_thread = pytest.mark.skipif(
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_the_first_signal_asks_and_the_second_stops_at_once(signum):
     stop = StopRequest()
+    before = signal.getsignal(signum)
     with stop.listening():
+        # Without a handler of its own, SIGTERM would end the test process instead of failing.
+        assert signal.getsignal(signum) not in (before, signal.SIG_DFL, signal.SIG_IGN)
         signal.raise_signal(signum)  # handlers run before raise_signal returns
         assert stop.requested, "the first signal is a request"
         with pytest.raises(KeyboardInterrupt):

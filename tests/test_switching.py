@@ -2,17 +2,15 @@
 a real run that switches."""
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rollverify.checkpoint import folder_for
 from rollverify.switching import AcceptanceMonitor
 from rollverify.training.run import resume, train
 from tests.reference import reference_switch_cycle
-from tests.test_train import history, tiny
+from tests.runs import cached, history, tiny, unfinished
 
 
 def _feed(monitor, rates, scale=1000):
@@ -120,11 +118,6 @@ def test_bad_counts_are_named():
 # -- end to end: a run whose acceptance collapses ------------------------------------------------
 
 
-def _unfinished_in_cache(run_dir: Path, step: int) -> int:
-    state = json.loads((folder_for(run_dir / "checkpoints", step) / "state.json").read_text())
-    return sum(record["finish_reason"] is None for record in state["cache"])
-
-
 def test_a_collapsing_acceptance_rate_switches_the_run_to_on_policy_for_good(tmp_path):
     """Window 2, a strict ds and a policy that moves fast: acceptance falls, the window fills,
     the run switches. From then on nothing is paused, the cached trajectories are completed in
@@ -154,11 +147,11 @@ def test_a_collapsing_acceptance_rate_switches_the_run_to_on_policy_for_good(tmp
     assert sum(metrics["paused"][s] for s in range(1, switch + 1)) > 0, "partial before"
     assert all(metrics["paused"][s] == 0 for s in range(switch + 1, steps + 1)), "never again"
 
-    run_dir = Path(summary.run_dir)
-    waiting = _unfinished_in_cache(run_dir, switch)
+    run_dir = summary.run_dir
+    waiting = len(unfinished(cached(run_dir, switch)))
     assert waiting > 0, "trajectories were cached when the run switched"
     assert metrics["resumed"][switch + 1] == waiting, "completed in the next rollout"
-    assert all(_unfinished_in_cache(run_dir, s) == 0 for s in range(switch + 1, steps + 1))
+    assert all(not unfinished(cached(run_dir, s)) for s in range(switch + 1, steps + 1))
     drained = min(s for s in range(switch + 1, steps + 1) if metrics["cache_size"][s] == 0)
     assert drained < steps
     assert all(metrics["staleness_mean"][s] == 0 for s in range(drained + 1, steps + 1))

@@ -1,57 +1,19 @@
 """End-to-end training on the shipped tiny model: every method, real TRL, real MLflow store."""
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rollverify.checkpoint import folder_for
-from rollverify.checkpoint import load as load_checkpoint
-from rollverify.config import load_config
 from rollverify.engines.protocol import SyncCheckError
 from rollverify.methods import METHODS
 from rollverify.tasks.chain import ChainProblem, chain_reward
 from rollverify.training.run import make_engine, train
-from rollverify.trajectory import TrajectoryCache
+from tests.runs import cached, comparable, history, tiny, unfinished
 
-TIMINGS = {"rollout_seconds", "train_seconds", "sync_seconds", "verify_seconds", "device_seconds"}
 PROMPT = re.compile(r"Q:(\d)\+(\d)x(\d+)=")
-
-
-def tiny(tmp_path, method, **overrides):
-    """A few seconds per step: short chains, 2 groups of 2, 8 slots (so partial methods pause)."""
-    settings = {
-        "train.method": method,
-        "train.steps": 3,
-        "train.eval_every": 0,
-        "train.threads": 1,
-        "task.max_steps": 6,
-        "task.eval_size": 8,
-        "rollout.batch_groups": 2,
-        "rollout.group_size": 2,
-        "rollout.slots": 8,
-        "rollout.max_new_tokens": 64,
-        "rollout.engine": "hf",
-        "output": str(tmp_path),
-    }
-    return load_config(overrides=settings | overrides)
-
-
-def history(summary) -> dict[str, dict[int, float]]:
-    """Every metric of a finished run: name -> {step: value}."""
-    assert MlflowClient(summary.tracking_uri).get_run(summary.run_id).info.status == "FINISHED"
-    return metric_history(summary.tracking_uri, summary.run_id)
-
-
-def metric_history(tracking_uri: str, run_id: str) -> dict[str, dict[int, float]]:
-    client = MlflowClient(tracking_uri)
-    return {
-        name: {m.step: m.value for m in client.get_metric_history(run_id, name)}
-        for name in client.get_run(run_id).data.metrics
-    }
 
 
 @pytest.mark.parametrize("method", list(METHODS))
@@ -135,11 +97,9 @@ def test_rollverify_truncates_when_the_policy_moved(tmp_path):
     assert min(metrics["acceptance_rate"][s] for s in verified) < 1.0
     assert sum(metrics["tokens_discarded"].values()) > 0
     for step in verified:
-        saved = load_checkpoint(folder_for(Path(summary.run_dir) / "checkpoints", step))
-        cache = TrajectoryCache.from_tensors(saved.tensors["cache"], saved.state["cache"])
-        cached = sum(len(t) for t in cache if not t.finished)
+        waiting = sum(len(t) for t in unfinished(cached(summary.run_dir, step)))
         kept = metrics["acceptance_rate"][step] * metrics["cache_tokens_verified"][step]
-        assert cached == round(kept), f"step {step}: the cache must hold what verification kept"
+        assert waiting == round(kept), f"step {step}: the cache must hold what verification kept"
     assert metrics["tokens_regenerated_total"][3] > 0
 
 
@@ -150,17 +110,6 @@ def test_rollverify_keeps_everything_when_the_policy_did_not_move(tmp_path):
     assert verified
     assert all(metrics["acceptance_rate"][s] == 1.0 for s in verified)
     assert all(metrics["ops_cache_before"][s] < 1e-3 for s in verified)
-
-
-def comparable(metrics: dict) -> dict:
-    # timings, and the cost ledger's seconds (its token counts stay)
-    return {
-        name: values
-        for name, values in metrics.items()
-        if name not in TIMINGS
-        and not (name.startswith("cost_") and "seconds" in name)
-        and name != "cost_gpu_days"
-    }
 
 
 @pytest.mark.parametrize("method", ["grpo", "rollverify"])
@@ -212,4 +161,4 @@ def test_a_failed_weight_sync_check_stops_the_run(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("rollverify").experiment_id])
     assert run.info.status == "FAILED"
-    assert SyncCheckError.exit_code == 1
+    assert not client.get_metric_history(run.info.run_id, "reward_mean"), "no step is logged"

@@ -49,7 +49,8 @@ def test_padded_batch_feeds_ops_and_verify():
     fresh = _trajectory(0, 1, [([9], [-0.5], 2)])
     batch = PaddedTrajectories.of([stale, fresh])
     assert batch.mask.tolist() == [[True] * 4, [True, False, False, False]]
-    assert batch.versions[1].tolist() == [2, -1, -1, -1]
+    assert batch.versions[1].tolist() == [2, -1, -1, -1]  # the documented padding
+    assert batch.behavior_logprobs[1].tolist() == [-0.5, 0.0, 0.0, 0.0]
     # the current policy moved on version 1's tokens only
     current = batch.behavior_logprobs.clone()
     current[0, :3] += 0.5

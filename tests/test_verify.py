@@ -216,13 +216,12 @@ def test_ops_of_another_shape_are_named():
         verify(ops[:, :1], versions, mask)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_ops_are_judged_as_in_float32(dtype):
-    """A 300-token segment of OPS 0.0099 (mean just under ds): summed in half precision it
-    would come out far off; verify sums it in float32."""
+def test_bfloat16_ops_are_judged_as_in_float32():
+    """A 300-token segment of OPS 0.0099 (mean just under ds): summed in bfloat16 its mean
+    comes out at 0.0107 (measured), over ds; verify sums it in float32."""
     values = [0.0099] * 300 + [0.5]
     ops, versions, mask = _batch([values], [[1] * 300 + [2]])
-    half = ops.to(dtype)
+    half = ops.to(torch.bfloat16)
     expected = verify(half.float(), versions, mask, ds=0.01, dt=INF)
     assert expected.tolist() == [300]
     assert verify(half, versions, mask, ds=0.01, dt=INF).tolist() == expected.tolist()

@@ -1,0 +1,73 @@
+"""Helpers for end-to-end runs on the shipped tiny model: the config, and reading back what a
+run logged to MLflow or saved in its checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from rollverify.checkpoint import folder_for
+from rollverify.checkpoint import load as load_checkpoint
+from rollverify.config import RunConfig, load_config
+from rollverify.trajectory import TrajectoryCache
+
+TIMINGS = {"rollout_seconds", "train_seconds", "sync_seconds", "verify_seconds", "device_seconds"}
+
+
+def tiny(tmp_path, method: str, **overrides) -> RunConfig:
+    """A few seconds per step: short chains, 2 groups of 2, 8 slots (so partial methods pause)."""
+    settings = {
+        "train.method": method,
+        "train.steps": 3,
+        "train.eval_every": 0,
+        "train.threads": 1,
+        "task.max_steps": 6,
+        "task.eval_size": 8,
+        "rollout.batch_groups": 2,
+        "rollout.group_size": 2,
+        "rollout.slots": 8,
+        "rollout.max_new_tokens": 64,
+        "rollout.engine": "hf",
+        "output": str(tmp_path),
+    }
+    return load_config(overrides=settings | overrides)
+
+
+def history(summary) -> dict[str, dict[int, float]]:
+    """Every metric of a finished run: name -> {step: value}."""
+    assert MlflowClient(summary.tracking_uri).get_run(summary.run_id).info.status == "FINISHED"
+    return metric_history(summary.tracking_uri, summary.run_id)
+
+
+def metric_history(tracking_uri: str, run_id: str) -> dict[str, dict[int, float]]:
+    client = MlflowClient(tracking_uri)
+    return {
+        name: {m.step: m.value for m in client.get_metric_history(run_id, name)}
+        for name in client.get_run(run_id).data.metrics
+    }
+
+
+def comparable(metrics: dict) -> dict:
+    """Metrics that two runs of one seed must share exactly: all but timings and the cost
+    ledger's seconds (its token counts stay)."""
+    return {
+        name: values
+        for name, values in metrics.items()
+        if name not in TIMINGS
+        and not (name.startswith("cost_") and "seconds" in name)
+        and name != "cost_gpu_days"
+    }
+
+
+def cached(run_dir: str | Path, step: int | None = None) -> TrajectoryCache:
+    """The partial-rollout cache saved in a run's checkpoint of `step` (default: the last)."""
+    root = Path(run_dir) / "checkpoints"
+    folder = folder_for(root, step) if step is not None else sorted(root.glob("step-*"))[-1]
+    saved = load_checkpoint(folder)
+    return TrajectoryCache.from_tensors(saved.tensors["cache"], saved.state["cache"])
+
+
+def unfinished(cache: TrajectoryCache) -> list:
+    """Trajectories waiting to resume (not those waiting for their group)."""
+    return [t for t in cache if not t.finished]

@@ -82,7 +82,8 @@ MUTANTS = [
         "pass",
         (
             "tests/test_loss_inputs.py::test_the_loss_level_methods_set_their_trl_loss",
-            "tests/test_loss_inputs.py::test_the_loss_level_methods_train_differently_from_partial",
+            "tests/test_loss_inputs.py::"
+            "test_the_loss_level_methods_train_differently_from_partial_and_each_other",
         ),
     ),
     Mutant(

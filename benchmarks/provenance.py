@@ -23,7 +23,7 @@ def provenance(config: dict[str, Any] | None = None) -> dict[str, Any]:
 
     return {
         "revision": _git("rev-parse", "HEAD"),
-        "uncommitted_changes": _uncommitted(),
+        "uncommitted_changes": _uncommitted(),  # the files, when there are any
         "command": " ".join([_shown(sys.executable), *sys.argv]),
         "config": config,
         "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -47,11 +47,11 @@ def _shown(path: str) -> str:
     return str(absolute.relative_to(ROOT)) if absolute.is_relative_to(ROOT) else path
 
 
-def _uncommitted() -> bool | None:
-    """Edits or new files beside the revision (None: git cannot tell). Results being rewritten
-    by this very run are not a change to the code measured."""
+def _uncommitted() -> list[str] | None:
+    """Files edited or added beside the revision ([] if none; None: git cannot tell). Results
+    being rewritten by this very run are not a change to the code measured."""
     status = _git("status", "--porcelain", "--", ".", ":!benchmarks/results")
-    return None if status == "unknown" else bool(status)
+    return None if status == "unknown" else [line[3:] for line in status.splitlines()]
 
 
 def _git(*args: str) -> str:

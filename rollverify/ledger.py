@@ -15,6 +15,11 @@ the `idle` phase. So the phases (idle included) always add up to wall seconds x 
 Engine start-up and model loading are not counted (once per run, not per step). Tokens: the
 engine generated them; trained ones are kept; discarded ones were truncated by verification
 or filtered out; regenerated ones were generated again after a truncation.
+
+Measurement is not a method's cost: scoring done only to log a metric (the OPS of a batch the
+method does not filter by, the cache of a method that does not verify) is booked with
+`add_measurement`, kept apart (`cost_measure_device_seconds`) and left out of the wall
+seconds, the total and GPU-days, so that a speedup compares methods, not instrumentation.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 PHASES = ("rollout", "eval", "train", "verify", "sync", "checkpoint")
+MEASURE = "measure"  # scoring for metrics only: kept apart, not a phase of the run's cost
 TOKEN_KINDS = ("generated", "kept", "discarded", "regenerated")
 SECONDS_PER_DAY = 86_400.0
 
@@ -50,7 +56,7 @@ class CostLedger:
     layout: DeviceLayout
     wall_seconds: float = 0.0
     device_seconds: dict[str, float] = field(
-        default_factory=lambda: dict.fromkeys((*PHASES, "idle"), 0.0)
+        default_factory=lambda: dict.fromkeys((*PHASES, "idle", MEASURE), 0.0)
     )
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KINDS, 0))
 
@@ -60,13 +66,17 @@ class CostLedger:
         self.device_seconds["idle"] += seconds * (self.layout.held - occupied)
         self.wall_seconds += seconds
 
+    def add_measurement(self, seconds: float) -> None:
+        """Trainer seconds spent scoring only to log a metric (not counted in the total)."""
+        self.device_seconds[MEASURE] += seconds * self.layout.trainer
+
     def add_tokens(self, **counts: int) -> None:
         for kind, count in counts.items():
             self.tokens[kind] += int(count)
 
     @property
     def total_device_seconds(self) -> float:
-        return sum(self.device_seconds.values())
+        return sum(s for phase, s in self.device_seconds.items() if phase != MEASURE)
 
     def metrics(self) -> dict[str, float]:
         """Cumulative figures, under the names docs/metrics.md lists."""
@@ -93,7 +103,7 @@ class CostLedger:
         return cls(
             DeviceLayout(**data["layout"]),
             data["wall_seconds"],
-            dict.fromkeys((*PHASES, "idle"), 0.0)
+            dict.fromkeys((*PHASES, "idle", MEASURE), 0.0)
             | {k: float(v) for k, v in data["device_seconds"].items()},
             {k: int(v) for k, v in data["tokens"].items()},
         )

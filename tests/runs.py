@@ -12,7 +12,14 @@ from rollverify.checkpoint import load as load_checkpoint
 from rollverify.config import RunConfig, load_config
 from rollverify.trajectory import TrajectoryCache
 
-TIMINGS = {"rollout_seconds", "train_seconds", "sync_seconds", "verify_seconds", "device_seconds"}
+TIMINGS = {
+    "rollout_seconds",
+    "train_seconds",
+    "sync_seconds",
+    "verify_seconds",
+    "measure_seconds",
+    "device_seconds",
+}
 
 
 def tiny(tmp_path, method: str, **overrides) -> RunConfig:

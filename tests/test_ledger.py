@@ -95,3 +95,15 @@ def test_a_stored_ledger_without_a_newer_phase_reads_it_as_zero():
     stored = CostLedger(DeviceLayout(1, 0)).to_dict()
     del stored["device_seconds"]["checkpoint"]  # written before that phase existed
     assert CostLedger.from_dict(stored).device_seconds["checkpoint"] == 0.0
+
+
+def test_measurement_is_kept_apart_from_the_runs_cost():
+    ledger = CostLedger(DeviceLayout(trainer=2, engines=1))
+    ledger.add_phase("train", 3.0)
+    ledger.add_measurement(1.5)  # scoring only to log a metric
+    assert ledger.device_seconds["measure"] == 3.0  # the trainer's two devices
+    assert ledger.wall_seconds == 3.0 and ledger.total_device_seconds == 9.0  # 3 x 3 held
+    metrics = ledger.metrics()
+    assert metrics["cost_measure_device_seconds"] == 3.0
+    assert metrics["cost_gpu_days"] == 9.0 / 86_400
+    assert CostLedger.from_dict(ledger.to_dict()) == ledger

@@ -31,6 +31,7 @@ def test_every_method_trains_end_to_end(tmp_path, method):
         "tokens_discarded",
         "rollout_seconds",
         "verify_seconds",
+        "measure_seconds",
         "train_seconds",
         "sync_seconds",
         "device_seconds",
@@ -47,6 +48,12 @@ def test_every_method_trains_end_to_end(tmp_path, method):
         assert set(resumed.values()) == {0.0}
         # on-policy: the engine's log-probs and the trainer's agree to float rounding
         assert all(v == pytest.approx(0.0, abs=1e-4) for v in metrics["ops_mean"].values())
+    # Scoring the method acts on is its cost (verify); scoring only for the logs is not.
+    acts_on_scores = METHODS[method].verify or METHODS[method].sample_filter == "ops"
+    assert (sum(metrics["verify_seconds"].values()) > 0) == acts_on_scores
+    measured = sum(metrics["measure_seconds"].values())
+    assert measured > 0, "every method logs the batch's OPS"
+    assert metrics["cost_measure_device_seconds"][3] == pytest.approx(measured)
     params = MlflowClient(summary.tracking_uri).get_run(summary.run_id).data
     assert params.params["train.method"] == method and params.tags["method"] == method
 

@@ -172,12 +172,15 @@ class TrainingLoop:
         trajectories = list(result.trajectories())
         batch = PaddedTrajectories.of(trajectories)
         require_finite("behavior log-probs from the engine", batch.behavior_logprobs, batch.mask)
+        start = time.perf_counter()
         current = self.trainer.current_logprobs(trajectories)
         require_finite("log-probs under the current policy", current, batch.mask)
         ops = token_ops(
             current, batch.behavior_logprobs, self.config.verify.ops_metric, mask=batch.mask
         )
         batch_ops = sequence_ops(ops, batch.mask)
+        # The OPS filter acts on this score (its cost); every other method only logs it.
+        self._book_scoring(time.perf_counter() - start, used=self.method.sample_filter == "ops")
         keep = self._keep(batch, batch_ops)
         lengths = batch.mask.sum(-1).float()
         self.ledger.add_tokens(
@@ -217,6 +220,16 @@ class TrainingLoop:
             ]
         return output
 
+    def _book_scoring(self, seconds: float, used: bool) -> None:
+        """Scoring under the current policy: the method's own cost if it acts on the scores
+        (verify phase), else measurement for the logs, left out of the run's cost."""
+        if used:
+            self.ledger.add_phase("verify", seconds)
+        else:
+            self.ledger.add_measurement(seconds)
+        key = "verify_seconds" if used else "measure_seconds"
+        self.metrics.add(**{key: self.metrics.values.get(key, 0.0) + seconds})
+
     def _keep(self, batch: PaddedTrajectories, batch_ops: torch.Tensor) -> torch.Tensor:
         bound = self.config.verify
         if self.method.sample_filter == "staleness":
@@ -239,8 +252,14 @@ class TrainingLoop:
     # -- after the optimizer step -------------------------------------------------------------
 
     def after_update(self, step: int) -> None:
+        scored = self.metrics.values.get("verify_seconds", 0.0) + self.metrics.values.get(
+            "measure_seconds", 0.0
+        )  # the batch's scoring, booked on its own
         train_seconds = (
-            time.perf_counter() - self.step_started - self.metrics.values["rollout_seconds"]
+            time.perf_counter()
+            - self.step_started
+            - self.metrics.values["rollout_seconds"]
+            - scored
         )
         start = time.perf_counter()
         # Stopping before the last step: the engine is not needed again (a resumed run syncs
@@ -255,14 +274,11 @@ class TrainingLoop:
 
         start = time.perf_counter()
         check = self.check_cache(step)
-        verify_seconds = time.perf_counter() - start
-        for phase, seconds in [
-            ("train", train_seconds),
-            ("sync", sync_seconds),
-            ("verify", verify_seconds),
-        ]:
+        self._book_scoring(time.perf_counter() - start, used=self.method.verify)
+        for phase, seconds in [("train", train_seconds), ("sync", sync_seconds)]:
             self.ledger.add_phase(phase, seconds)
         self.ledger.add_tokens(discarded=check.tokens_before - check.tokens_kept)
+        verify_seconds = self.metrics.values.get("verify_seconds", 0.0)
         self.device_seconds += (
             self.metrics.values["rollout_seconds"] + train_seconds + sync_seconds + verify_seconds
         )
@@ -270,6 +286,7 @@ class TrainingLoop:
             train_seconds=train_seconds,
             sync_seconds=sync_seconds,
             verify_seconds=verify_seconds,
+            measure_seconds=self.metrics.values.get("measure_seconds", 0.0),
             device_seconds=self.device_seconds,
             ops_cache_before=check.ops_before,
             ops_cache_after=check.ops_after,

@@ -64,7 +64,7 @@ class RolloutResult:
     answers: list[str]  # one per group
     seconds: float
     resumed: int  # cached trajectories resumed at the start
-    paused: int  # trajectories paused into the cache at the end
+    paused: int  # unfinished trajectories paused into the cache at the end
     tokens_generated: int
     tokens_regenerated: int  # of those, tokens generated again after a truncation
 
@@ -147,7 +147,7 @@ def collect(
         answers=[state.answers.pop(g) for g in chosen],
         seconds=time.perf_counter() - start,
         resumed=len(resumed),
-        paused=len(paused),
+        paused=sum(not t.finished for t in paused),  # (one that finished on the way waits)
         tokens_generated=engine.stats.tokens_generated - tokens_before,
         tokens_regenerated=engine.stats.tokens_regenerated - regenerated_before,
     )

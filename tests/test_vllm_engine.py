@@ -180,21 +180,25 @@ def test_a_reused_engine_must_fit_the_config(engine, tmp_path):
 
 @pytest.mark.parametrize("method", ["grpo", "partial", "rollverify"])
 def test_each_method_trains_on_the_shared_engine(engine, tmp_path, method):
-    config = tiny(tmp_path, method, **{"rollout.engine": "vllm", "train.steps": 2})
+    steps = 3
+    config = tiny(tmp_path, method, **{"rollout.engine": "vllm", "train.steps": steps})
     summary = train(config, engine=engine)
     metrics = history(summary)
-    assert sorted(metrics["eval_accuracy"]) == [0, 2]
-    assert sorted(metrics["sync_logprob_gap"]) == [1, 2]
+    assert sorted(metrics["eval_accuracy"]) == [0, steps]
+    assert sorted(metrics["sync_logprob_gap"]) == list(range(1, steps + 1))
     assert max(metrics["sync_logprob_gap"].values()) < 1e-3
     tags = MlflowClient(summary.tracking_uri).get_run(summary.run_id).data.tags
     assert tags["engine"] == "vllm"
     if method == "grpo":  # on-policy: engine and trainer log-probs agree to float rounding
         assert max(metrics["ops_mean"].values()) < 1e-4
-    else:
-        assert metrics["paused"][1] + metrics["paused"][2] > 0
-        assert metrics["resumed"][2] > 0, "cached trajectories resume on the engine"
-    if method == "rollverify":
-        assert 0 <= metrics["acceptance_rate"][1] <= 1
+        return
+    # Under CPU load the engine can finish all of a step's requests before the pause reaches
+    # it (nothing to cache that step); every step that cached something resumes it next.
+    paused = [s for s in range(1, steps) if metrics["paused"][s] > 0]
+    assert paused, "partial rollout pauses trajectories on the engine"
+    assert all(metrics["resumed"][s + 1] > 0 for s in paused), "and resumes them there"
+    if method == "rollverify":  # a verification cycle after every step that cached something
+        assert all(0 <= metrics["acceptance_rate"][s] <= 1 for s in paused)
 
 
 def test_a_run_resumes_on_another_engine(engine, tmp_path):
@@ -313,7 +317,14 @@ def _stop_and_check(process, tmp_path: Path, steps: int, stop: str) -> str:
         time.sleep(1)
     assert process.poll() is None, process.communicate()[1][-3000:]
     assert steps_logged(tmp_path) >= steps, "rvctl trains on the vLLM engine"
+    # The engine core must be among the processes watched, or "nothing left" proves nothing.
+    # Under load its process title can show late (once in ~6 full-suite runs it was missed
+    # when step k was logged): look again for a while before giving up.
+    seen_until = time.monotonic() + 30
     look()
+    while not any("EngineCore" in n for n in names) and time.monotonic() < seen_until:
+        time.sleep(1)
+        look()
     assert any("EngineCore" in name for name in names), sorted(names)
     if stop == "sigterm":
         process.send_signal(signal.SIGTERM)

@@ -1,0 +1,307 @@
+"""What the work of a run would cost on GPUs: a roofline per operation, pure functions.
+
+Each operation takes the longer of its memory time and its compute time (the roofline: Williams,
+Waterman, Patterson, "Roofline", CACM 52(4), 2009), at the efficiency real stacks reach:
+
+    decode step   max((weights + KV read) / achieved bandwidth, FLOPs / achieved FLOP/s)
+                  + a fixed per-step overhead (scheduling, sampling, launches)
+    prefill       FLOPs / achieved FLOP/s (new prompts and re-prefilled resumed trajectories)
+    scoring       forward-only FLOPs (current log-probs, cache verification, reference model)
+    training      3 x forward FLOPs (forward + backward) of the trained tokens
+    weight sync   bytes / achieved link bandwidth
+
+FLOPs of a forward pass over T tokens, each attending to c_t earlier tokens (Kaplan et al.,
+"Scaling Laws for Neural Language Models", 2020, Table 1): 2 x N_active x T for the matrix
+products, plus 4 x layers x heads x head_dim x sum(c_t) for attention (QK^T and AV).
+
+Decoding reads every weight once per step whatever the rows (so a step costs about the same
+for 8 rows as for 256: stragglers waste the GPU), plus each row's KV cache.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# -- GPUs ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GPUProfile:
+    """One GPU's peak figures from its spec sheet (dense, not with sparsity)."""
+
+    name: str
+    peak_flops: float  # dense BF16 tensor-core FLOP/s
+    bandwidth: float  # HBM bytes/s
+    memory: float  # HBM bytes
+    link: float  # GPU-to-GPU bytes/s, one direction (NVLink)
+    source: str
+
+
+GPUS: dict[str, GPUProfile] = {
+    # A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4): BF16 312 TFLOPS (624 with
+    # sparsity); 80 GB HBM2e at 2,039 GB/s; NVLink 600 GB/s (both directions).
+    "a100": GPUProfile(
+        "A100-SXM4-80GB",
+        312e12,
+        2.039e12,
+        80e9,
+        300e9,
+        "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+        "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
+    ),
+    # H100 SXM datasheet: BF16 1,979 TFLOPS with sparsity (989 dense); 80 GB HBM3 at 3.35 TB/s;
+    # NVLink 900 GB/s (both directions).
+    "h100": GPUProfile(
+        "H100-SXM5-80GB",
+        989e12,
+        3.35e12,
+        80e9,
+        450e9,
+        "https://www.nvidia.com/en-us/data-center/h100/",
+    ),
+    # H200 SXM datasheet: the H100's compute (BF16 1,979 TFLOPS with sparsity); 141 GB HBM3e at
+    # 4.8 TB/s; NVLink 900 GB/s.
+    "h200": GPUProfile(
+        "H200-SXM-141GB",
+        989e12,
+        4.8e12,
+        141e9,
+        450e9,
+        "https://www.nvidia.com/en-us/data-center/h200/",
+    ),
+    # DGX B200 datasheet, per GPU (the system's totals / 8): 180 GB HBM3e at 8 TB/s, NVLink 1.8
+    # TB/s (both directions); HGX B200: FP16/BF16 4.5 PFLOPS with sparsity (2.25 dense).
+    "b200": GPUProfile(
+        "B200-SXM-180GB",
+        2.25e15,
+        8.0e12,
+        180e9,
+        900e9,
+        "https://www.nvidia.com/en-us/data-center/dgx-b200/",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The share of peak that real stacks reach, and what a step costs besides its math.
+
+    Named parameters, not truths: each default cites where it comes from, and a user with a GPU
+    fits them (docs/cost-model.md)."""
+
+    # Achieved / peak HBM bandwidth in decode. Optimized CUDA serving stacks (vLLM,
+    # TensorRT-LLM) are reported in the 60-85% band (Databricks/MosaicML, "LLM Inference
+    # Performance Engineering: Best Practices", 2023: model bandwidth utilization); the middle.
+    bandwidth: float = 0.7
+    # Model FLOP utilization of prefill and forward-only scoring (compute-bound, large token
+    # counts). Megatron-LM reaches 52% of peak on A100s for a 175B model (Narayanan et al.,
+    # SC 2021); a forward alone does no worse: we take 0.5.
+    forward_flops: float = 0.5
+    # MFU of training: Llama 3's BF16 pretraining on 16K H100s ran at 38-43% (Llama Team,
+    # "The Llama 3 Herd of Models", 2024, Table 4): 0.4.
+    train_flops: float = 0.4
+    # Achieved / peak NVLink bandwidth for a large transfer (NCCL all-gather / broadcast
+    # bus bandwidth is ~75-80% of the link's in nccl-tests on DGX systems): 0.75.
+    link: float = 0.75
+    # Seconds per engine step besides its math: scheduling, sampling, input preparation,
+    # kernel launches. vLLM's profile of Llama 3 8B on one H100 found scheduling alone at 29%
+    # of execution time before v0.6 ("vLLM v0.6.0: 2.7x Throughput Improvement", 2024); an
+    # absolute figure is not published: 2 ms is our assumption, to be fitted on a GPU.
+    step_overhead: float = 2e-3
+
+
+# -- models ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the cost of a transformer depends on, read from its Hugging Face config."""
+
+    parameters: int  # all weights (embeddings included)
+    active_parameters: int  # weights one token's forward uses (MoE: the routed experts only)
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    bytes_per_parameter: int = 2  # bf16 weights
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.parameters * self.bytes_per_parameter
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V of one token in every layer (bf16 KV cache)."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * 2
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], bytes_per_parameter: int = 2) -> ModelShape:
+        """Dense decoders (Llama, Qwen, Mistral) and their MoE variants (num_experts,
+        num_experts_per_tok, moe_intermediate_size)."""
+        hidden, layers = config["hidden_size"], config["num_hidden_layers"]
+        heads = config["num_attention_heads"]
+        kv_heads = config.get("num_key_value_heads") or heads
+        head_dim = config.get("head_dim") or hidden // heads
+        vocab = config["vocab_size"]
+        attention = hidden * head_dim * (2 * heads + 2 * kv_heads)  # q, o; k, v
+        experts = config.get("num_experts") or config.get("n_routed_experts") or 0
+        if experts:
+            expert = 3 * hidden * config["moe_intermediate_size"]
+            routed = config["num_experts_per_tok"]
+            shared = 3 * hidden * config.get("shared_expert_intermediate_size", 0)
+            mlp_all, mlp_active = experts * expert + shared, routed * expert + shared
+        else:
+            mlp_all = mlp_active = 3 * hidden * config["intermediate_size"]  # gate, up, down
+        embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
+        router = hidden * experts  # one score per expert
+        norms = 2 * hidden + (2 * head_dim if _has_qk_norm(config) else 0)  # per layer
+        fixed = embeddings + hidden  # + the final norm
+        return cls(
+            parameters=layers * (attention + mlp_all + router + norms) + fixed,
+            active_parameters=layers * (attention + mlp_active + router + norms) + fixed,
+            layers=layers,
+            hidden=hidden,
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            bytes_per_parameter=bytes_per_parameter,
+        )
+
+    @classmethod
+    def from_folder(cls, folder: str | Path, bytes_per_parameter: int = 2) -> ModelShape:
+        config = json.loads((Path(folder) / "config.json").read_text())
+        return cls.from_config(config, bytes_per_parameter)
+
+    @classmethod
+    def of(cls, model: str, bytes_per_parameter: int = 2) -> ModelShape:
+        """The shape of `model.path`: a local folder, a hub id in the local Hugging Face cache,
+        or one of the configs shipped in rollverify/model_configs (the paper's models)."""
+        if (Path(model) / "config.json").is_file():
+            return cls.from_folder(model, bytes_per_parameter)
+        shipped = SHIPPED_CONFIGS / f"{model.replace('/', '--')}.json"
+        if shipped.is_file():
+            return cls.from_config(json.loads(shipped.read_text()), bytes_per_parameter)
+        from huggingface_hub import try_to_load_from_cache  # reads the cache, never the network
+
+        cached = try_to_load_from_cache(model, "config.json")
+        if isinstance(cached, str):
+            return cls.from_config(json.loads(Path(cached).read_text()), bytes_per_parameter)
+        raise ValueError(
+            f"model.path: no config.json for {model!r} here; download the model, or point "
+            "model.path to a folder with its config.json"
+        )
+
+
+SHIPPED_CONFIGS = Path(__file__).parent / "model_configs"
+
+
+def _has_qk_norm(config: dict[str, Any]) -> bool:
+    """Qwen3 normalizes queries and keys per head (one weight of head_dim each)."""
+    return str(config.get("model_type", "")).startswith("qwen3")
+
+
+# -- operations ------------------------------------------------------------------------------
+
+
+def forward_flops(shape: ModelShape, tokens: float, attended: float) -> float:
+    """FLOPs of a forward over `tokens` tokens that attend to `attended` earlier tokens in all
+    (the sum over tokens of their context length)."""
+    return 2 * shape.active_parameters * tokens + 4 * shape.layers * shape.heads * (
+        shape.head_dim * attended
+    )
+
+
+def decode_step_seconds(
+    shape: ModelShape,
+    gpu: GPUProfile,
+    efficiency: Efficiency,
+    rows: int,
+    context: float,
+    tensor_parallel: int = 1,
+) -> float:
+    """One decoding step of `rows` sequences whose contexts sum to `context` tokens, on one
+    engine of `tensor_parallel` GPUs (weights and KV split across them)."""
+    if rows <= 0:
+        return 0.0
+    read = (shape.weight_bytes + context * shape.kv_bytes_per_token) / tensor_parallel
+    memory = read / (gpu.bandwidth * efficiency.bandwidth)
+    compute = forward_flops(shape, rows, context) / tensor_parallel
+    compute /= gpu.peak_flops * efficiency.forward_flops
+    return (
+        max(memory, compute)
+        + efficiency.step_overhead
+        + _all_reduce(shape, gpu, efficiency, rows, tensor_parallel)
+    )
+
+
+def _all_reduce(
+    shape: ModelShape, gpu: GPUProfile, efficiency: Efficiency, tokens: float, tp: int
+) -> float:
+    """Tensor parallelism's two all-reduces per layer of the activations (ring: 2 (tp-1)/tp
+    of the data crosses each link)."""
+    if tp <= 1:
+        return 0.0
+    data = 2 * shape.layers * tokens * shape.hidden * 2  # bf16 activations
+    return data * 2 * (tp - 1) / tp / (gpu.link * efficiency.link)
+
+
+def prefill_seconds(
+    shape: ModelShape,
+    gpu: GPUProfile,
+    efficiency: Efficiency,
+    tokens: float,
+    attended: float,
+    gpus: int = 1,
+) -> float:
+    """Prefilling (or scoring forward-only) `tokens` tokens attending to `attended` tokens."""
+    if tokens <= 0:
+        return 0.0
+    compute = forward_flops(shape, tokens, attended) / (gpu.peak_flops * efficiency.forward_flops)
+    memory = shape.weight_bytes / (gpu.bandwidth * efficiency.bandwidth)  # read once at least
+    return max(compute / gpus, memory / gpus)
+
+
+def train_seconds(
+    shape: ModelShape,
+    gpu: GPUProfile,
+    efficiency: Efficiency,
+    tokens: float,
+    attended: float,
+    gpus: int = 1,
+) -> float:
+    """Forward and backward (3 x the forward's FLOPs) of `tokens` trained tokens, on `gpus`
+    GPUs training data-parallel (or sharded) at the training MFU."""
+    flops = 3 * forward_flops(shape, tokens, attended)
+    return flops / (gpu.peak_flops * efficiency.train_flops * gpus)
+
+
+def sync_seconds(shape: ModelShape, gpu: GPUProfile, efficiency: Efficiency) -> float:
+    """The trainer's weights to the engines over the GPU links (a broadcast: each link carries
+    the bytes once)."""
+    return shape.weight_bytes / (gpu.link * efficiency.link)
+
+
+def attended_tokens(prompt: float, length: float) -> float:
+    """Sum of context lengths over the `length` tokens after a `prompt`: each token attends to
+    the prompt and the tokens before it."""
+    return length * prompt + length * (length - 1) / 2
+
+
+def gpu_days(seconds: float, gpus: int) -> float:
+    return seconds * gpus / 86_400.0
+
+
+def check_fits(shape: ModelShape, gpu: GPUProfile, tensor_parallel: int = 1) -> str | None:
+    """Why the weights cannot fit one engine's GPUs (None if they do): a user asking for an
+    8B model on one 16 GB card should hear it, not get a cost."""
+    weights = shape.weight_bytes / tensor_parallel
+    if weights > gpu.memory:
+        return (
+            f"{shape.parameters / 1e9:.1f}B parameters need {weights / 1e9:.0f} GB per GPU at "
+            f"tensor_parallel_size {tensor_parallel}; {gpu.name} has {gpu.memory / 1e9:.0f} GB"
+        )
+    return None

@@ -1,0 +1,150 @@
+"""The GPU cost model (rollverify/costmodel.py): shapes read from configs, roofline costs."""
+
+from __future__ import annotations
+
+import pytest
+from safetensors.torch import load_file
+
+from rollverify.config import load_config
+from rollverify.costmodel import (
+    GPUS,
+    Efficiency,
+    ModelShape,
+    attended_tokens,
+    check_fits,
+    decode_step_seconds,
+    forward_flops,
+    gpu_days,
+    prefill_seconds,
+    sync_seconds,
+    train_seconds,
+)
+
+MODEL_DIR = load_config().model_path()  # the shipped tiny Qwen3
+
+# Qwen3-30B-A3B's config.json (huggingface.co/Qwen/Qwen3-30B-A3B): the MoE case; its model card
+# gives 30.5B parameters, 3.3B activated.
+QWEN3_MOE = {
+    "model_type": "qwen3_moe",
+    "hidden_size": 2048,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "tie_word_embeddings": False,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "moe_intermediate_size": 768,
+    "intermediate_size": 6144,
+}
+H100, EFF = GPUS["h100"], Efficiency()
+
+
+def test_the_shipped_tiny_model_shape_counts_every_weight():
+    shape = ModelShape.from_folder(MODEL_DIR)
+    weights = load_file(f"{MODEL_DIR}/model.safetensors")
+    assert shape.parameters == sum(t.numel() for t in weights.values())
+    assert shape.active_parameters == shape.parameters  # dense
+    assert (shape.layers, shape.kv_heads, shape.head_dim) == (3, 2, 32)
+    assert shape.kv_bytes_per_token == 2 * 3 * 2 * 32 * 2
+
+
+def test_qwen3_8b_matches_its_model_card():
+    shape = ModelShape.of("Qwen/Qwen3-8B-Base")  # shipped config: no hub needed
+    assert shape.parameters == pytest.approx(8.19e9, rel=0.01)  # "8.2B"
+    embeddings = 151936 * 4096 * 2
+    assert shape.parameters - embeddings == pytest.approx(6.95e9, rel=0.01)  # non-embedding
+    assert shape.weight_bytes == 2 * shape.parameters
+    assert shape.kv_bytes_per_token == 147_456  # 36 layers x 8 KV heads x 128 x (K, V) x bf16
+
+
+def test_a_mixture_of_experts_counts_only_routed_experts_as_active():
+    shape = ModelShape.from_config(QWEN3_MOE)
+    assert shape.parameters == pytest.approx(30.5e9, rel=0.01)
+    assert shape.active_parameters == pytest.approx(3.3e9, rel=0.02)
+
+
+def test_an_unknown_model_is_named_with_the_fix():
+    with pytest.raises(ValueError, match=r"model.path: no config.json for 'nobody/none'"):
+        ModelShape.of("nobody/none")
+
+
+def test_a_decode_step_is_far_from_proportional_to_its_rows():
+    """Reading the weights dominates decoding at short contexts: 8x the rows for < 1.5x the
+    time, so a step of a few stragglers wastes most of the GPU. (At long contexts each row's
+    KV read grows, and so does the cost of a row.)"""
+    shape = ModelShape.of("Qwen/Qwen3-8B-Base")
+    few = decode_step_seconds(shape, H100, EFF, rows=8, context=8 * 512)
+    many = decode_step_seconds(shape, H100, EFF, rows=64, context=64 * 512)
+    assert many / few < 1.5
+    assert many / 64 < few / 8 / 5, "per token, the full batch is >5x cheaper"
+
+
+def test_decode_cost_grows_with_rows_and_context_and_the_kv_read_is_exact():
+    shape = ModelShape.of("Qwen/Qwen3-8B-Base")
+    base = decode_step_seconds(shape, H100, EFF, rows=64, context=64 * 2048)
+    assert decode_step_seconds(shape, H100, EFF, rows=64, context=64 * 8192) > base
+    assert decode_step_seconds(shape, H100, EFF, rows=128, context=64 * 2048) >= base
+    # memory-bound here: (weights + KV) / achieved bandwidth + the step overhead
+    kv = 64 * 2048 * shape.kv_bytes_per_token
+    expected = (shape.weight_bytes + kv) / (H100.bandwidth * EFF.bandwidth) + EFF.step_overhead
+    assert base == pytest.approx(expected)
+    assert decode_step_seconds(shape, H100, EFF, rows=0, context=0) == 0.0
+
+
+def test_huge_batches_become_compute_bound():
+    shape = ModelShape.of("Qwen/Qwen3-8B-Base")
+    rows = 8192
+    step = decode_step_seconds(shape, H100, EFF, rows=rows, context=rows * 16)
+    compute = forward_flops(shape, rows, rows * 16) / (H100.peak_flops * EFF.forward_flops)
+    assert step == pytest.approx(compute + EFF.step_overhead)
+
+
+def test_tensor_parallel_splits_the_reads_and_pays_all_reduces():
+    shape = ModelShape.of("Qwen/Qwen3-8B-Base")
+    one = decode_step_seconds(shape, H100, EFF, rows=64, context=64 * 4096)
+    two = decode_step_seconds(shape, H100, EFF, rows=64, context=64 * 4096, tensor_parallel=2)
+    assert one / 2 < two < one
+
+
+def test_training_is_three_forwards_at_the_training_mfu():
+    shape = ModelShape.of("Qwen/Qwen3-8B-Base")
+    tokens, attended = 1e6, attended_tokens(prompt=512, length=1000) * 1000
+    flops = 3 * forward_flops(shape, tokens, attended)
+    assert train_seconds(shape, H100, EFF, tokens, attended, gpus=4) == pytest.approx(
+        flops / (H100.peak_flops * EFF.train_flops * 4)
+    )
+    assert prefill_seconds(shape, H100, EFF, tokens, attended) == pytest.approx(
+        flops / 3 / (H100.peak_flops * EFF.forward_flops)
+    )
+
+
+def test_attention_flops_use_the_sum_of_contexts():
+    assert attended_tokens(prompt=10, length=1) == 10
+    assert attended_tokens(prompt=10, length=3) == 10 + 11 + 12
+    shape = ModelShape.from_folder(MODEL_DIR)
+    assert forward_flops(shape, 1, 100) - forward_flops(shape, 1, 0) == 4 * 3 * 4 * 32 * 100
+
+
+def test_weight_sync_and_gpu_days():
+    shape = ModelShape.of("Qwen/Qwen3-8B-Base")
+    assert sync_seconds(shape, H100, EFF) == pytest.approx(shape.weight_bytes / (450e9 * EFF.link))
+    assert gpu_days(86_400, gpus=8) == 8.0
+
+
+def test_every_profile_is_dense_bf16_with_a_source():
+    for name, gpu in GPUS.items():
+        assert gpu.source.startswith("https://"), name
+        assert 1e14 < gpu.peak_flops < 1e16 and 1e12 < gpu.bandwidth < 1e13, name
+    assert GPUS["h200"].peak_flops == GPUS["h100"].peak_flops  # same compute, more HBM
+    assert GPUS["h200"].bandwidth > GPUS["h100"].bandwidth
+
+
+def test_a_model_too_big_for_the_gpu_is_named():
+    fp32 = ModelShape.from_config(QWEN3_MOE, bytes_per_parameter=4)
+    assert check_fits(fp32, H100) == (
+        "30.5B parameters need 122 GB per GPU at tensor_parallel_size 1; H100-SXM5-80GB has 80 GB"
+    )
+    assert check_fits(fp32, H100, tensor_parallel=2) is None
+    assert check_fits(ModelShape.of("Qwen/Qwen3-8B-Base"), H100) is None

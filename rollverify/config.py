@@ -251,6 +251,21 @@ class TrackingConfig:
 
 
 @dataclass
+class CostConfig:
+    gpu: Literal["a100", "h100", "h200", "b200"] = _field(
+        "h100",
+        "The GPU whose spec sheet prices each step's work (rollverify/costmodel.py): the "
+        "modeled_* metrics and modeled_gpu_days, beside the measured device-seconds.",
+    )
+    layout: Literal["auto", "colocated", "disaggregated"] = _field(
+        "auto",
+        "colocated: the same GPUs roll out, then train (max of train.devices and the engines' "
+        "GPUs); disaggregated: the engines' GPUs (vllm.engines x tensor_parallel_size) beside "
+        "the trainer's; auto: colocated for the in-process engine, disaggregated for vLLM.",
+    )
+
+
+@dataclass
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -259,6 +274,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
     output: str = _field("runs", "Folder for run outputs (one subfolder per run).")
 
     def to_dict(self) -> dict[str, Any]:
@@ -285,6 +301,19 @@ class RunConfig:
 
         engines = self.vllm.engines * self.vllm.tensor_parallel_size
         return DeviceLayout(self.train.devices, engines if self.engine() == "vllm" else 0)
+
+    def cost_layout(self):
+        """The GPUs the cost model prices this run on (rollverify/costmodel.Layout)."""
+        from rollverify.costmodel import Layout
+
+        kind = self.cost.layout
+        if kind == "auto":
+            kind = "disaggregated" if self.engine() == "vllm" else "colocated"
+        if self.engine() == "vllm":
+            return Layout(
+                kind, self.train.devices, self.vllm.engines, self.vllm.tensor_parallel_size
+            )
+        return Layout(kind, self.train.devices)  # the in-process engine: one, on one GPU
 
     def model_path(self) -> str:
         """The local model folder (relative paths are from the repo), or a hub id as given."""

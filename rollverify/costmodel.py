@@ -21,9 +21,13 @@ for 8 rows as for 256: stragglers waste the GPU), plus each row's KV cache.
 from __future__ import annotations
 
 import json
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from rollverify.trace import EngineStep, TrainerStep
 
 # -- GPUs ------------------------------------------------------------------------------------
 
@@ -215,6 +219,29 @@ def forward_flops(shape: ModelShape, tokens: float, attended: float) -> float:
     )
 
 
+def engine_step_seconds(
+    shape: ModelShape,
+    gpu: GPUProfile,
+    efficiency: Efficiency,
+    step: EngineStep,
+    tensor_parallel: int = 1,
+) -> float:
+    """One engine iteration on an engine of `tensor_parallel` GPUs (weights and KV split
+    across them): its decode rows and its prefill tokens share one pass over the weights."""
+    tokens = step.decode_rows + step.prefill_tokens
+    if tokens <= 0:
+        return 0.0
+    kv = (step.decode_context + step.prefill_tokens) * shape.kv_bytes_per_token  # read, write
+    memory = (shape.weight_bytes + kv) / tensor_parallel / (gpu.bandwidth * efficiency.bandwidth)
+    attended = step.decode_context + step.prefill_attended
+    compute = forward_flops(shape, tokens, attended) / tensor_parallel
+    compute /= gpu.peak_flops * efficiency.forward_flops
+    overhead = efficiency.step_overhead + _all_reduce(
+        shape, gpu, efficiency, tokens, tensor_parallel
+    )
+    return max(memory, compute) + overhead
+
+
 def decode_step_seconds(
     shape: ModelShape,
     gpu: GPUProfile,
@@ -223,19 +250,9 @@ def decode_step_seconds(
     context: float,
     tensor_parallel: int = 1,
 ) -> float:
-    """One decoding step of `rows` sequences whose contexts sum to `context` tokens, on one
-    engine of `tensor_parallel` GPUs (weights and KV split across them)."""
-    if rows <= 0:
-        return 0.0
-    read = (shape.weight_bytes + context * shape.kv_bytes_per_token) / tensor_parallel
-    memory = read / (gpu.bandwidth * efficiency.bandwidth)
-    compute = forward_flops(shape, rows, context) / tensor_parallel
-    compute /= gpu.peak_flops * efficiency.forward_flops
-    return (
-        max(memory, compute)
-        + efficiency.step_overhead
-        + _all_reduce(shape, gpu, efficiency, rows, tensor_parallel)
-    )
+    """One decoding step of `rows` sequences whose contexts sum to `context` tokens."""
+    step = EngineStep(rows, int(context), prefill_rows=0, prefill_tokens=0, prefill_attended=0)
+    return engine_step_seconds(shape, gpu, efficiency, step, tensor_parallel)
 
 
 def _all_reduce(
@@ -305,3 +322,94 @@ def check_fits(shape: ModelShape, gpu: GPUProfile, tensor_parallel: int = 1) -> 
             f"tensor_parallel_size {tensor_parallel}; {gpu.name} has {gpu.memory / 1e9:.0f} GB"
         )
     return None
+
+
+# -- a run's layout and the cost of its steps --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a run's work runs. colocated: the same GPUs roll out, then train (the paper's
+    setup; the in-process engine); disaggregated: the engines hold GPUs of their own, idle
+    while the trainer works and the other way round (synchronous RL: no overlap)."""
+
+    kind: Literal["colocated", "disaggregated"]
+    trainer_gpus: int
+    engines: int = 1
+    tensor_parallel: int = 1
+
+    @property
+    def gpus(self) -> int:
+        engine_gpus = self.engines * self.tensor_parallel
+        if self.kind == "colocated":
+            return max(self.trainer_gpus, engine_gpus)
+        return self.trainer_gpus + engine_gpus
+
+
+def engines_seconds(
+    shape: ModelShape,
+    gpu: GPUProfile,
+    efficiency: Efficiency,
+    steps: Iterable[EngineStep],
+    tensor_parallel: int = 1,
+) -> float:
+    """Wall seconds of the engines' iterations: each engine runs its own in sequence, the
+    engines run side by side (the slowest sets the time)."""
+    per_engine: dict[int, float] = defaultdict(float)
+    for step in steps:
+        per_engine[step.engine] += engine_step_seconds(
+            shape, gpu, efficiency, step, tensor_parallel
+        )
+    return max(per_engine.values(), default=0.0)
+
+
+def step_seconds(
+    shape: ModelShape,
+    gpu: GPUProfile,
+    efficiency: Efficiency,
+    layout: Layout,
+    rollout: Iterable[EngineStep],
+    evaluation: Iterable[EngineStep],
+    trainer: TrainerStep,
+) -> dict[str, float]:
+    """Modeled wall seconds of one training step, by the ledger's phases (rollverify/ledger.py);
+    `measure` is scoring for the logs only, kept apart as the ledger keeps it."""
+    tp, gpus = layout.tensor_parallel, layout.trainer_gpus
+    if layout.kind == "colocated":  # the weights move within each GPU's memory
+        sync = trainer.sync_bytes / (gpu.bandwidth * efficiency.bandwidth) / gpus
+    else:
+        sync = trainer.sync_bytes / (gpu.link * efficiency.link)
+    return {
+        "rollout": engines_seconds(shape, gpu, efficiency, rollout, tp),
+        "eval": engines_seconds(shape, gpu, efficiency, evaluation, tp),
+        "train": train_seconds(
+            shape, gpu, efficiency, trainer.tokens_trained, trainer.attended_trained, gpus
+        ),
+        "verify": prefill_seconds(
+            shape, gpu, efficiency, trainer.tokens_scored, trainer.attended_scored, gpus
+        ),
+        "sync": sync,
+        "measure": prefill_seconds(
+            shape, gpu, efficiency, trainer.tokens_measured, trainer.attended_measured, gpus
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """A run's model on a GPU in a layout: the prices of its steps."""
+
+    shape: ModelShape
+    gpu: GPUProfile
+    layout: Layout
+    efficiency: Efficiency = Efficiency()
+
+    def engines(self, steps: Iterable[EngineStep]) -> float:
+        return engines_seconds(
+            self.shape, self.gpu, self.efficiency, steps, self.layout.tensor_parallel
+        )
+
+    def step(self, rollout: Iterable[EngineStep], trainer: TrainerStep) -> dict[str, float]:
+        return step_seconds(
+            self.shape, self.gpu, self.efficiency, self.layout, rollout, [], trainer
+        )

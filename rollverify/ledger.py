@@ -16,6 +16,11 @@ Engine start-up and model loading are not counted (once per run, not per step). 
 engine generated them; trained ones are kept; discarded ones were truncated by verification
 or filtered out; regenerated ones were generated again after a truncation.
 
+Beside the measured device-seconds (CPU process-seconds on a CPU: nothing a GPU user can
+price), the ledger sums what the same work would cost on GPUs: the cost model
+(rollverify/costmodel.py) applied to each step's trace gives modeled seconds per phase, and
+`modeled_gpu_days` = modeled wall seconds x the GPUs of the modeled layout / 86,400.
+
 Measurement is not a method's cost: scoring done only to log a metric (the OPS of a batch the
 method does not filter by, the cache of a method that does not verify) is booked with
 `add_measurement`, kept apart (`cost_measure_device_seconds`) and left out of the wall
@@ -28,6 +33,7 @@ from dataclasses import dataclass, field
 
 PHASES = ("rollout", "eval", "train", "verify", "sync", "checkpoint")
 MEASURE = "measure"  # scoring for metrics only: kept apart, not a phase of the run's cost
+MODELED_PHASES = ("rollout", "eval", "train", "verify", "sync", MEASURE)
 TOKEN_KINDS = ("generated", "kept", "discarded", "regenerated")
 SECONDS_PER_DAY = 86_400.0
 
@@ -59,6 +65,10 @@ class CostLedger:
         default_factory=lambda: dict.fromkeys((*PHASES, "idle", MEASURE), 0.0)
     )
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KINDS, 0))
+    modeled_gpus: int = 0  # GPUs of the modeled layout (0: nothing modeled)
+    modeled_seconds: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(MODELED_PHASES, 0.0)
+    )
 
     def add_phase(self, phase: str, seconds: float) -> None:
         occupied = self.layout.occupied(phase)
@@ -69,6 +79,15 @@ class CostLedger:
     def add_measurement(self, seconds: float) -> None:
         """Trainer seconds spent scoring only to log a metric (not counted in the total)."""
         self.device_seconds[MEASURE] += seconds * self.layout.trainer
+
+    def add_modeled(self, seconds: dict[str, float]) -> None:
+        """Modeled GPU wall seconds of some work, by phase (rollverify/costmodel.py)."""
+        for phase, value in seconds.items():
+            self.modeled_seconds[phase] += value
+
+    @property
+    def modeled_wall_seconds(self) -> float:
+        return sum(s for phase, s in self.modeled_seconds.items() if phase != MEASURE)
 
     def add_tokens(self, **counts: int) -> None:
         for kind, count in counts.items():
@@ -83,11 +102,22 @@ class CostLedger:
         out = {f"cost_{phase}_device_seconds": s for phase, s in self.device_seconds.items()}
         out |= {f"tokens_{kind}_total": float(n) for kind, n in self.tokens.items()}
         total = self.total_device_seconds
-        return out | {
+        out |= {
             "cost_device_seconds": total,
             "cost_gpu_days": total / SECONDS_PER_DAY,
             "cost_wall_seconds": self.wall_seconds,
         }
+        if not self.modeled_gpus:
+            return out
+        out |= {f"modeled_{phase}_seconds": s for phase, s in self.modeled_seconds.items()}
+        return out | {
+            "modeled_wall_seconds": self.modeled_wall_seconds,
+            "modeled_gpu_days": self.modeled_gpu_days,
+        }
+
+    @property
+    def modeled_gpu_days(self) -> float:
+        return self.modeled_wall_seconds * self.modeled_gpus / SECONDS_PER_DAY
 
     def to_dict(self) -> dict:
         return {
@@ -96,6 +126,9 @@ class CostLedger:
             "device_seconds": dict(self.device_seconds),
             "tokens": dict(self.tokens),
             "gpu_days": self.total_device_seconds / SECONDS_PER_DAY,
+            "modeled_gpus": self.modeled_gpus,
+            "modeled_seconds": dict(self.modeled_seconds),
+            "modeled_gpu_days": self.modeled_gpu_days,
         }
 
     @classmethod
@@ -106,4 +139,7 @@ class CostLedger:
             dict.fromkeys((*PHASES, "idle", MEASURE), 0.0)
             | {k: float(v) for k, v in data["device_seconds"].items()},
             {k: int(v) for k, v in data["tokens"].items()},
+            int(data.get("modeled_gpus", 0)),  # ledgers written before the cost model: none
+            dict.fromkeys(MODELED_PHASES, 0.0)
+            | {k: float(v) for k, v in data.get("modeled_seconds", {}).items()},
         )

@@ -24,6 +24,7 @@ PARENT_KINDS = ("compare", "sweep")
 REPORT_METRICS = (
     "eval_accuracy",
     "cost_gpu_days",
+    "modeled_gpu_days",
     "ops_mean",
     "acceptance_rate",
     "switched",
@@ -206,13 +207,17 @@ def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
     if "grpo" in groups:
         groups = {"grpo": groups.pop("grpo"), **groups}
     rows = [{"method": method, **_summary(group)} for method, group in groups.items()]
-    grpo_days = rows[0]["gpu_days"] if rows and rows[0]["method"] == "grpo" else None
+    grpo = rows[0] if rows and rows[0]["method"] == "grpo" else {}
     for row in rows:
-        days = row["gpu_days"]
-        speedup = grpo_days / days if grpo_days is not None and days else None
-        row["speedup_vs_grpo"] = speedup
+        for days, speedup in [
+            ("gpu_days", "speedup_vs_grpo"),
+            ("modeled_gpu_days", "modeled_speedup_vs_grpo"),
+        ]:
+            base = grpo.get(days)
+            row[speedup] = base / row[days] if base is not None and row[days] else None
     order = ["method", "status", "seeds", "unfinished", "eval_accuracy_before"]
     order += ["eval_accuracy_mean", "eval_accuracy_ci95", "gpu_days", "speedup_vs_grpo"]
+    order += ["modeled_gpu_days", "modeled_speedup_vs_grpo"]
     order += ["ops_mean", "acceptance_rate_final", "switch_step"]
     return [_clean({k: row[k] for k in order}) for row in rows]
 
@@ -239,6 +244,7 @@ def sweep_rows(runs: Sequence[RunRecord], sweep_params: Sequence[str]) -> list[d
         for key in ["status", "seeds", "unfinished", "eval_accuracy_mean", "eval_accuracy_ci95"]:
             row[key] = summary[key]
         row["gpu_days"] = summary["gpu_days"]
+        row["modeled_gpu_days"] = summary["modeled_gpu_days"]
         row["acceptance_rate_final"] = summary["acceptance_rate_final"]
         rows.append(_clean(row))
     return rows
@@ -322,6 +328,7 @@ def _summary(group: Sequence[RunRecord]) -> dict[str, Any]:
         "eval_accuracy_mean": accuracy,
         "eval_accuracy_ci95": ci95,
         "gpu_days": _mean(r.last("cost_gpu_days") for r in done),
+        "modeled_gpu_days": _mean(r.last("modeled_gpu_days") for r in done),
         "ops_mean": _mean(_mean(r.history.get("ops_mean", {}).values()) for r in done),
         "acceptance_rate_final": _mean(r.last("acceptance_rate") for r in done),
         # median over the seeds that switched

@@ -74,3 +74,15 @@ def test_bad_files_name_the_field(tmp_path, text, message):
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match="cannot read it"):
         load_config(tmp_path / "absent.yaml")
+
+
+def test_the_cost_layout_follows_the_engine_unless_set():
+    hf = load_config(overrides={"rollout.engine": "hf", "train.devices": 2})
+    assert (hf.cost_layout().kind, hf.cost_layout().gpus) == ("colocated", 2)
+    vllm = {"rollout.engine": "vllm", "vllm.engines": 4, "vllm.tensor_parallel_size": 2}
+    vllm |= {"rollout.slots": 64, "train.devices": 4}
+    assert load_config(overrides=vllm).cost_layout().gpus == 4 + 8
+    colocated = load_config(overrides=vllm | {"cost.layout": "colocated"})
+    assert colocated.cost_layout().gpus == 8
+    with pytest.raises(ConfigError, match="cost.gpu: must be one of a100, h100, h200, b200"):
+        load_config(overrides={"cost.gpu": "v100"})

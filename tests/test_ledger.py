@@ -107,3 +107,15 @@ def test_measurement_is_kept_apart_from_the_runs_cost():
     assert metrics["cost_measure_device_seconds"] == 3.0
     assert metrics["cost_gpu_days"] == 9.0 / 86_400
     assert CostLedger.from_dict(ledger.to_dict()) == ledger
+
+
+def test_modeled_gpu_days_are_the_modeled_wall_times_the_layouts_gpus():
+    ledger = CostLedger(DeviceLayout(1, 0), modeled_gpus=8)
+    ledger.add_modeled({"rollout": 3_600.0, "train": 1_800.0, "measure": 999.0})
+    ledger.add_modeled({"rollout": 3_600.0, "sync": 0.0})
+    metrics = ledger.metrics()
+    assert metrics["modeled_rollout_seconds"] == 7_200.0
+    assert metrics["modeled_wall_seconds"] == 9_000.0  # measurement left out
+    assert metrics["modeled_gpu_days"] == pytest.approx(9_000.0 * 8 / 86_400)
+    assert CostLedger.from_dict(ledger.to_dict()) == ledger
+    assert "modeled_gpu_days" not in CostLedger(DeviceLayout(1, 0)).metrics()  # nothing modeled

@@ -85,6 +85,8 @@ class Store:
                 "switched": float(switch_at is not None and step >= switch_at),
                 "cost_device_seconds": device_seconds,
                 "cost_gpu_days": device_seconds / 86400,
+                # priced work: partial methods pay for fewer engine steps than grpo
+                "modeled_gpu_days": device_seconds / 86400 / (10 if method == "grpo" else 25),
                 "cost_rollout_device_seconds": 0.6 * device_seconds,
                 "tokens_generated_total": 1000.0 * step,
             }
@@ -184,6 +186,11 @@ def test_method_rows_match_what_was_logged(store):
     assert partial["speedup_vs_grpo"] == pytest.approx(days["grpo"] / days["partial"])
     assert grpo["speedup_vs_grpo"] == pytest.approx(1.0)
     assert rv["speedup_vs_grpo"] > 1.5  # logged at half grpo's cost per step
+    modeled = {m: statistics.mean(last(h.history["modeled_gpu_days"]) for h in runs)
+               for m, runs in store.runs.items()}  # fmt: skip
+    assert rv["modeled_gpu_days"] == pytest.approx(modeled["rollverify"])
+    assert rv["modeled_speedup_vs_grpo"] == pytest.approx(modeled["grpo"] / modeled["rollverify"])
+    assert grpo["modeled_speedup_vs_grpo"] == pytest.approx(1.0)
 
     ops = [np.mean(list(h.history["ops_mean"].values())) for h in store.runs["rollverify"]]
     assert rv["ops_mean"] == pytest.approx(np.mean(ops))
@@ -308,7 +315,7 @@ def test_cli_sweep_table_with_grids_and_plots(store, tmp_path):
     args = ["report", store.sweep, "--tracking-uri", store.uri, "--plots", str(plots)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "acc, ds x dt" in result.stdout and "GPU-days, ds x dt" in result.stdout
+    assert "acc, ds x dt" in result.stdout and "device-days, ds x dt" in result.stdout
     assert "dt=inf" in result.stdout and "…" not in result.stdout  # fits 80 columns
     pngs = sorted(plots.glob("*.png"))
     assert {p.stem for p in pngs} == {

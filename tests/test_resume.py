@@ -22,6 +22,7 @@ import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
+from rollverify import trace
 from rollverify.checkpoint import folder_for, latest
 from rollverify.config import ConfigError, load_config
 from rollverify.training.run import resume, train
@@ -117,7 +118,12 @@ def test_killed_at_three_points_and_resumed_ends_like_an_uninterrupted_run(tmp_p
     for part in ("cache", "answers", "task", "monitor"):
         assert ours.state[part] == theirs.state[part], part
     assert ours.state["ledger"]["tokens"] == theirs.state["ledger"]["tokens"]
+    assert ours.state["ledger"]["modeled_seconds"] == theirs.state["ledger"]["modeled_seconds"]
     assert len(ours.state["cache"]) > 0, "the test must have a cache to lose"
+    for kind in ("engine", "trainer"):  # every step traced once, as the reference traced it
+        assert trace.read(run_dir / "trace", kind).equals(
+            trace.read(Path(reference.run_dir) / "trace", kind)
+        ), kind
 
     # One MLflow run, finished; every value it holds (replays included) is the reference's.
     run_id = ours.state["mlflow"]["run_id"]

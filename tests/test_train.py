@@ -1,12 +1,14 @@
 """End-to-end training on the shipped tiny model: every method, real TRL, real MLflow store."""
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rollverify import trace
 from rollverify.engines.protocol import SyncCheckError
 from rollverify.methods import METHODS
 from rollverify.tasks.chain import ChainProblem, chain_reward
@@ -169,3 +171,33 @@ def test_a_failed_weight_sync_check_stops_the_run(tmp_path):
     (run,) = client.search_runs([client.get_experiment_by_name("rollverify").experiment_id])
     assert run.info.status == "FAILED"
     assert not client.get_metric_history(run.info.run_id, "reward_mean"), "no step is logged"
+
+
+@pytest.mark.parametrize("method", ["grpo", "rollverify"])
+def test_the_trace_counts_what_the_engine_and_trainer_did_and_prices_it(tmp_path, method):
+    """Every step is traced (rollverify/trace.py): the engine's iterations account for every
+    token generated, the trainer's rows for the batch it trained; the ledger prices the trace
+    on the configured GPU (modeled_*), beside the measured device-seconds."""
+    config = tiny(tmp_path, method)
+    summary = train(config)
+    metrics = history(summary)
+    folder = Path(summary.run_dir) / "trace"
+    engine = trace.read(folder).to_pylist()
+    trainer = {row["step"]: row for row in trace.read(folder, "trainer").to_pylist()}
+    batch = config.rollout.batch_groups * config.rollout.group_size
+    for step in (1, 2, 3):
+        rows = [r for r in engine if r["step"] == step and r["phase"] == "rollout"]
+        sampled = sum(r["decode_rows"] + r["prefill_rows"] for r in rows)
+        assert sampled == metrics["tokens_generated"][step], "one token per row per iteration"
+        completions = metrics["response_length_mean"][step] * batch
+        assert trainer[step]["tokens_trained"] > completions  # + their prompts
+        verified = method == "rollverify" and metrics["cache_tokens_verified"][step] > 0
+        assert (trainer[step]["tokens_scored"] > 0) == verified, "verification is its cost"
+        assert trainer[step]["tokens_measured"] > 0  # the batch's OPS, for the logs
+    assert {r["phase"] for r in engine if r["step"] == 0} == {"eval"}  # the base model's
+    gpus = config.cost_layout().gpus
+    assert gpus == 1  # the in-process engine, colocated on train.devices
+    modeled = metrics["modeled_wall_seconds"]
+    assert all(modeled[s] < modeled[s + 1] for s in (1, 2))
+    assert metrics["modeled_gpu_days"][3] == pytest.approx(modeled[3] * gpus / 86_400)
+    assert metrics["modeled_rollout_seconds"][3] > 0 and metrics["modeled_train_seconds"][3] > 0

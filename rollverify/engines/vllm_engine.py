@@ -32,6 +32,7 @@ import torch
 from rollverify.engines.protocol import EngineStats
 from rollverify.engines.vllm_sidecar import EngineDead, unlink_shared_memory
 from rollverify.faults import describe
+from rollverify.trace import EngineStep
 from rollverify.trajectory import Trajectory
 
 
@@ -76,7 +77,9 @@ class VLLMSettings:
             # Sampled log-probs after temperature, as the trainer computes them (TRL divides
             # logits by the temperature); vLLM's default returns them before.
             "logprobs_mode": "processed_logprobs",
-            "disable_log_stats": True,
+            # On, for the stat logger that traces each iteration (the cost model's input);
+            # vLLM's own logging loggers stay off (VLLM_LOGGING_LEVEL=WARNING).
+            "disable_log_stats": False,
         }
 
 
@@ -311,6 +314,16 @@ class VLLMEngine:
 
     def reset_stats(self) -> None:
         self.stats = EngineStats()
+
+    def take_trace(self) -> list[EngineStep]:
+        """Each sidecar's iterations since the last call, tagged with its index (a dead one's
+        are lost with it)."""
+        answers = self._call("take_trace", {a: () for a in self._live()}, SIDECAR_TIMEOUT_S)
+        return [
+            EngineStep(*iteration, engine=index)
+            for index, iterations in sorted(answers.items())
+            for iteration in iterations
+        ]
 
     def sampling_state(self) -> torch.Tensor:
         return torch.tensor([self.seed, self._requests], dtype=torch.long)

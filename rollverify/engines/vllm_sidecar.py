@@ -5,6 +5,13 @@ IPC sockets: no network port). Requests stream token deltas with their sampled l
 per-request records; the owner collects finished records with `poll`, aborts everything with
 `abort_all` (partial tokens and log-probs kept, requests that never started included), and
 loads new weights through the worker extension in vllm_plugin.py (memory to memory, no disk).
+
+For the cost model it traces every engine iteration (rollverify/trace.py) through vLLM's own
+stat-logger interface, which reports each iteration's decoding and prefilling requests and the
+prompt tokens computed (prefix-cache hits excluded). vLLM does not report context lengths: a
+decoding row's context is its prompt plus the tokens it has streamed so far (one iteration
+behind the engine), and prefills are matched to requests in the order they were added (vLLM
+schedules first come, first served).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import contextlib
 import os
 import socket
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +37,7 @@ class RequestRecord:
     """What one request produced so far (token ids and their log-probs, in order)."""
 
     request_id: str
+    prompt_length: int = 0
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None  # "stop", "length"; None while running or when aborted
@@ -49,6 +58,8 @@ class VLLMSidecar:
         self.busy_seconds = 0.0  # integral of min(running, max_num_seqs) dt: slot-seconds used
         self.last_mark = time.perf_counter()
         self.shared_memory: list[str] = []
+        self.iterations: list[tuple[int, int, int, int, int]] = []  # rollverify.trace.EngineStep
+        self.waiting_prompts: deque[int] = deque()  # prompt lengths not prefilled yet, in order
 
     async def start(self) -> dict[str, Any]:
         import torch
@@ -69,7 +80,9 @@ class VLLMSidecar:
                 # CPU by default for OpenMP core binding, which the sidecar does not use.
                 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
                 kwargs["distributed_executor_backend"] = "uni"
-        self.llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        self.llm = AsyncLLM.from_engine_args(
+            AsyncEngineArgs(**kwargs), stat_loggers=[self._iteration_logger]
+        )
         disabled = await self.llm.collective_rpc("rollverify_prepacking_disabled")
         self.shared_memory = shared_memory_of_children()
         return {
@@ -99,7 +112,8 @@ class VLLMSidecar:
                 detokenize=False,
                 output_kind=RequestOutputKind.DELTA,
             )
-            record = RequestRecord(request_id)
+            record = RequestRecord(request_id, prompt_length=len(prompt_ids))
+            self.waiting_prompts.append(len(prompt_ids))
             self.records[request_id] = record
             stream = self.llm.generate(
                 TokensPrompt(prompt_token_ids=prompt_ids), params, request_id
@@ -149,6 +163,48 @@ class VLLMSidecar:
             "busy_seconds": self.busy_seconds,
         }
 
+    # -- the trace: one row per engine iteration -----------------------------------------
+
+    def _iteration_logger(self, vllm_config: Any, engine_index: int = 0) -> Any:
+        """A vLLM stat logger (StatLoggerFactory) that hands each iteration to `_iterated`."""
+        from vllm.v1.metrics.loggers import StatLoggerBase
+
+        sidecar = self
+
+        class IterationTrace(StatLoggerBase):
+            def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+                pass
+
+            def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+                if iteration_stats is not None:
+                    sidecar._iterated(iteration_stats)
+
+            def log_engine_initialized(self) -> None:
+                pass
+
+        return IterationTrace(vllm_config, engine_index)
+
+    def _iterated(self, stats: Any) -> None:
+        prefills = len(stats.time_to_first_tokens_iter)  # requests whose prompt ran now
+        decodes = len(stats.inter_token_latencies_iter)  # requests that decoded a token
+        if not prefills and not decodes:
+            return
+        prompts = [self.waiting_prompts.popleft() for _ in range(prefills) if self.waiting_prompts]
+        total = stats.prompt_token_stats.total or sum(prompts) or 1
+        share = stats.prompt_token_stats.computed / total  # the rest came from the prefix cache
+        attended = int(sum(n * (n + 1) // 2 for n in prompts) * share)
+        running = [r for r in self.records.values() if r.tokens]  # started, not finished
+        context = sum(r.prompt_length + len(r.tokens) for r in running)
+        self.iterations.append(
+            (decodes, context, prefills, stats.prompt_token_stats.computed, attended)
+        )
+
+    async def take_trace(self) -> list[tuple[int, int, int, int, int]]:
+        """The iterations since the last call: (decode rows, their context, prefill rows,
+        prefill tokens computed, their context)."""
+        taken, self.iterations = self.iterations, []
+        return taken
+
     async def abort_all(self) -> list[dict[str, Any]]:
         """Abort every request; return all of them, finished or not, with what they produced."""
         running = list(self.tasks)
@@ -157,6 +213,7 @@ class VLLMSidecar:
             await asyncio.wait([self.tasks[r] for r in running if r in self.tasks], timeout=30)
         out = [_plain(r) for r in [*self.finished, *self.records.values()]]
         self.finished, self.records = [], {}
+        self.waiting_prompts.clear()  # aborted before their prefill: never prefilled
         return out
 
     def _mark(self) -> None:

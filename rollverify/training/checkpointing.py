@@ -31,6 +31,7 @@ import torch
 from rollverify.checkpoint import Checkpoint
 from rollverify.ledger import CostLedger
 from rollverify.rollout import RolloutState
+from rollverify.trace import drop_after
 from rollverify.tracking import flatten
 from rollverify.trajectory import TrajectoryCache
 
@@ -95,6 +96,8 @@ def restore_loop(loop: Any, checkpoint: Checkpoint) -> None:
     loop.state = RolloutState(cache, answers)
     loop.monitor.load_state_dict(state["monitor"])
     loop.ledger = CostLedger.from_dict(state["ledger"])
+    if loop.run_dir is not None:  # steps past the checkpoint are traced again by this run
+        drop_after(loop.run_dir / "trace", checkpoint.step)
     loop.load_counters(state["loop"])
     if state["engine"] == type(loop.engine).__name__:
         loop.engine.load_sampling_state(checkpoint.tensors["rng"]["engine"])
@@ -148,6 +151,8 @@ def config_changes(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     problems = []
     for name in sorted(before.keys() | after.keys()):
         if before.get(name) == after.get(name) or name.startswith(RESUMABLE_CHANGES):
+            continue
+        if name not in before:  # a field added since the checkpoint was written: its default
             continue
         problems.append(
             f"{name}: {before.get(name)!r} in the checkpoint, {after.get(name)!r} now; a resumed "

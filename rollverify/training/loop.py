@@ -36,6 +36,7 @@ from transformers import TrainerCallback
 from rollverify.atomic import atomic_write_text
 from rollverify.checkpoint import save as save_checkpoint
 from rollverify.config import RunConfig
+from rollverify.costmodel import GPUS, ModelShape, Pricing
 from rollverify.engines.protocol import RolloutEngine, SyncCheckError, probe_logprobs_of
 from rollverify.evaluation import evaluate
 from rollverify.faults import kill_point
@@ -47,10 +48,11 @@ from rollverify.ops import sequence_ops, token_ops
 from rollverify.rollout import RolloutInterrupted, RolloutResult, RolloutState, collect
 from rollverify.switching import AcceptanceMonitor
 from rollverify.tasks.base import Task
+from rollverify.trace import EngineStep, StepTrace, TrainerStep, scoring_work
 from rollverify.tracking import Tracker
 from rollverify.training.checkpointing import capture
 from rollverify.training.stopping import RunInterrupted, StopRequest
-from rollverify.trajectory import PaddedTrajectories
+from rollverify.trajectory import PaddedTrajectories, Trajectory
 from rollverify.verify import verify
 
 
@@ -63,6 +65,18 @@ class CacheCheck:
     tokens_kept: int = 0
     ops_before: float = math.nan  # mean sequence OPS of cached trajectories, before truncation
     ops_after: float = math.nan  # ... of their kept prefixes (empty prefixes excluded)
+    scored: tuple[int, int] = (0, 0)  # (tokens, attended) of the forward that scored them
+
+
+@dataclass
+class StepWork:
+    """What a step ran, for the cost model: filled as the step goes, priced after the update.
+
+    scored / measured: (tokens, attended) run forward-only for the method / for the logs."""
+
+    rollout: list[EngineStep] = field(default_factory=list)
+    scored: list[int] = field(default_factory=lambda: [0, 0])
+    measured: list[int] = field(default_factory=lambda: [0, 0])
 
 
 @dataclass
@@ -90,7 +104,14 @@ class TrainingLoop:
         self.config, self.method, self.task, self.engine = config, method, task, engine
         self.tracker, self.on_step, self.run_dir = tracker, on_step, run_dir
         self.stop = stop if stop is not None else StopRequest()
-        self.ledger = CostLedger(config.device_layout())
+        # What each step's work would cost on GPUs (rollverify/costmodel.py): modeled_* metrics.
+        self.pricing = Pricing(
+            ModelShape.of(config.model_path()), GPUS[config.cost.gpu], config.cost_layout()
+        )
+        self.ledger = CostLedger(config.device_layout(), modeled_gpus=self.pricing.layout.gpus)
+        self.trace = StepTrace()  # written to RUN/trace/ with each checkpoint
+        self.work = StepWork()
+        engine.take_trace()  # a reused engine's steps were another run's
         self.state = RolloutState()
         self.monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
         self.eval_problems = task.eval_problems()
@@ -140,6 +161,7 @@ class TrainingLoop:
 
     def rollout(self, prompts: list, trainer: Any) -> dict[str, list]:
         self.metrics = StepMetrics()
+        self.work = StepWork()
         self.step_started = time.perf_counter()
         rollout = self.config.rollout
         polls = itertools.count()
@@ -162,6 +184,9 @@ class TrainingLoop:
             )
         except RolloutInterrupted as interrupted:  # its tokens are in the cache: save, stop
             self.ledger.add_phase("rollout", interrupted.seconds)
+            steps = self.engine.take_trace()
+            self.ledger.add_modeled({"rollout": self.pricing.engines(steps)})
+            self.trace.add_engine_steps(self.version + 1, "rollout", steps)
             self.ledger.add_tokens(
                 generated=interrupted.tokens_generated,
                 regenerated=interrupted.tokens_regenerated,
@@ -169,6 +194,7 @@ class TrainingLoop:
             self.stop_here()
         self.last_rollout = result
         self.ledger.add_phase("rollout", result.seconds)
+        self.work.rollout = self.engine.take_trace()
         trajectories = list(result.trajectories())
         batch = PaddedTrajectories.of(trajectories)
         require_finite("behavior log-probs from the engine", batch.behavior_logprobs, batch.mask)
@@ -180,7 +206,11 @@ class TrainingLoop:
         )
         batch_ops = sequence_ops(ops, batch.mask)
         # The OPS filter acts on this score (its cost); every other method only logs it.
-        self._book_scoring(time.perf_counter() - start, used=self.method.sample_filter == "ops")
+        self._book_scoring(
+            time.perf_counter() - start,
+            used=self.method.sample_filter == "ops",
+            work=_forward_work(trajectories),
+        )
         keep = self._keep(batch, batch_ops)
         lengths = batch.mask.sum(-1).float()
         self.ledger.add_tokens(
@@ -220,13 +250,15 @@ class TrainingLoop:
             ]
         return output
 
-    def _book_scoring(self, seconds: float, used: bool) -> None:
+    def _book_scoring(self, seconds: float, used: bool, work: tuple[int, int]) -> None:
         """Scoring under the current policy: the method's own cost if it acts on the scores
         (verify phase), else measurement for the logs, left out of the run's cost."""
         if used:
             self.ledger.add_phase("verify", seconds)
         else:
             self.ledger.add_measurement(seconds)
+        total = self.work.scored if used else self.work.measured
+        total[0], total[1] = total[0] + work[0], total[1] + work[1]
         key = "verify_seconds" if used else "measure_seconds"
         self.metrics.add(**{key: self.metrics.values.get(key, 0.0) + seconds})
 
@@ -270,13 +302,15 @@ class TrainingLoop:
             model = self.trainer.accelerator.unwrap_model(self.trainer.model)
             self.engine.load_weights(model.state_dict().items(), version=step)
             self.check_weight_sync(step)
+            self.trace.add_engine_steps(step, "sync", self.engine.take_trace())  # the probe
         sync_seconds = time.perf_counter() - start
 
         start = time.perf_counter()
         check = self.check_cache(step)
-        self._book_scoring(time.perf_counter() - start, used=self.method.verify)
+        self._book_scoring(time.perf_counter() - start, used=self.method.verify, work=check.scored)
         for phase, seconds in [("train", train_seconds), ("sync", sync_seconds)]:
             self.ledger.add_phase(phase, seconds)
+        self.price(step, synced=not stopping)
         self.ledger.add_tokens(discarded=check.tokens_before - check.tokens_kept)
         verify_seconds = self.metrics.values.get("verify_seconds", 0.0)
         self.device_seconds += (
@@ -358,7 +392,23 @@ class TrainingLoop:
             ops_after=(
                 sequence_ops(ops, kept_mask)[nonempty].mean().item() if nonempty.any() else math.nan
             ),
+            scored=_forward_work(cached),
         )
+
+    def price(self, step: int, synced: bool) -> None:
+        """Model this step's work on the configured GPUs (ledger: modeled_*), and trace it."""
+        trained = _forward_work(list(self.last_rollout.trajectories()))
+        if self.config.train.beta > 0:  # TRL scores the batch under the reference model too
+            self.work.scored = [a + b for a, b in zip(self.work.scored, trained, strict=True)]
+        trainer = TrainerStep(
+            *trained,
+            *self.work.scored,
+            *self.work.measured,
+            sync_bytes=self.pricing.shape.weight_bytes if synced else 0,
+        )
+        self.ledger.add_modeled(self.pricing.step(self.work.rollout, trainer))
+        self.trace.add_engine_steps(step, "rollout", self.work.rollout)
+        self.trace.add_trainer_step(step, trainer)
 
     def evaluate(self) -> float:
         start = time.perf_counter()
@@ -370,6 +420,9 @@ class TrainingLoop:
             seed=self.config.task.eval_seed,
         )
         self.ledger.add_phase("eval", time.perf_counter() - start)
+        steps = self.engine.take_trace()
+        self.ledger.add_modeled({"eval": self.pricing.engines(steps)})
+        self.trace.add_engine_steps(self.version, "eval", steps)
         return self.last_eval
 
     # -- log ----------------------------------------------------------------------------------
@@ -394,6 +447,7 @@ class TrainingLoop:
         start = time.perf_counter()
         step = self.trainer.state.global_step
         try:
+            self.trace.flush(self.run_dir / "trace", step)  # its steps, once: before the save
             folder = save_checkpoint(
                 self.run_dir / "checkpoints",
                 capture(self, self.trainer, self.tracker.run_id, self.tracker.uri),
@@ -441,3 +495,8 @@ class LoopCallback(TrainerCallback):
                 self.loop.checkpoint()
             if self.loop.stop.requested:
                 self.loop.stop_here()
+
+
+def _forward_work(trajectories: list[Trajectory]) -> tuple[int, int]:
+    """(tokens, attended) of one forward over prompt + generated tokens of each trajectory."""
+    return scoring_work([len(t.prompt_ids) for t in trajectories], [len(t) for t in trajectories])

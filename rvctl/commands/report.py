@@ -17,16 +17,20 @@ TABLE_HEADERS = {
     "eval_accuracy_before": "acc@0",
     "eval_accuracy_mean": "acc",
     "eval_accuracy_ci95": "±ci95",
-    "gpu_days": "GPU-days",
+    "gpu_days": "device-days",
     "speedup_vs_grpo": "speedup",
+    "modeled_gpu_days": "GPU-days*",
+    "modeled_speedup_vs_grpo": "speedup*",
     "ops_mean": "OPS",
     "acceptance_rate_final": "accept",
     "switch_step": "switch@",
 }
 LEGEND = (
     "acc: final eval accuracy, mean over finished seeds (±ci95: Student t half-width); "
-    "acc@0: the base model; speedup: grpo's GPU-days / the row's; accept: final acceptance "
-    "rate; switch@: median step of the switch to on-policy; unfin.: runs not finished"
+    "acc@0: the base model; device-days: measured (on a CPU, process-days); GPU-days*: the "
+    "same work priced on the cost.gpu by the cost model; speedup(*): grpo's days / the row's; "
+    "accept: final acceptance rate; switch@: median step of the switch to on-policy; unfin.: "
+    "runs not finished"
 )
 
 

@@ -196,7 +196,8 @@ def test_each_method_trains_on_the_shared_engine(engine, tmp_path, method):
         iterations = [r for r in rows if r["step"] == step and r["phase"] == "rollout"]
         sampled = sum(r["decode_rows"] + r["prefill_rows"] for r in iterations)
         assert sampled == metrics["tokens_generated"][step], step
-        assert sum(r["decode_context"] for r in iterations) > sampled  # prompts included
+        if sampled:  # (a step may find its groups complete in the cache: nothing to run)
+            assert sum(r["decode_context"] for r in iterations) > sampled  # prompts included
     assert metrics["modeled_rollout_seconds"][steps] > 0
     if method == "grpo":  # on-policy: engine and trainer log-probs agree to float rounding
         assert max(metrics["ops_mean"].values()) < 1e-4

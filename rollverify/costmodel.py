@@ -21,6 +21,7 @@ for 8 rows as for 256: stragglers waste the GPU), plus each row's KV cache.
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -413,3 +414,42 @@ class Pricing:
         return step_seconds(
             self.shape, self.gpu, self.efficiency, self.layout, rollout, [], trainer
         )
+
+
+def decode_run_seconds(
+    shape: ModelShape,
+    gpu: GPUProfile,
+    efficiency: Efficiency,
+    rows: float,
+    context: float,
+    steps: int,
+    tensor_parallel: int = 1,
+) -> float:
+    """`steps` decoding iterations of the same `rows` rows, their contexts summing to `context`
+    at the first and growing by `rows` each iteration: the sum of `decode_step_seconds` over
+    them, in closed form (a simulator jumps from event to event, not token by token)."""
+    if rows <= 0 or steps <= 0:
+        return 0.0
+    bandwidth = tensor_parallel * gpu.bandwidth * efficiency.bandwidth
+    flops = tensor_parallel * gpu.peak_flops * efficiency.forward_flops
+    attention = 4 * shape.layers * shape.heads * shape.head_dim
+    # memory(i) = m0 + m1 i and compute(i) = c0 + c1 i at iteration i (context + rows i)
+    m0 = (shape.weight_bytes + context * shape.kv_bytes_per_token) / bandwidth
+    m1 = rows * shape.kv_bytes_per_token / bandwidth
+    c0 = (2 * shape.active_parameters * rows + attention * context) / flops
+    c1 = attention * rows / flops
+    fixed = efficiency.step_overhead + _all_reduce(shape, gpu, efficiency, rows, tensor_parallel)
+    # The larger of two lines: the one above at i = 0 until the other overtakes it (if it does:
+    # only a steeper line can), at the first integer past their crossing.
+    first, second = ((c0, c1), (m0, m1)) if c0 > m0 else ((m0, m1), (c0, c1))
+    cross = steps
+    if second[1] > first[1]:
+        cross = min(steps, math.ceil((first[0] - second[0]) / (second[1] - first[1])))
+    return _line_sum(*first, 0, cross) + _line_sum(*second, cross, steps) + steps * fixed
+
+
+def _line_sum(start: float, slope: float, lo: int, hi: int) -> float:
+    """The sum of start + slope x i over the integers i in [lo, hi)."""
+    if hi <= lo:
+        return 0.0
+    return (hi - lo) * start + slope * (hi * (hi - 1) - lo * (lo - 1)) / 2

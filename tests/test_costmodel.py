@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from rollverify.config import load_config
@@ -12,6 +14,7 @@ from rollverify.costmodel import (
     ModelShape,
     attended_tokens,
     check_fits,
+    decode_run_seconds,
     decode_step_seconds,
     forward_flops,
     gpu_days,
@@ -148,3 +151,23 @@ def test_a_model_too_big_for_the_gpu_is_named():
     )
     assert check_fits(fp32, H100, tensor_parallel=2) is None
     assert check_fits(ModelShape.of("Qwen/Qwen3-8B-Base"), H100) is None
+
+
+@given(
+    rows=st.sampled_from([1, 3, 8, 64, 500, 4000, 20000]),
+    context=st.sampled_from([0, 10, 1000, 10**5, 10**7]),
+    steps=st.integers(1, 300),
+    tensor_parallel=st.sampled_from([1, 2, 4]),
+    gpu=st.sampled_from(sorted(GPUS)),
+)
+def test_a_run_of_decode_steps_costs_the_sum_of_its_steps(
+    rows, context, steps, tensor_parallel, gpu
+):
+    shape = ModelShape.of("Qwen/Qwen3-8B-Base")
+    profile = GPUS[gpu]
+    one_by_one = sum(
+        decode_step_seconds(shape, profile, EFF, rows, context + rows * i, tensor_parallel)
+        for i in range(steps)
+    )
+    closed = decode_run_seconds(shape, profile, EFF, rows, context, steps, tensor_parallel)
+    assert closed == pytest.approx(one_by_one, rel=1e-9)

@@ -47,6 +47,7 @@ class TrainerStep:
     tokens_measured: int  # forward-only scoring only for the logs
     attended_measured: int
     sync_bytes: int
+    completions: tuple[int, ...] = ()  # the trained responses' lengths (rvctl simulate reads)
 
 
 def scoring_work(prompt_lengths: list[int], completion_lengths: list[int]) -> tuple[int, int]:
@@ -70,7 +71,9 @@ class StepTrace:
         self.engine += [{"step": step, "phase": phase, **asdict(s)} for s in steps]
 
     def add_trainer_step(self, step: int, record: TrainerStep) -> None:
-        self.trainer.append({"step": step, **asdict(record)})
+        self.trainer.append(
+            {"step": step, **asdict(record), "completions": list(record.completions)}
+        )
 
     def flush(self, folder: Path, last_step: int) -> None:
         """Write the rows of steps <= last_step to `folder` (one file per kind), atomically."""
@@ -99,7 +102,8 @@ def _parquet(rows: list[dict], columns: list[str]) -> bytes:
 def _empty(columns: list[str]):
     import pyarrow as pa
 
-    return pa.table({c: pa.array([], pa.string() if c == "phase" else pa.int64()) for c in columns})
+    types = {"phase": pa.string(), "completions": pa.list_(pa.int64())}
+    return pa.table({c: pa.array([], types.get(c, pa.int64())) for c in columns})
 
 
 def drop_after(folder: Path, step: int) -> None:

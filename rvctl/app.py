@@ -9,7 +9,7 @@ import warnings
 
 import typer
 
-from rvctl.commands import compare, data, methods, report, sweep, train
+from rvctl.commands import compare, data, methods, report, simulate, sweep, train
 
 app = typer.Typer(
     name="rvctl",
@@ -24,6 +24,7 @@ app.command("methods")(methods.methods)
 app.command("compare")(compare.compare)
 app.command("sweep", context_settings=sweep.CONTEXT)(sweep.sweep)
 app.command("report")(report.report)
+app.command("simulate")(simulate.simulate)
 app.add_typer(data.app, name="data")
 
 USAGE_ERROR = 2

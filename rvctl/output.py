@@ -48,6 +48,34 @@ def print_rows(rows: Sequence[dict[str, Any]], format: Format, title: str | None
         stdout.print(table)
 
 
+def print_split(
+    rows: Sequence[dict[str, Any]],
+    format: Format,
+    title: str,
+    headers: dict[str, str] | None = None,
+    keys: int = 1,
+) -> None:
+    """print_rows; as a table, with short `headers`, and split into several when wider than
+    the terminal, each repeating the first `keys` columns (what a row is about)."""
+    if format is not Format.table or not rows:
+        print_rows(rows, format, title=title)
+        return
+    rows = [{(headers or {}).get(k, k): v for k, v in row.items()} for row in rows]
+    fixed, rest = list(rows[0])[:keys], list(rows[0])[keys:]
+
+    def width(column: str) -> int:  # one space each side, one border
+        return 3 + max(len(column), *(len(_cell(row[column])) for row in rows))
+
+    parts: list[list[str]] = [[]]
+    for column in rest:
+        if parts[-1] and 1 + sum(map(width, fixed + parts[-1] + [column])) > stdout.width:
+            parts.append([])
+        parts[-1].append(column)
+    for i, part in enumerate(parts):
+        shown = [{c: row[c] for c in fixed + part} for row in rows]
+        print_rows(shown, format, title=title if i == 0 else f"{title}, continued")
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 

@@ -178,7 +178,9 @@ class SimulatedEngine:
             return []
         admitted = [self._queue.popleft() for _ in range(min(free, len(self._queue)))]
         contexts = [len(t.prompt_ids) + len(t) for t in admitted]
-        step = EngineStep(0, 0, len(admitted), sum(contexts), sum(n * (n + 1) // 2 for n in contexts))
+        step = EngineStep(
+            0, 0, len(admitted), sum(contexts), sum(n * (n + 1) // 2 for n in contexts)
+        )
         self.clock += engine_step_seconds(
             self.pricing.shape,
             self.pricing.gpu,

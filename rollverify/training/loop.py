@@ -405,6 +405,7 @@ class TrainingLoop:
             *self.work.scored,
             *self.work.measured,
             sync_bytes=self.pricing.shape.weight_bytes if synced else 0,
+            completions=tuple(len(t) for t in self.last_rollout.trajectories()),
         )
         self.ledger.add_modeled(self.pricing.step(self.work.rollout, trainer))
         self.trace.add_engine_steps(step, "rollout", self.work.rollout)

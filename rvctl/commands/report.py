@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from rvctl.options import FormatOption
-from rvctl.output import Format, _cell, print_rows, stderr, stdout
+from rvctl.output import Format, print_split, stderr
 
 # Rich table only: one-word headers (json/csv/md keep the stable keys). Rich cuts cells with
 # "…" when a table is wider than the terminal, so wide tables are split (see _print).
@@ -89,25 +89,7 @@ def show_report(
 
 
 def _print(rows: list[dict[str, Any]], format: Format, title: str, keys: int = 1) -> None:
-    """print_rows; a table too wide for the terminal becomes several, each repeating the first
-    `keys` columns (the method, or the grid point)."""
-    if format is not Format.table or not rows:
-        print_rows(rows, format, title=title)
-        return
-    rows = [{TABLE_HEADERS.get(k, k): v for k, v in row.items()} for row in rows]
-    fixed, rest = list(rows[0])[:keys], list(rows[0])[keys:]
-
-    def width(column: str) -> int:  # one space each side, one border
-        return 3 + max(len(column), *(len(_cell(row[column])) for row in rows))
-
-    parts: list[list[str]] = [[]]
-    for column in rest:
-        if parts[-1] and 1 + sum(map(width, fixed + parts[-1] + [column])) > stdout.width:
-            parts.append([])
-        parts[-1].append(column)
-    for i, part in enumerate(parts):
-        shown = [{c: row[c] for c in fixed + part} for row in rows]
-        print_rows(shown, format, title=title if i == 0 else f"{title}, continued")
+    print_split(rows, format, title, TABLE_HEADERS, keys)
 
 
 def _log(line: str) -> None:

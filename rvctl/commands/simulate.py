@@ -1,0 +1,120 @@
+"""`rvctl simulate`: the cost of each method on GPUs, at any scale, from the real schedules on a
+virtual clock (rollverify/simulate.py; the cost model: docs/cost-model.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rvctl.options import ConfigOption, FormatOption
+from rvctl.output import Format, print_split, stderr
+
+HEADERS = {  # one-word headers for the rich table; json/csv/md keep the stable keys
+    "context": "ctx",
+    "gpu_days": "GPU-days",
+    "speedup_vs_grpo": "speedup",
+    "rollout_share": "rollout",
+    "slot_utilization": "util",
+    "tokens_generated": "tokens",
+    "tokens_regenerated": "regen.",
+    "switch_step": "switch@",
+}
+LEGEND = (
+    "gpu_days: modeled GPU-days on --gpu in the config's cost.layout; speedup: grpo's / the "
+    "row's at the same context; rollout_share: rollout / total modeled time; not measured on "
+    "a GPU: see docs/cost-model.md for every constant and what it leaves out"
+)
+
+
+def _numbers(text: str, kind: type, option: str) -> tuple:
+    try:
+        return tuple(kind(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"{option}: {text!r} is not a comma-separated list of numbers") from None
+
+
+def simulate(
+    config: ConfigOption = None,
+    methods: Annotated[
+        str, typer.Option(help="Comma-separated methods.")
+    ] = "grpo,partial,rollverify",
+    gpu: Annotated[
+        str | None, typer.Option(help="a100, h100, h200, b200 (default: cost.gpu).")
+    ] = None,
+    context: Annotated[
+        str, typer.Option(help="Response budgets (max new tokens), comma-separated.")
+    ] = "8192",
+    steps: Annotated[
+        int | None, typer.Option(help="Training steps (default: train.steps).")
+    ] = None,
+    seeds: Annotated[int, typer.Option(help="Seeds of the response lengths.")] = 1,
+    lengths: Annotated[
+        str, typer.Option(help="Response lengths: lognormal:MEDIAN,SIGMA.")
+    ] = "lognormal:1500,0.9",
+    lengths_from: Annotated[
+        Path | None, typer.Option(help="A run folder: sample its trained response lengths.")
+    ] = None,
+    acceptance: Annotated[
+        float, typer.Option(help="Share of each cached trajectory a verification keeps.")
+    ] = 0.9,
+    acceptance_from: Annotated[
+        Path | None, typer.Option(help="A finished run folder: follow its acceptance per step.")
+    ] = None,
+    prompt_tokens: Annotated[int, typer.Option(help="Tokens per prompt.")] = 256,
+    format: FormatOption = Format.table,
+) -> None:
+    """Simulate grpo, partial rollout and RollVerify at scale; print modeled GPU-days."""
+    from rollverify.config import load_config
+    from rollverify.simulate import (
+        Settings,
+        acceptance_of_run,
+        lengths_of_run,
+        rows,
+    )
+    from rollverify.simulate import simulate as run
+
+    run_config = load_config(config)
+    settings = Settings(
+        methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
+        contexts=_numbers(context, int, "--context"),
+        gpu=gpu or run_config.cost.gpu,
+        steps=steps or run_config.train.steps,
+        seeds=seeds,
+        prompt_tokens=prompt_tokens,
+        lengths=lengths_of_run(lengths_from) if lengths_from else _length_model(lengths),
+        acceptance=acceptance_of_run(acceptance_from) if acceptance_from else (acceptance,),
+    )
+    settings.check()
+    total = len(settings.methods) * len(settings.contexts) * settings.seeds
+    with Progress(
+        TextColumn("[bold]simulate"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[last]}"),
+        TimeElapsedColumn(),
+        console=stderr,
+    ) as progress:
+        task = progress.add_task("simulate", total=total, last="")
+        results = run(
+            run_config,
+            settings,
+            on_result=lambda r: progress.update(
+                task, advance=1, last=f"{r.method} @ {r.context}: {r.gpu_days:.3g} GPU-days"
+            ),
+        )
+    print_split(rows(results), format, f"simulated, {settings.lengths.describe()}", HEADERS, 2)
+    if format is Format.table:
+        stderr.print(LEGEND)
+
+
+def _length_model(text: str):
+    from rollverify.simulate import LengthModel
+
+    kind, _, numbers = text.partition(":")
+    values = _numbers(numbers, float, "--lengths") if kind == "lognormal" else ()
+    if kind != "lognormal" or len(values) != 2 or values[0] <= 0 or values[1] < 0:
+        raise ValueError(f"--lengths: {text!r}; write lognormal:MEDIAN,SIGMA (e.g. 1500,0.9)")
+    return LengthModel(median=values[0], sigma=values[1])

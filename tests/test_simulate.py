@@ -1,0 +1,101 @@
+"""rvctl simulate (rollverify/simulate.py): the real schedules on the virtual clock, and the
+properties its cost table must have whatever the constants."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rollverify.config import load_config
+from rollverify.simulate import LengthModel, Settings, lengths_of_run, rows, simulate
+from rollverify.training.run import train
+from tests.runs import tiny
+
+SMALL = {"rollout.slots": 64, "rollout.batch_groups": 8, "rollout.group_size": 8}
+RVCTL = [sys.executable, "-m", "rvctl.app"]
+
+
+def table(overrides=None, methods=("grpo", "partial"), **settings) -> dict[str, dict]:
+    config = load_config(overrides=SMALL | (overrides or {}))
+    defaults = {"contexts": (4096,), "steps": 15}
+    results = simulate(config, Settings(methods=methods, **(defaults | settings)))
+    return {row["method"]: row for row in rows(results)}
+
+
+def test_more_slots_are_never_slower():
+    days = [table({"rollout.slots": slots})["partial"]["gpu_days"] for slots in (32, 64, 128)]
+    assert days[0] >= days[1] >= days[2]
+
+
+def test_a_heavier_tail_never_lowers_partial_rollouts_speedup():
+    """Same median, larger sigma, a budget far from binding. (A binding budget caps the tail:
+    then sync rollout's steps stop growing while the tokens do, measured here.)"""
+    speedups = [
+        table(contexts=(65536,), lengths=LengthModel(median=300, sigma=sigma))["partial"][
+            "speedup_vs_grpo"
+        ]
+        for sigma in (0.2, 0.6, 1.0)
+    ]
+    assert speedups[0] < speedups[1] < speedups[2]
+
+
+def test_acceptance_one_and_zero_bound_rollverify_between_partial_and_grpo():
+    methods = ("grpo", "partial", "rollverify")
+    keep_all = table(methods=methods, acceptance=(1.0,))
+    assert keep_all["rollverify"]["tokens_generated"] == keep_all["partial"]["tokens_generated"]
+    assert keep_all["rollverify"]["tokens_regenerated"] == 0
+    assert keep_all["rollverify"]["gpu_days"] > keep_all["partial"]["gpu_days"]  # + verifying
+    keep_none = table(methods=methods, acceptance=(0.0,))
+    rv = keep_none["rollverify"]
+    assert rv["switch_step"] == load_config().verify.window + 1  # the window's 8 cycles
+    assert rv["tokens_regenerated"] > 0
+    low, high = sorted((keep_none["partial"]["gpu_days"], keep_none["grpo"]["gpu_days"]))
+    assert low < keep_all["rollverify"]["gpu_days"] <= rv["gpu_days"] < high
+
+
+def test_partial_rollout_keeps_the_slots_busy_and_grpo_waits_for_stragglers():
+    result = table()
+    assert result["partial"]["slot_utilization"] > 0.9 > 0.5 > result["grpo"]["slot_utilization"]
+    assert result["partial"]["speedup_vs_grpo"] > 1.0
+    assert result["grpo"]["speedup_vs_grpo"] == 1.0
+    assert 0 < result["grpo"]["rollout_share"] <= 1
+
+
+def test_lengths_can_come_from_a_runs_trace(tmp_path):
+    summary = train(tiny(tmp_path, "partial"))
+    model = lengths_of_run(summary.run_dir)
+    assert len(model.samples) == 3 * 2 * 2  # 3 steps of B x G completions
+    sampler = model.sampler(group_size=2, budget=64, seed=0)
+    assert {sampler(g, i) for g in range(50) for i in range(2)} <= set(model.samples)
+
+
+def test_the_cli_prints_the_cost_table_and_refuses_bad_input():
+    command = [*RVCTL, "simulate", "--steps", "3", "--context", "512,1024", "-f", "json"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads(result.stdout)
+    assert [(r["method"], r["context"]) for r in rows] == [
+        (m, c) for c in (512, 1024) for m in ("grpo", "partial", "rollverify")
+    ]
+    expected = {"method", "context", "gpu", "gpu_days", "speedup_vs_grpo", "rollout_share"}
+    expected |= {"slot_utilization", "tokens_generated", "tokens_regenerated", "switch_step"}
+    assert set(rows[0]) == expected
+    for bad, message in [
+        (["--context", "8k"], "--context: '8k' is not a comma-separated list of numbers"),
+        (["--methods", "grpo,nope"], "--methods: unknown nope"),
+        (["--gpu", "v100"], "--gpu: 'v100' is not one of a100, h100, h200, b200"),
+        (["--acceptance", "1.5"], "--acceptance: must be in [0, 1]"),
+    ]:
+        result = subprocess.run([*RVCTL, "simulate", *bad], capture_output=True, text=True)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, bad
+        assert message in result.stderr, (bad, result.stderr)
+
+
+@pytest.mark.parametrize("method", ["grpo", "partial"])
+def test_exact_and_fast_event_modes_agree(method):
+    exact = table(methods=(method,), finishes_per_poll=1)[method]["gpu_days"]
+    fast = table(methods=(method,), finishes_per_poll=8)[method]["gpu_days"]
+    assert fast == pytest.approx(exact, rel=0.1)

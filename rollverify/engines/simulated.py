@@ -177,7 +177,7 @@ class SimulatedEngine:
         if not self._queue or not self._admissible(free):
             return []
         admitted = [self._queue.popleft() for _ in range(min(free, len(self._queue)))]
-        contexts = [len(t.prompt_ids) + len(t) for t in admitted]
+        contexts = [t.prompt_ids.shape[0] + len(t) for t in admitted]
         step = EngineStep(
             0, 0, len(admitted), sum(contexts), sum(n * (n + 1) // 2 for n in contexts)
         )

@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from rollverify.trace import EngineStep, TrainerStep
 
@@ -415,6 +415,19 @@ class Pricing:
             self.shape, self.gpu, self.efficiency, self.layout, rollout, [], trainer
         )
 
+    # StepCost, for a simulated engine: the layout's engines decode side by side, each with an
+    # even share of the rows.
+    def decode_run(self, rows: float, context: float, widest: int, steps: int) -> float:
+        engines, tp = self.layout.engines, self.layout.tensor_parallel  # paged: width unused
+        return decode_run_seconds(
+            self.shape, self.gpu, self.efficiency, rows / engines, context / engines, steps, tp
+        )
+
+    def iteration(self, step: EngineStep) -> float:
+        return engine_step_seconds(
+            self.shape, self.gpu, self.efficiency, step, self.layout.tensor_parallel
+        )
+
 
 def decode_run_seconds(
     shape: ModelShape,
@@ -453,3 +466,78 @@ def _line_sum(start: float, slope: float, lo: int, hi: int) -> float:
     if hi <= lo:
         return 0.0
     return (hi - lo) * start + slope * (hi * (hi - 1) - lo * (lo - 1)) / 2
+
+
+# -- the price of engine iterations, as a simulated engine asks for it -------------------------
+
+
+class StepCost(Protocol):
+    """What a simulated engine needs priced (rollverify/engines/simulated.py)."""
+
+    def decode_run(self, rows: float, context: float, widest: int, steps: int) -> float:
+        """`steps` decode iterations of `rows` rows whose contexts sum to `context` at the first
+        and grow by `rows` per iteration; the widest row's context is `widest` at the first."""
+
+    def iteration(self, step: EngineStep) -> float:
+        """One engine iteration (a prefill)."""
+
+
+@dataclass(frozen=True)
+class LinearStepCost:
+    """A machine's engine iterations fitted from its own trace (`fit_step_cost`), for a CPU,
+    whose cost is no roofline. A decode pass costs overhead + per_row x rows + per_context x
+    their context + per_padded x rows x the widest row (an engine that pads rows to one width
+    pays for the widest); a prefill pass prefill_overhead + per_prefill_row x rows +
+    per_prefill_token x tokens (the in-process engine runs both in one poll: two passes)."""
+
+    overhead: float
+    per_row: float
+    per_context: float
+    per_padded: float
+    prefill_overhead: float
+    per_prefill_row: float
+    per_prefill_token: float
+
+    def decode_run(self, rows: float, context: float, widest: int, steps: int) -> float:
+        if rows <= 0 or steps <= 0:
+            return 0.0
+        per_step = self.overhead + self.per_row * rows + self.per_context * context
+        per_step += self.per_padded * rows * widest
+        growth = (self.per_context + self.per_padded) * rows  # both grow by rows per step
+        return steps * per_step + growth * steps * (steps - 1) / 2
+
+    def iteration(self, step: EngineStep) -> float:
+        widest = step.decode_padded // step.decode_rows if step.decode_rows else 0
+        decode = self.decode_run(step.decode_rows, step.decode_context, widest, 1)
+        if not step.prefill_rows:
+            return decode
+        prefill = self.prefill_overhead + self.per_prefill_row * step.prefill_rows
+        return decode + prefill + self.per_prefill_token * step.prefill_tokens
+
+
+def fit_step_cost(steps: list[EngineStep], seconds: list[float]) -> LinearStepCost:
+    """Least squares of measured iteration seconds on the trace's columns (no negative
+    coefficients: a term that fits below zero is dropped and the rest refitted)."""
+    import numpy as np
+
+    def column(value) -> np.ndarray:
+        return np.array([value(s) for s in steps], dtype=float)
+
+    columns = [
+        column(lambda s: s.decode_rows > 0),
+        column(lambda s: s.decode_rows),
+        column(lambda s: s.decode_context),
+        column(lambda s: s.decode_padded),
+        column(lambda s: s.prefill_rows > 0),
+        column(lambda s: s.prefill_rows),
+        column(lambda s: s.prefill_tokens),
+    ]
+    used = list(range(len(columns)))
+    while True:
+        matrix = np.stack([columns[i] for i in used], axis=1)
+        solution, *_ = np.linalg.lstsq(matrix, np.array(seconds), rcond=None)
+        if (solution >= 0).all():
+            break
+        used.pop(int(np.argmin(solution)))
+    coefficients = dict.fromkeys(range(len(columns)), 0.0) | dict(zip(used, solution, strict=True))
+    return LinearStepCost(*(float(coefficients[i]) for i in range(len(columns))))

@@ -9,6 +9,9 @@ Engine steps, one row per engine iteration:
     prefill_tokens   tokens prefilled (new prompts, resumed trajectories re-prefilled), prefix
                      cache hits excluded where the engine reports them
     prefill_attended the sum of those tokens' context lengths
+    decode_padded    positions the decode attended in all, padding included: rows x the widest
+                     row for an engine that pads rows to one width (the in-process engine);
+                     0 where rows attend their own contexts only (vLLM's paged attention)
 Trainer steps, one row per training step: the tokens run forward and backward (with the sum
 of their contexts), the tokens scored forward-only that the method pays for (verification,
 the OPS filter), those scored only for the logs (kept apart, as the ledger does), and the bytes
@@ -36,6 +39,7 @@ class EngineStep:
     prefill_tokens: int
     prefill_attended: int
     engine: int = 0
+    decode_padded: int = 0
 
 
 @dataclass(frozen=True)

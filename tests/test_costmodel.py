@@ -11,17 +11,20 @@ from rollverify.config import load_config
 from rollverify.costmodel import (
     GPUS,
     Efficiency,
+    LinearStepCost,
     ModelShape,
     attended_tokens,
     check_fits,
     decode_run_seconds,
     decode_step_seconds,
+    fit_step_cost,
     forward_flops,
     gpu_days,
     prefill_seconds,
     sync_seconds,
     train_seconds,
 )
+from rollverify.trace import EngineStep
 
 MODEL_DIR = load_config().model_path()  # the shipped tiny Qwen3
 
@@ -171,3 +174,20 @@ def test_a_run_of_decode_steps_costs_the_sum_of_its_steps(
     )
     closed = decode_run_seconds(shape, profile, EFF, rows, context, steps, tensor_parallel)
     assert closed == pytest.approx(one_by_one, rel=1e-9)
+
+
+def test_a_fitted_cpu_profile_recovers_its_coefficients_and_sums_runs_exactly():
+    truth = LinearStepCost(2e-3, 4e-5, 0.0, 3e-7, 1.5e-3, 0.0, 9e-5)
+    grid = [
+        (rows, context, width, admitted, prompt)
+        for rows in (1, 8, 64)
+        for context in (20, 90)
+        for width in (150, 300)
+        for admitted, prompt in ((0, 0), (2, 30), (5, 50), (3, 80))
+    ]
+    steps = [EngineStep(r, r * c, a, a * p, 0, decode_padded=r * w) for r, c, w, a, p in grid]
+    fitted = fit_step_cost(steps, [truth.iteration(s) for s in steps])
+    for name in ("overhead", "per_row", "per_padded", "prefill_overhead", "per_prefill_token"):
+        assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
+    one_by_one = sum(truth.decode_run(16, 1600 + 16 * i, 200 + i, 1) for i in range(37))
+    assert truth.decode_run(16, 1600, 200, 37) == pytest.approx(one_by_one)

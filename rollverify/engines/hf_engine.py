@@ -174,6 +174,7 @@ class HFEngine:
     @torch.no_grad()
     def poll(self) -> list[Trajectory]:
         decoded = (len(self._rows), sum(row.length + 1 for row in self._rows))  # rows, context
+        width = self._cache.layers[0].width + 1 if self._rows else 0  # rows share one width
         done = self._decode() if self._rows else []
         finished = [self._flush(self._rows[i]) for i in done]
         free = self.slots - (len(self._rows) - len(done))
@@ -186,7 +187,15 @@ class HFEngine:
         new_rows, new_cache = self._prefill(admitted) if admitted else ([], None)
         prefilled = [row.length for row in new_rows]
         attended = sum(n * (n + 1) // 2 for n in prefilled)
-        self._trace.append(EngineStep(*decoded, len(prefilled), sum(prefilled), attended))
+        self._trace.append(
+            EngineStep(
+                *decoded,
+                len(prefilled),
+                sum(prefilled),
+                attended,
+                decode_padded=decoded[0] * width,
+            )
+        )
         new_done = [i for i, row in enumerate(new_rows) if self._finished(row)]
         finished += [self._flush(new_rows[i]) for i in new_done]
         keep = [i for i in range(len(self._rows)) if i not in set(done)]

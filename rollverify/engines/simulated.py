@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rollverify.costmodel import Pricing, decode_run_seconds, engine_step_seconds
+from rollverify.costmodel import StepCost
 from rollverify.engines.protocol import EngineStats
 from rollverify.trace import EngineStep
 from rollverify.trajectory import Trajectory
@@ -47,7 +47,7 @@ class _Row:
 class SimulatedEngine:
     def __init__(
         self,
-        pricing: Pricing,
+        cost: StepCost,
         slots: int,
         max_new_tokens: int,
         lengths: Callable[[int, int], int],
@@ -55,7 +55,7 @@ class SimulatedEngine:
         finishes_per_poll: int = 1,
         version: int = 0,
     ) -> None:
-        self.pricing = pricing
+        self.cost = cost  # each iteration's price: Pricing (a GPU), LinearStepCost (fitted)
         self.slots = slots
         self.max_new_tokens = max_new_tokens
         self.temperature = 1.0
@@ -71,6 +71,7 @@ class SimulatedEngine:
         self._finishing: list[tuple[int, int]] = []  # heap of (finish step, row id)
         self._ids = itertools.count()
         self._context0 = 0  # sum over rows of (base - admitted_at): context = this + rows x step
+        self._widest: list[tuple[int, int]] = []  # heap of (-(base - admitted_at), row id)
 
     # -- the engine interface -----------------------------------------------------------------
 
@@ -103,7 +104,7 @@ class SimulatedEngine:
     def pause(self) -> list[Trajectory]:
         paused = [self._flush(row) for row in self._rows.values()] + list(self._queue)
         self.stats.aborted += len(paused)
-        self._rows, self._finishing, self._context0 = {}, [], 0
+        self._rows, self._finishing, self._widest, self._context0 = {}, [], [], 0
         self._queue.clear()
         return paused
 
@@ -143,18 +144,11 @@ class SimulatedEngine:
 
     def _decode(self, steps: int) -> list[Trajectory]:
         rows = len(self._rows)
-        pricing = self.pricing
-        engines = pricing.layout.engines  # they decode side by side, the rows split evenly
         context = self._context0 + rows * (self.step + 1)
-        self.clock += decode_run_seconds(
-            pricing.shape,
-            pricing.gpu,
-            pricing.efficiency,
-            rows / engines,
-            context / engines,
-            steps,
-            pricing.layout.tensor_parallel,
-        )
+        while self._widest[0][1] not in self._rows:  # rows gone since: dropped lazily
+            heapq.heappop(self._widest)
+        widest = -self._widest[0][0] + self.step + 1
+        self.clock += self.cost.decode_run(rows, context, widest, steps)
         self.step += steps
         self.stats.decode_steps += steps
         self.stats.slot_steps_busy += rows * steps
@@ -181,13 +175,7 @@ class SimulatedEngine:
         step = EngineStep(
             0, 0, len(admitted), sum(contexts), sum(n * (n + 1) // 2 for n in contexts)
         )
-        self.clock += engine_step_seconds(
-            self.pricing.shape,
-            self.pricing.gpu,
-            self.pricing.efficiency,
-            step,
-            self.pricing.layout.tensor_parallel,
-        )
+        self.clock += self.cost.iteration(step)
         finished = []
         for trajectory, context in zip(admitted, contexts, strict=True):
             target = min(self.lengths(*trajectory.key), self.max_new_tokens)
@@ -200,6 +188,7 @@ class SimulatedEngine:
             self._rows[row_id] = row
             self._context0 += row.base - row.admitted_at
             heapq.heappush(self._finishing, (end, row_id))
+            heapq.heappush(self._widest, (-(row.base - row.admitted_at), row_id))
         self.stats.tokens_prefilled += step.prefill_tokens
         return finished
 

@@ -59,7 +59,7 @@ def simulate(
     ] = None,
     acceptance: Annotated[
         float, typer.Option(help="Share of each cached trajectory a verification keeps.")
-    ] = 0.9,
+    ] = 0.95,
     acceptance_from: Annotated[
         Path | None, typer.Option(help="A finished run folder: follow its acceptance per step.")
     ] = None,

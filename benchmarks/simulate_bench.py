@@ -26,11 +26,46 @@ from rollverify.simulate import Settings, rows, simulate_one
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "qwen3-8b-dapo-math.yaml"
 
 
+def sensitivity(config, settings: Settings, steps: int) -> list[dict]:
+    """The assumptions that move the numbers: speedups vs grpo when the median response grows
+    with the budget (a quarter of it) and when acceptance is 0.9 or 0.99, at fewer steps."""
+    out = []
+    for context in settings.contexts:
+        for median in (settings.lengths.median, context / 4):
+            varied = dataclasses.replace(
+                settings,
+                steps=steps,
+                lengths=dataclasses.replace(settings.lengths, median=median),
+            )
+            grpo = simulate_one(config, varied, "grpo", context, seed=0).gpu_days
+            for method, acceptance in [("partial", None), ("rollverify", 0.9)]:
+                for value in [acceptance] if acceptance is None else [0.9, 0.95, 0.99]:
+                    run = (
+                        varied
+                        if value is None
+                        else dataclasses.replace(varied, acceptance=(value,))
+                    )
+                    days = simulate_one(config, run, method, context, seed=0).gpu_days
+                    out.append(
+                        {
+                            "context": context,
+                            "median_length": median,
+                            "method": method,
+                            "acceptance": value,
+                            "speedup_vs_grpo": grpo / days,
+                        }
+                    )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=700)
     parser.add_argument("--context", default="8192,65536")
     parser.add_argument("--methods", default="grpo,partial,rollverify")
+    parser.add_argument(
+        "--sensitivity-steps", type=int, default=100, help="steps of the sensitivity runs"
+    )
     args = parser.parse_args()
     config = load_config(CONFIG)
     settings = Settings(
@@ -49,6 +84,7 @@ def main() -> None:
             )
     report = {
         "benchmark": "simulate_bench",
+        "sensitivity": sensitivity(config, settings, args.sensitivity_steps),
         "rows": rows(results),
         "phase_seconds": [{"method": r.method, "context": r.context, **r.seconds} for r in results],
         "simulation_wall_seconds": seconds,

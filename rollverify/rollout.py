@@ -30,6 +30,10 @@ class PromptGroup:
     prompt_ids: torch.Tensor
     answer: str
 
+    def samples(self, group_size: int) -> list[Trajectory]:
+        """The group's G trajectories, not yet generated."""
+        return [Trajectory(self.prompt_ids, self.group_id, i) for i in range(group_size)]
+
 
 class PromptSource(Protocol):
     def next_group(self) -> PromptGroup:
@@ -97,11 +101,19 @@ def collect(
         state.cache = TrajectoryCache(cached)  # leave the cache as it was
         raise ValueError(f"cached trajectories {oversized[:3]} do not fit group_size={group_size}")
     finished: dict[int, list[Trajectory]] = defaultdict(list)
+    complete: set[int] = set()  # groups whose G samples have all finished
     in_play: set[int] = set()
+
+    def finish(trajectory: Trajectory) -> None:
+        members = finished[trajectory.group_id]
+        members.append(trajectory)
+        if len(members) == group_size:
+            complete.add(trajectory.group_id)
+
     for trajectory in cached:
         in_play.add(trajectory.group_id)
         if trajectory.finished:
-            finished[trajectory.group_id].append(trajectory)
+            finish(trajectory)
     resumed = [t for t in cached if not t.finished]
     engine.submit(resumed)
 
@@ -109,21 +121,18 @@ def collect(
         group = source.next_group()
         state.answers[group.group_id] = group.answer
         in_play.add(group.group_id)
-        engine.submit([Trajectory(group.prompt_ids, group.group_id, i) for i in range(group_size)])
-
-    def complete() -> list[int]:
-        return sorted(g for g, members in finished.items() if len(members) == group_size)
+        engine.submit(group.samples(group_size))
 
     limit = max_inflight_groups if partial else batch_groups
     while len(in_play) < batch_groups:  # enough groups for one batch, whatever the schedule
         start_group()
-    while engine.has_work if not partial else len(complete()) < batch_groups:
+    while engine.has_work if not partial else len(complete) < batch_groups:
         if partial:
             while engine.idle_slots() > 0 and (limit is None or len(in_play) < limit):
                 start_group()
             if not engine.has_work:  # only reachable if groups went missing: fail, never hang
                 raise RuntimeError(
-                    f"rollout stalled: {len(complete())} of {batch_groups} "
+                    f"rollout stalled: {len(complete)} of {batch_groups} "
                     "groups complete and nothing left to generate"
                 )
         if should_stop():
@@ -135,10 +144,10 @@ def collect(
                 engine.stats.tokens_regenerated - regenerated_before,
             )
         for trajectory in engine.poll():
-            finished[trajectory.group_id].append(trajectory)
+            finish(trajectory)
 
     paused = engine.pause() if partial else []
-    chosen = complete()[:batch_groups]
+    chosen = sorted(complete)[:batch_groups]
     groups = [sorted(finished.pop(g), key=lambda t: t.sample_index) for g in chosen]
     for trajectory in [*paused, *(t for members in finished.values() for t in members)]:
         state.cache.add(trajectory)  # unfinished, or finished and waiting for its group

@@ -46,11 +46,12 @@ from rollverify.costmodel import (
     prefill_seconds,
     train_seconds,
 )
-from rollverify.engines.simulated import SimulatedEngine
+from rollverify.engines.simulated import SimulatedEngine, Sketch
 from rollverify.methods import METHODS
 from rollverify.rollout import PromptGroup, RolloutState, collect
 from rollverify.switching import AcceptanceMonitor
 from rollverify.trace import scoring_work
+from rollverify.trajectory import Trajectory
 
 
 @dataclass(frozen=True)
@@ -134,15 +135,22 @@ class Result:
         return self.seconds["rollout"] / total if total else math.nan
 
 
+@dataclass(frozen=True)
+class _SketchGroup(PromptGroup):
+    def samples(self, group_size: int) -> list[Trajectory]:
+        return [Sketch(self.prompt_ids, self.group_id, i) for i in range(group_size)]
+
+
 class _Prompts:
-    """Groups 0, 1, 2, ... with prompts of a fixed length (their content is never read)."""
+    """Groups 0, 1, 2, ... with prompts of a fixed length (their content is never read), whose
+    samples are Sketches."""
 
     def __init__(self, tokens: int) -> None:
         self.prompt = torch.zeros(tokens, dtype=torch.long)
         self.next_id = 0
 
     def next_group(self) -> PromptGroup:
-        group = PromptGroup(self.next_id, self.prompt, answer="")
+        group = _SketchGroup(self.next_id, self.prompt, answer="")
         self.next_id += 1
         return group
 

@@ -81,32 +81,42 @@ class Trajectory:
         logprobs = torch.as_tensor(logprobs, dtype=torch.float32)
         if token_ids.shape != logprobs.shape:
             raise ValueError(f"{len(token_ids)} tokens but {len(logprobs)} log-probs")
-        start, added = self.token_ids.shape[0], token_ids.shape[0]
-        new_versions = torch.full((added,), version, dtype=torch.long)
-        if start:
-            self.token_ids = torch.cat([self.token_ids, token_ids])
-            self.behavior_logprobs = torch.cat([self.behavior_logprobs, logprobs])
-            self.versions = torch.cat([self.versions, new_versions])
-        else:  # nothing to keep: the new tensors are the trajectory's (no copy)
-            self.token_ids, self.behavior_logprobs, self.versions = (
-                token_ids,
-                logprobs,
-                new_versions,
-            )
-        before, self.high_water = self.high_water, max(self.high_water, start + added)
-        return max(0, min(start + added, before) - start)
+        start = len(self)
+        self._append(token_ids, logprobs, torch.full(token_ids.shape, version, dtype=torch.long))
+        return self._regenerated(start)
 
     def truncate(self, kept: int) -> int:
         """Keep the first `kept` tokens (the verified prefix); returns how many were dropped."""
         if not 0 <= kept <= len(self):
             raise ValueError(f"kept={kept} must be in [0, {len(self)}]")
         dropped = len(self) - kept
-        self.token_ids = self.token_ids[:kept].clone()
-        self.behavior_logprobs = self.behavior_logprobs[:kept].clone()
-        self.versions = self.versions[:kept].clone()
+        self._keep(kept)
         if dropped:
             self.finish_reason = None
         return dropped
+
+    def _regenerated(self, start: int) -> int:
+        """Of the tokens from `start` to the end, those below the high-water mark: positions a
+        truncation had dropped, generated again. Raises the mark."""
+        end = len(self)
+        before, self.high_water = self.high_water, max(self.high_water, end)
+        return max(0, min(end, before) - start)
+
+    # Storage: the only methods that touch the tensors (engines/simulated.py's Sketch counts).
+
+    def _append(self, token_ids, logprobs, versions) -> None:
+        if len(self):
+            self.token_ids = torch.cat([self.token_ids, token_ids])
+            self.behavior_logprobs = torch.cat([self.behavior_logprobs, logprobs])
+            self.versions = torch.cat([self.versions, versions])
+        else:  # nothing to keep: the new tensors are the trajectory's (no copy)
+            self.token_ids, self.behavior_logprobs, self.versions = token_ids, logprobs, versions
+
+    def _keep(self, kept: int) -> None:
+        # clone: a view would keep the dropped suffix's memory alive in the cache
+        self.token_ids = self.token_ids[:kept].clone()
+        self.behavior_logprobs = self.behavior_logprobs[:kept].clone()
+        self.versions = self.versions[:kept].clone()
 
 
 @dataclass

@@ -10,9 +10,16 @@ import sys
 import pytest
 
 from rollverify.config import load_config
-from rollverify.simulate import LengthModel, Settings, lengths_of_run, rows, simulate
+from rollverify.simulate import (
+    LengthModel,
+    Settings,
+    acceptance_of_run,
+    lengths_of_run,
+    rows,
+    simulate,
+)
 from rollverify.training.run import train
-from tests.runs import tiny
+from tests.runs import history, tiny
 
 SMALL = {"rollout.slots": 64, "rollout.batch_groups": 8, "rollout.group_size": 8}
 RVCTL = [sys.executable, "-m", "rvctl.app"]
@@ -99,3 +106,29 @@ def test_exact_and_fast_event_modes_agree(method):
     exact = table(methods=(method,), finishes_per_poll=1)[method]["gpu_days"]
     fast = table(methods=(method,), finishes_per_poll=8)[method]["gpu_days"]
     assert fast == pytest.approx(exact, rel=0.1)
+
+
+def test_acceptance_can_follow_a_runs_curve_and_switches_where_the_run_did(tmp_path):
+    """A run whose acceptance collapses (as in test_switching): the simulator fed its measured
+    curve, with the run's window, switches at the run's step."""
+    switching = {"train.learning_rate": 0.05, "verify.window": 2, "verify.ds": 1e-3}
+    summary = train(tiny(tmp_path, "rollverify", **{"train.steps": 4} | switching))
+    assert summary.switch_step is not None
+    logged = history(summary)["acceptance_rate"]
+    curve = acceptance_of_run(summary.run_dir)
+    assert curve == tuple(logged[step] for step in range(1, max(logged) + 1))
+
+    config = load_config(overrides=SMALL | {"verify.window": 2})
+
+    def switch_step(acceptance: tuple[float, ...]) -> int | None:
+        settings = Settings(("rollverify",), (4096,), steps=6, acceptance=acceptance)
+        return simulate(config, settings)[0].switch_step
+
+    assert switch_step(curve) == summary.switch_step
+    # step by step, the last value repeating: the window (2) mean falls below 0.5 at step 5
+    assert switch_step((1.0, 1.0, 1.0, 0.0)) == 5
+
+    command = [*RVCTL, "simulate", "--steps", "2", "--acceptance-from", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--acceptance-from" in result.stderr and "no summary.json" in result.stderr

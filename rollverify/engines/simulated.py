@@ -15,8 +15,10 @@ the next admission. Time advances by the cost model's price of the decode steps 
 > 1 a poll runs until m rows have finished; admissions then wait for the poll's end, which
 trades a little slot time for speed at paper scale.
 
-Generated tokens are placeholders (id 0, log-prob 0): the simulator prices work, it does not
-judge it.
+The simulator prices work, it does not judge it: `rvctl simulate` feeds it Sketches,
+trajectories that count their tokens instead of holding them (their rules, truncation and
+regenerated tokens, are Trajectory's own); a real Trajectory gets placeholder tokens (id 0,
+log-prob 0), as the tests that compare it with the hf engine need.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -34,6 +36,37 @@ from rollverify.costmodel import StepCost
 from rollverify.engines.protocol import EngineStats
 from rollverify.trace import EngineStep
 from rollverify.trajectory import Trajectory
+
+
+_NONE = torch.empty(0)  # a Sketch's tensors: never read, never written
+
+
+@dataclass
+class Sketch(Trajectory):
+    """A trajectory that holds how many tokens it has, not the tokens (no tensor work: at paper
+    scale a run flushes and truncates millions of them)."""
+
+    length: int = 0
+    token_ids: torch.Tensor = field(default_factory=lambda: _NONE)
+    behavior_logprobs: torch.Tensor = field(default_factory=lambda: _NONE)
+    versions: torch.Tensor = field(default_factory=lambda: _NONE)
+
+    def __post_init__(self) -> None:
+        pass  # no tensors to check
+
+    def __len__(self) -> int:
+        return self.length
+
+    def generate(self, count: int) -> int:
+        """`count` more tokens; returns how many of them are regenerated ones."""
+        start, self.length = self.length, self.length + count
+        return self._regenerated(start)
+
+    def _append(self, token_ids, logprobs, versions) -> None:
+        self.length += token_ids.shape[0]
+
+    def _keep(self, kept: int) -> None:
+        self.length = kept
 
 
 @dataclass
@@ -199,9 +232,12 @@ class SimulatedEngine:
         trajectory = row.trajectory
         count = min(at - row.admitted_at + 1, row.target - len(trajectory))
         self.stats.tokens_generated += count
-        self.stats.tokens_regenerated += trajectory.extend(
-            torch.zeros(count, dtype=torch.long), torch.zeros(count), self.version
-        )
+        if isinstance(trajectory, Sketch):
+            self.stats.tokens_regenerated += trajectory.generate(count)
+        else:
+            self.stats.tokens_regenerated += trajectory.extend(
+                torch.zeros(count, dtype=torch.long), torch.zeros(count), self.version
+            )
         if len(trajectory) >= row.target:
             trajectory.finish_reason = "length" if row.target >= self.max_new_tokens else "stop"
         return trajectory

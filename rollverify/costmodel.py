@@ -518,20 +518,25 @@ class LinearStepCost:
 def fit_step_cost(steps: list[EngineStep], seconds: list[float]) -> LinearStepCost:
     """Least squares of measured iteration seconds on the trace's columns (no negative
     coefficients: a term that fits below zero is dropped and the rest refitted)."""
+    return fit_step_cost_to_totals([[step] for step in steps], seconds)
+
+
+def fit_step_cost_to_totals(runs: list[list[EngineStep]], seconds: list[float]) -> LinearStepCost:
+    """The same fit where only the total seconds of each run of iterations were measured (an
+    engine that times no iteration, as vLLM behind its RPC): a sum of linear costs is linear
+    in the same coefficients."""
     import numpy as np
 
-    def column(value) -> np.ndarray:
-        return np.array([value(s) for s in steps], dtype=float)
-
-    columns = [
-        column(lambda s: s.decode_rows > 0),
-        column(lambda s: s.decode_rows),
-        column(lambda s: s.decode_context),
-        column(lambda s: s.decode_padded),
-        column(lambda s: s.prefill_rows > 0),
-        column(lambda s: s.prefill_rows),
-        column(lambda s: s.prefill_tokens),
+    features = [
+        lambda s: s.decode_rows > 0,
+        lambda s: s.decode_rows,
+        lambda s: s.decode_context,
+        lambda s: s.decode_padded,
+        lambda s: s.prefill_rows > 0,
+        lambda s: s.prefill_rows,
+        lambda s: s.prefill_tokens,
     ]
+    columns = [np.array([sum(f(s) for s in run) for run in runs], dtype=float) for f in features]
     used = list(range(len(columns)))
     while True:
         matrix = np.stack([columns[i] for i in used], axis=1)

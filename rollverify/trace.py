@@ -12,6 +12,9 @@ Engine steps, one row per engine iteration:
     decode_padded    positions the decode attended in all, padding included: rows x the widest
                      row for an engine that pads rows to one width (the in-process engine);
                      0 where rows attend their own contexts only (vLLM's paged attention)
+    seconds          the iteration's wall time as the engine saw it (in-process: its poll's
+                     forward passes; vLLM: since the previous iteration's outputs, while
+                     requests ran throughout), 0 where unknown: what a profile is fitted to
 Trainer steps, one row per training step: the tokens run forward and backward (with the sum
 of their contexts), the tokens scored forward-only that the method pays for (verification,
 the OPS filter), those scored only for the logs (kept apart, as the ledger does), and the bytes
@@ -40,6 +43,7 @@ class EngineStep:
     prefill_attended: int
     engine: int = 0
     decode_padded: int = 0
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)

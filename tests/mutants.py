@@ -223,6 +223,45 @@ MUTANTS = [
         "return",
         ("tests/test_vllm_engine.py::test_weight_sync_makes_the_engine_score_like_the_trainer",),
     ),
+    Mutant(
+        "measurement-as-cost",
+        "scoring done only for the logs is booked as the method's verification cost",
+        "rollverify/training/loop.py",
+        "            self.ledger.add_measurement(seconds)",
+        '            self.ledger.add_phase("verify", seconds)',
+        ("tests/test_train.py::test_every_method_trains_end_to_end[partial]",),
+    ),
+    Mutant(
+        "decode-roofline-summed",
+        "a decode step costs the larger of its memory and compute times, not their sum",
+        "rollverify/costmodel.py",
+        "    return max(memory, compute) + overhead",
+        "    return memory + compute + overhead",
+        ("tests/test_costmodel.py",),
+    ),
+    Mutant(
+        "sketch-no-regeneration",
+        "the simulator counts tokens generated again after a truncation",
+        "rollverify/engines/simulated.py",
+        "        start, self.length = self.length, self.length + count\n"
+        "        return self._regenerated(start)",
+        "        start, self.length = self.length, self.length + count\n        return 0",
+        (
+            "tests/test_simulate.py::"
+            "test_acceptance_one_and_zero_bound_rollverify_between_partial_and_grpo",
+        ),
+    ),
+    Mutant(
+        "simulate-acceptance-constant",
+        "rvctl simulate follows an acceptance curve step by step (--acceptance-from)",
+        "rollverify/simulate.py",
+        "acceptance = settings.acceptance[min(step, len(settings.acceptance)) - 1]",
+        "acceptance = settings.acceptance[-1]",
+        (
+            "tests/test_simulate.py::"
+            "test_acceptance_can_follow_a_runs_curve_and_switches_where_the_run_did",
+        ),
+    ),
 ]
 
 

@@ -18,6 +18,7 @@ from rollverify.costmodel import (
     decode_run_seconds,
     decode_step_seconds,
     fit_step_cost,
+    fit_step_cost_to_totals,
     forward_flops,
     gpu_days,
     prefill_seconds,
@@ -191,3 +192,9 @@ def test_a_fitted_cpu_profile_recovers_its_coefficients_and_sums_runs_exactly():
         assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
     one_by_one = sum(truth.decode_run(16, 1600 + 16 * i, 200 + i, 1) for i in range(37))
     assert truth.decode_run(16, 1600, 200, 37) == pytest.approx(one_by_one)
+    # Only the totals of runs of iterations measured (vLLM): the same coefficients come back.
+    runs = [steps[i::7] for i in range(7)] + [steps[i::11] for i in range(11)]
+    totals = [sum(truth.iteration(s) for s in run) for run in runs]
+    from_totals = fit_step_cost_to_totals(runs, totals)
+    for name in ("overhead", "per_row", "per_padded", "prefill_overhead", "per_prefill_token"):
+        assert getattr(from_totals, name) == pytest.approx(getattr(truth, name), rel=1e-6), name

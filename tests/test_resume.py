@@ -121,9 +121,10 @@ def test_killed_at_three_points_and_resumed_ends_like_an_uninterrupted_run(tmp_p
     assert ours.state["ledger"]["modeled_seconds"] == theirs.state["ledger"]["modeled_seconds"]
     assert len(ours.state["cache"]) > 0, "the test must have a cache to lose"
     for kind in ("engine", "trainer"):  # every step traced once, as the reference traced it
-        assert trace.read(run_dir / "trace", kind).equals(
-            trace.read(Path(reference.run_dir) / "trace", kind)
-        ), kind
+        ours_, theirs_ = (trace.read(d / "trace", kind) for d in (run_dir, Path(reference.run_dir)))
+        if kind == "engine":  # all but the timings
+            ours_, theirs_ = ours_.drop_columns(["seconds"]), theirs_.drop_columns(["seconds"])
+        assert ours_.equals(theirs_), kind
 
     # One MLflow run, finished; every value it holds (replays included) is the reference's.
     run_id = ours.state["mlflow"]["run_id"]

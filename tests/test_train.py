@@ -189,6 +189,7 @@ def test_the_trace_counts_what_the_engine_and_trainer_did_and_prices_it(tmp_path
         rows = [r for r in engine if r["step"] == step and r["phase"] == "rollout"]
         sampled = sum(r["decode_rows"] + r["prefill_rows"] for r in rows)
         assert sampled == metrics["tokens_generated"][step], "one token per row per iteration"
+        assert all(r["seconds"] > 0 for r in rows), "the in-process engine times each one"
         completions = metrics["response_length_mean"][step] * batch
         assert trainer[step]["tokens_trained"] > completions  # + their prompts
         verified = method == "rollverify" and metrics["cache_tokens_verified"][step] > 0

@@ -198,6 +198,8 @@ def test_each_method_trains_on_the_shared_engine(engine, tmp_path, method):
         assert sampled == metrics["tokens_generated"][step], step
         if sampled:  # (a step may find its groups complete in the cache: nothing to run)
             assert sum(r["decode_context"] for r in iterations) > sampled  # prompts included
+            timed = [r["seconds"] for r in iterations if r["seconds"] > 0]
+            assert len(timed) >= len(iterations) / 2, "iterations while requests ran are timed"
     assert metrics["modeled_rollout_seconds"][steps] > 0
     if method == "grpo":  # on-policy: engine and trainer log-probs agree to float rounding
         assert max(metrics["ops_mean"].values()) < 1e-4

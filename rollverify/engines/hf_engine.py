@@ -14,6 +14,7 @@ a token is log_softmax(logits / temperature), the quantity TRL's loss recomputes
 from __future__ import annotations
 
 import copy
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -173,6 +174,7 @@ class HFEngine:
 
     @torch.no_grad()
     def poll(self) -> list[Trajectory]:
+        started = time.perf_counter()
         decoded = (len(self._rows), sum(row.length + 1 for row in self._rows))  # rows, context
         width = self._cache.layers[0].width + 1 if self._rows else 0  # rows share one width
         done = self._decode() if self._rows else []
@@ -194,6 +196,7 @@ class HFEngine:
                 sum(prefilled),
                 attended,
                 decode_padded=decoded[0] * width,
+                seconds=time.perf_counter() - started,
             )
         )
         new_done = [i for i, row in enumerate(new_rows) if self._finished(row)]

@@ -37,7 +37,6 @@ from rollverify.engines.protocol import EngineStats
 from rollverify.trace import EngineStep
 from rollverify.trajectory import Trajectory
 
-
 _NONE = torch.empty(0)  # a Sketch's tensors: never read, never written
 
 

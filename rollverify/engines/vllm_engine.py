@@ -320,7 +320,7 @@ class VLLMEngine:
         are lost with it)."""
         answers = self._call("take_trace", {a: () for a in self._live()}, SIDECAR_TIMEOUT_S)
         return [
-            EngineStep(*iteration, engine=index)
+            EngineStep(*iteration[:5], engine=index, seconds=iteration[5])
             for index, iterations in sorted(answers.items())
             for iteration in iterations
         ]

@@ -57,8 +57,11 @@ class VLLMSidecar:
         self.error: str | None = None  # the first request failure (e.g. the engine core died)
         self.busy_seconds = 0.0  # integral of min(running, max_num_seqs) dt: slot-seconds used
         self.last_mark = time.perf_counter()
+        self.last_iteration: float | None = None  # timestamp of the last iteration, while busy
         self.shared_memory: list[str] = []
-        self.iterations: list[tuple[int, int, int, int, int]] = []  # rollverify.trace.EngineStep
+        self.iterations: list[
+            tuple[int, int, int, int, int, float]
+        ] = []  # rollverify.trace.EngineStep
         self.waiting_prompts: deque[int] = deque()  # prompt lengths not prefilled yet, in order
 
     async def start(self) -> dict[str, Any]:
@@ -143,6 +146,8 @@ class VLLMSidecar:
                 self.finished.append(record)
                 del self.records[record.request_id]
             self.tasks.pop(record.request_id, None)
+            if not self.tasks:  # idle until the next submit: no iteration spans the gap
+                self.last_iteration = None
             self.changed.set()
 
     async def poll(self, wait_seconds: float) -> dict[str, Any]:
@@ -195,13 +200,18 @@ class VLLMSidecar:
         attended = int(sum(n * (n + 1) // 2 for n in prompts) * share)
         running = [r for r in self.records.values() if r.tokens]  # started, not finished
         context = sum(r.prompt_length + len(r.tokens) for r in running)
+        # an iteration's time: since the previous one, if requests ran in between (not idle)
+        now, previous, self.last_iteration = stats.iteration_timestamp, self.last_iteration, None
+        seconds = now - previous if previous is not None else 0.0
+        if self.tasks:
+            self.last_iteration = now
         self.iterations.append(
-            (decodes, context, prefills, stats.prompt_token_stats.computed, attended)
+            (decodes, context, prefills, stats.prompt_token_stats.computed, attended, seconds)
         )
 
-    async def take_trace(self) -> list[tuple[int, int, int, int, int]]:
+    async def take_trace(self) -> list[tuple[int, int, int, int, int, float]]:
         """The iterations since the last call: (decode rows, their context, prefill rows,
-        prefill tokens computed, their context)."""
+        prefill tokens computed, their context, seconds)."""
         taken, self.iterations = self.iterations, []
         return taken
 

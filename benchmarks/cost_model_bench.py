@@ -4,7 +4,8 @@
 
 1. The engine runs the embedded default's rollouts (64 slots, B=8, G=8, the chain task):
    after one warm-up step, synchronous, then partial, `--steps` steps each, with a weight sync
-   between steps, repeated and interleaved. Each step's seconds are measured beside its trace (engine iterations).
+   between steps, repeated and interleaved. Each step's seconds are measured beside its trace
+   (engine iterations).
 2. A `cpu` step-cost profile (costmodel.LinearStepCost) is fitted by least squares:
    - `iterations`: every iteration of both schedules that the engine timed in its own trace
      (trace.EngineStep.seconds: the hf engine times its polls; vLLM's stat logger gives each

@@ -13,9 +13,9 @@ rollout share of 70-80%. Nothing here is tuned to those figures.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from provenance import provenance
@@ -32,29 +32,25 @@ def sensitivity(config, settings: Settings, steps: int) -> list[dict]:
     out = []
     for context in settings.contexts:
         for median in (settings.lengths.median, context / 4):
-            varied = dataclasses.replace(
+            varied = replace(
                 settings,
                 steps=steps,
-                lengths=dataclasses.replace(settings.lengths, median=median),
+                lengths=replace(settings.lengths, median=median),
             )
             grpo = simulate_one(config, varied, "grpo", context, seed=0).gpu_days
-            for method, acceptance in [("partial", None), ("rollverify", 0.9)]:
-                for value in [acceptance] if acceptance is None else [0.9, 0.95, 0.99]:
-                    run = (
-                        varied
-                        if value is None
-                        else dataclasses.replace(varied, acceptance=(value,))
-                    )
-                    days = simulate_one(config, run, method, context, seed=0).gpu_days
-                    out.append(
-                        {
-                            "context": context,
-                            "median_length": median,
-                            "method": method,
-                            "acceptance": value,
-                            "speedup_vs_grpo": grpo / days,
-                        }
-                    )
+            cases = [("partial", None)] + [("rollverify", a) for a in (0.9, 0.95, 0.99)]
+            for method, acceptance in cases:
+                run = varied if acceptance is None else replace(varied, acceptance=(acceptance,))
+                days = simulate_one(config, run, method, context, seed=0).gpu_days
+                out.append(
+                    {
+                        "context": context,
+                        "median_length": median,
+                        "method": method,
+                        "acceptance": acceptance,
+                        "speedup_vs_grpo": grpo / days,
+                    }
+                )
     return out
 
 
@@ -88,7 +84,7 @@ def main() -> None:
         "rows": rows(results),
         "phase_seconds": [{"method": r.method, "context": r.context, **r.seconds} for r in results],
         "simulation_wall_seconds": seconds,
-        "settings": dataclasses.asdict(settings),
+        "settings": asdict(settings),
         "paper": {"gpu_days_grpo_vs_rollverify": {"8192": [16.6, 15.1], "65536": [261, 137]}},
         "provenance": provenance(config.to_dict()),
     }

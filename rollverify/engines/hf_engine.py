@@ -188,21 +188,20 @@ class HFEngine:
         admitted = [self._queue.popleft() for _ in range(batch if admit else 0)]
         new_rows, new_cache = self._prefill(admitted) if admitted else ([], None)
         prefilled = [row.length for row in new_rows]
-        attended = sum(n * (n + 1) // 2 for n in prefilled)
+        new_done = [i for i, row in enumerate(new_rows) if self._finished(row)]
+        finished += [self._flush(new_rows[i]) for i in new_done]
+        keep = [i for i in range(len(self._rows)) if i not in set(done)]
+        self._rebuild(keep, new_rows, new_cache, new_done)
         self._trace.append(
             EngineStep(
                 *decoded,
                 len(prefilled),
                 sum(prefilled),
-                attended,
+                sum(n * (n + 1) // 2 for n in prefilled),
                 decode_padded=decoded[0] * width,
-                seconds=time.perf_counter() - started,
+                seconds=time.perf_counter() - started,  # the whole poll: rebuilding KV too
             )
         )
-        new_done = [i for i, row in enumerate(new_rows) if self._finished(row)]
-        finished += [self._flush(new_rows[i]) for i in new_done]
-        keep = [i for i in range(len(self._rows)) if i not in set(done)]
-        self._rebuild(keep, new_rows, new_cache, new_done)
         return finished
 
     def pause(self) -> list[Trajectory]:

@@ -1,6 +1,6 @@
 """Does the simulator predict what a real engine does on this machine? Fit, then predict.
 
-    .venv/bin/python benchmarks/cost_model_bench.py --engine hf|vllm [--steps 8] [--repeats 3]
+    .venv/bin/python benchmarks/cost_model_bench.py --engine hf|vllm [--steps 8] [--repeats 5]
 
 1. The engine runs the embedded default's rollouts (64 slots, B=8, G=8, the chain task):
    after one warm-up step, synchronous, then partial, `--steps` steps each, with a weight sync
@@ -100,7 +100,7 @@ def main() -> None:
     parser.add_argument("--engine", default="hf", choices=["hf", "vllm"])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved runs per schedule")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved runs per schedule")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer

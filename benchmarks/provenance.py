@@ -50,13 +50,15 @@ def _shown(path: str) -> str:
 def _uncommitted() -> list[str] | None:
     """Files edited or added beside the revision ([] if none; None: git cannot tell). Results
     being rewritten by this very run are not a change to the code measured."""
-    status = _git("status", "--porcelain", "--", ".", ":!benchmarks/results")
-    return None if status == "unknown" else [line[3:] for line in status.splitlines()]
+    status = _git("status", "--porcelain", "--", ".", ":!benchmarks/results", strip=False)
+    return None if status == "unknown" else [line[3:] for line in status.splitlines() if line]
 
 
-def _git(*args: str) -> str:
+def _git(*args: str, strip: bool = True) -> str:
     done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else "unknown"
+    if done.returncode != 0:
+        return "unknown"
+    return done.stdout.strip() if strip else done.stdout  # (porcelain lines start with a space)
 
 
 def _cpu_model() -> str:

@@ -424,8 +424,16 @@ class Pricing:
         )
 
     def iteration(self, step: EngineStep) -> float:
+        engines = self.layout.engines  # (an admission's prefills spread over the engines too)
+        share = EngineStep(
+            step.decode_rows / engines,
+            step.decode_context / engines,
+            step.prefill_rows / engines,
+            step.prefill_tokens / engines,
+            step.prefill_attended / engines,
+        )
         return engine_step_seconds(
-            self.shape, self.gpu, self.efficiency, step, self.layout.tensor_parallel
+            self.shape, self.gpu, self.efficiency, share, self.layout.tensor_parallel
         )
 
 

@@ -11,8 +11,10 @@ from rollverify.config import load_config
 from rollverify.costmodel import (
     GPUS,
     Efficiency,
+    Layout,
     LinearStepCost,
     ModelShape,
+    Pricing,
     attended_tokens,
     check_fits,
     decode_run_seconds,
@@ -198,3 +200,17 @@ def test_a_fitted_cpu_profile_recovers_its_coefficients_and_sums_runs_exactly():
     from_totals = fit_step_cost_to_totals(runs, totals)
     for name in ("overhead", "per_row", "per_padded", "prefill_overhead", "per_prefill_token"):
         assert getattr(from_totals, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
+
+
+def test_a_simulated_iteration_spreads_its_work_over_the_engines():
+    """The simulator's engines share one clock: an iteration's decode rows and its admission's
+    prefills split evenly over them, as vLLM's router spreads requests."""
+    shape = ModelShape.of("Qwen/Qwen3-8B-Base")
+    one, four = (Pricing(shape, H100, Layout("disaggregated", 4, engines=n)) for n in (1, 4))
+    admission = EngineStep(0, 0, 1024, 1024 * 3000, 1024 * 3000 * 3001 // 2)
+    quarter = EngineStep(0, 0, 256, 256 * 3000, 256 * 3000 * 3001 // 2)
+    assert four.iteration(admission) == pytest.approx(one.iteration(quarter))
+    assert four.iteration(admission) < one.iteration(admission) / 3.5  # compute-bound prefill
+    assert four.decode_run(1024, 1024 * 2000, 0, 10) == pytest.approx(
+        one.decode_run(256, 256 * 2000, 0, 10)
+    )

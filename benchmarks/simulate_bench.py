@@ -82,7 +82,15 @@ def main() -> None:
         "benchmark": "simulate_bench",
         "sensitivity": sensitivity(config, settings, args.sensitivity_steps),
         "rows": rows(results),
-        "phase_seconds": [{"method": r.method, "context": r.context, **r.seconds} for r in results],
+        "phase_seconds": [
+            {
+                "method": r.method,
+                "context": r.context,
+                **r.seconds,
+                "of_rollout_prefill": r.prefill_seconds,
+            }
+            for r in results
+        ],
         "simulation_wall_seconds": seconds,
         "settings": asdict(settings),
         "paper": {"gpu_days_grpo_vs_rollverify": {"8192": [16.6, 15.1], "65536": [261, 137]}},

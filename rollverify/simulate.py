@@ -124,6 +124,7 @@ class Result:
     tokens_generated: int
     tokens_regenerated: int
     switch_step: int | None
+    prefill_seconds: float = 0.0  # of the rollout seconds, prefills (resumed ones too)
 
     @property
     def gpu_days(self) -> float:
@@ -204,6 +205,7 @@ def simulate_one(
         tokens_generated=engine.stats.tokens_generated,
         tokens_regenerated=engine.stats.tokens_regenerated,
         switch_step=monitor.switch_step,
+        prefill_seconds=engine.prefill_seconds,
     )
 
 

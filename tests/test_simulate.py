@@ -132,3 +132,12 @@ def test_acceptance_can_follow_a_runs_curve_and_switches_where_the_run_did(tmp_p
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--acceptance-from" in result.stderr and "no summary.json" in result.stderr
+
+
+def test_resumed_trajectories_are_prefilled_again():
+    """Partial rollout's cache is stale after the weight sync: each resume recomputes prompt +
+    generated tokens, a cost grpo never pays."""
+    config = load_config(overrides=SMALL)
+    grpo, partial = simulate(config, Settings(("grpo", "partial"), (4096,), steps=15))
+    assert partial.prefill_seconds > 3 * grpo.prefill_seconds > 0
+    assert partial.prefill_seconds < partial.seconds["rollout"]

@@ -97,6 +97,7 @@ class SimulatedEngine:
         self.version = version
         self.stats = EngineStats()
         self.clock = 0.0  # virtual seconds on the modeled GPUs
+        self.prefill_seconds = 0.0  # of those, admissions' prefills (resumes re-prefill)
         self.step = 0  # engine steps so far
         self._queue: deque[Trajectory] = deque()
         self._rows: dict[int, _Row] = {}
@@ -207,7 +208,9 @@ class SimulatedEngine:
         step = EngineStep(
             0, 0, len(admitted), sum(contexts), sum(n * (n + 1) // 2 for n in contexts)
         )
-        self.clock += self.cost.iteration(step)
+        price = self.cost.iteration(step)
+        self.clock += price
+        self.prefill_seconds += price
         finished = []
         for trajectory, context in zip(admitted, contexts, strict=True):
             target = min(self.lengths(*trajectory.key), self.max_new_tokens)

@@ -496,7 +496,9 @@ class LinearStepCost:
     whose cost is no roofline. A decode pass costs overhead + per_row x rows + per_context x
     their context + per_padded x rows x the widest row (an engine that pads rows to one width
     pays for the widest); a prefill pass prefill_overhead + per_prefill_row x rows +
-    per_prefill_token x tokens (the in-process engine runs both in one poll: two passes)."""
+    per_prefill_token x tokens + per_prefill_padded x rows x the longest (the in-process engine
+    left-pads a prefill's rows too: a resumed trajectory of 300 tokens makes every row of its
+    batch cost 300). The in-process engine runs both in one poll, as two passes."""
 
     overhead: float
     per_row: float
@@ -505,6 +507,7 @@ class LinearStepCost:
     prefill_overhead: float
     per_prefill_row: float
     per_prefill_token: float
+    per_prefill_padded: float = 0.0
 
     def decode_run(self, rows: float, context: float, widest: int, steps: int) -> float:
         if rows <= 0 or steps <= 0:
@@ -520,12 +523,13 @@ class LinearStepCost:
         if not step.prefill_rows:
             return decode
         prefill = self.prefill_overhead + self.per_prefill_row * step.prefill_rows
-        return decode + prefill + self.per_prefill_token * step.prefill_tokens
+        prefill += self.per_prefill_token * step.prefill_tokens
+        return decode + prefill + self.per_prefill_padded * step.prefill_padded
 
 
 def fit_step_cost(steps: list[EngineStep], seconds: list[float]) -> LinearStepCost:
-    """Least squares of measured iteration seconds on the trace's columns (no negative
-    coefficients: a term that fits below zero is dropped and the rest refitted)."""
+    """Least squares of measured iteration seconds on the trace's columns, no coefficient
+    negative (scipy's non-negative least squares: a cost never falls with more work)."""
     return fit_step_cost_to_totals([[step] for step in steps], seconds)
 
 
@@ -533,8 +537,6 @@ def fit_step_cost_to_totals(runs: list[list[EngineStep]], seconds: list[float]) 
     """The same fit where only the total seconds of each run of iterations were measured (an
     engine that times no iteration, as vLLM behind its RPC): a sum of linear costs is linear
     in the same coefficients."""
-    import numpy as np
-
     features = [
         lambda s: s.decode_rows > 0,
         lambda s: s.decode_rows,
@@ -543,14 +545,12 @@ def fit_step_cost_to_totals(runs: list[list[EngineStep]], seconds: list[float]) 
         lambda s: s.prefill_rows > 0,
         lambda s: s.prefill_rows,
         lambda s: s.prefill_tokens,
+        lambda s: s.prefill_padded,
     ]
-    columns = [np.array([sum(f(s) for s in run) for run in runs], dtype=float) for f in features]
-    used = list(range(len(columns)))
-    while True:
-        matrix = np.stack([columns[i] for i in used], axis=1)
-        solution, *_ = np.linalg.lstsq(matrix, np.array(seconds), rcond=None)
-        if (solution >= 0).all():
-            break
-        used.pop(int(np.argmin(solution)))
-    coefficients = dict.fromkeys(range(len(columns)), 0.0) | dict(zip(used, solution, strict=True))
-    return LinearStepCost(*(float(coefficients[i]) for i in range(len(columns))))
+    import numpy as np
+    from scipy.optimize import nnls
+
+    matrix = np.array([[sum(f(s) for s in run) for f in features] for run in runs], dtype=float)
+    scale = np.where(matrix.max(axis=0) > 0, matrix.max(axis=0), 1.0)  # columns of one size
+    solution, _ = nnls(matrix / scale, np.array(seconds, dtype=float))
+    return LinearStepCost(*(float(c) for c in solution / scale))

@@ -12,6 +12,8 @@ Engine steps, one row per engine iteration:
     decode_padded    positions the decode attended in all, padding included: rows x the widest
                      row for an engine that pads rows to one width (the in-process engine);
                      0 where rows attend their own contexts only (vLLM's paged attention)
+    prefill_padded   positions the prefill computed, padding included: rows x the longest
+                     context for the in-process engine (it left-pads them); 0 for vLLM
     seconds          the iteration's wall time as the engine saw it (in-process: its poll's
                      forward passes; vLLM: since the previous iteration's outputs, while
                      requests ran throughout), 0 where unknown: what a profile is fitted to
@@ -44,6 +46,7 @@ class EngineStep:
     engine: int = 0
     decode_padded: int = 0
     seconds: float = 0.0
+    prefill_padded: int = 0
 
 
 @dataclass(frozen=True)

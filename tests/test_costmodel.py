@@ -180,17 +180,21 @@ def test_a_run_of_decode_steps_costs_the_sum_of_its_steps(
 
 
 def test_a_fitted_cpu_profile_recovers_its_coefficients_and_sums_runs_exactly():
-    truth = LinearStepCost(2e-3, 4e-5, 0.0, 3e-7, 1.5e-3, 0.0, 9e-5)
+    truth = LinearStepCost(2e-3, 4e-5, 0.0, 3e-7, 1.5e-3, 0.0, 9e-5, 2e-7)
     grid = [
         (rows, context, width, admitted, prompt)
         for rows in (1, 8, 64)
         for context in (20, 90)
         for width in (150, 300)
-        for admitted, prompt in ((0, 0), (2, 30), (5, 50), (3, 80))
+        for admitted, prompt in ((0, 0), (2, 30), (5, 50), (3, 80), (4, 20), (1, 120))
     ]
-    steps = [EngineStep(r, r * c, a, a * p, 0, decode_padded=r * w) for r, c, w, a, p in grid]
+    steps = [
+        EngineStep(r, r * c, a, a * p, 0, decode_padded=r * w, prefill_padded=a * (p + w // 10))
+        for r, c, w, a, p in grid
+    ]
     fitted = fit_step_cost(steps, [truth.iteration(s) for s in steps])
-    for name in ("overhead", "per_row", "per_padded", "prefill_overhead", "per_prefill_token"):
+    fitted_names = ("overhead", "per_row", "per_padded", "prefill_overhead", "per_prefill_token")
+    for name in (*fitted_names, "per_prefill_padded"):
         assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
     one_by_one = sum(truth.decode_run(16, 1600 + 16 * i, 200 + i, 1) for i in range(37))
     assert truth.decode_run(16, 1600, 200, 37) == pytest.approx(one_by_one)
@@ -198,7 +202,7 @@ def test_a_fitted_cpu_profile_recovers_its_coefficients_and_sums_runs_exactly():
     runs = [steps[i::7] for i in range(7)] + [steps[i::11] for i in range(11)]
     totals = [sum(truth.iteration(s) for s in run) for run in runs]
     from_totals = fit_step_cost_to_totals(runs, totals)
-    for name in ("overhead", "per_row", "per_padded", "prefill_overhead", "per_prefill_token"):
+    for name in (*fitted_names, "per_prefill_padded"):
         assert getattr(from_totals, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
 
 

@@ -200,6 +200,7 @@ class HFEngine:
                 sum(n * (n + 1) // 2 for n in prefilled),
                 decode_padded=decoded[0] * width,
                 seconds=time.perf_counter() - started,  # the whole poll: rebuilding KV too
+                prefill_padded=len(prefilled) * max(prefilled, default=0),  # left-padded
             )
         )
         return finished

@@ -206,7 +206,12 @@ class SimulatedEngine:
         admitted = [self._queue.popleft() for _ in range(min(free, len(self._queue)))]
         contexts = [t.prompt_ids.shape[0] + len(t) for t in admitted]
         step = EngineStep(
-            0, 0, len(admitted), sum(contexts), sum(n * (n + 1) // 2 for n in contexts)
+            0,
+            0,
+            len(admitted),
+            sum(contexts),
+            sum(n * (n + 1) // 2 for n in contexts),
+            prefill_padded=len(contexts) * max(contexts),  # as the hf engine left-pads them
         )
         price = self.cost.iteration(step)
         self.clock += price

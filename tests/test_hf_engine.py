@@ -5,6 +5,7 @@ import copy
 import pytest
 import torch
 
+from rollverify.engines.batching import length_groups, padded_positions
 from rollverify.engines.hf_engine import HFEngine
 from rollverify.trajectory import Trajectory
 from tests.tiny import EOS, PAD, prompts, random_model, teacher_forced_logprobs
@@ -109,3 +110,40 @@ def test_a_finished_trajectory_cannot_be_submitted():
     done = Trajectory(prompts(1)[0], 0, 0, finish_reason="stop")
     with pytest.raises(ValueError, match="finished"):
         engine.submit([done])
+
+
+def test_a_resumed_batch_of_mixed_lengths_prefills_in_groups_and_stays_exact():
+    """Resumed trajectories of 0 to 35 tokens, admitted at once: prefilled in groups of similar
+    length (no row pays for the longest), every log-prob still a teacher-forced pass's."""
+    model = random_model(eos_bias=-4.0)
+    engine = _engine(model, slots=8, max_new_tokens=60, seed=2)
+    trajectories = [Trajectory(p, g, 0) for g, p in enumerate(prompts(8, seed=2))]
+    engine.submit(trajectories)
+    cuts = [0, 1, 3, 8, 15, 22, 30, 35]
+    for _ in range(max(cuts)):
+        engine.poll()
+    paused = sorted(engine.pause(), key=lambda t: t.group_id)
+    assert all(not t.finished and len(t) >= max(cuts) for t in paused)
+    for trajectory, cut in zip(paused, cuts, strict=True):
+        trajectory.truncate(cut)
+    engine.load_weights(model.state_dict().items(), version=1)
+    engine.take_trace()
+    engine.submit(paused)
+    finished, _ = _run(engine)
+    admission = engine.take_trace()[0]
+    lengths = [len(t.prompt_ids) + cut for t, cut in zip(paused, cuts, strict=True)]
+    assert admission.prefill_rows == 8 and admission.prefill_tokens == sum(lengths)
+    assert admission.prefill_padded < 0.8 * 8 * max(lengths), "grouped, not one padded batch"
+    for t in finished:
+        assert torch.allclose(t.behavior_logprobs, teacher_forced_logprobs(model, t), atol=1e-5)
+
+
+def test_length_groups_keep_every_row_once_and_bound_its_padding():
+    lengths = [60, 300, 75, 290, 61, 150, 140, 59, 1]
+    groups = length_groups(lengths, keep=0.75)
+    assert sorted(i for group in groups for i in group) == list(range(len(lengths)))
+    for group in groups:
+        assert all(lengths[i] >= 0.75 * lengths[group[0]] for i in group)
+    firsts = [lengths[group[0]] for group in groups]
+    assert firsts == sorted(firsts, reverse=True)
+    assert padded_positions(lengths) < len(lengths) * max(lengths) / 2

@@ -25,6 +25,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from rollverify.engines.batching import length_groups
 from rollverify.engines.protocol import EngineStats, probe_logprobs_of
 from rollverify.trace import EngineStep
 from rollverify.trajectory import Trajectory
@@ -186,12 +187,12 @@ class HFEngine:
         wanted = min(self.admit_batch, len(self._queue))
         admit = batch >= wanted or len(self._rows) == len(done)
         admitted = [self._queue.popleft() for _ in range(batch if admit else 0)]
-        new_rows, new_cache = self._prefill(admitted) if admitted else ([], None)
+        new_rows, new_kv, prefill_padded = self._prefill(admitted) if admitted else ([], [], 0)
         prefilled = [row.length for row in new_rows]
         new_done = [i for i, row in enumerate(new_rows) if self._finished(row)]
         finished += [self._flush(new_rows[i]) for i in new_done]
         keep = [i for i in range(len(self._rows)) if i not in set(done)]
-        self._rebuild(keep, new_rows, new_cache, new_done)
+        self._rebuild(keep, new_rows, new_kv, new_done)
         self._trace.append(
             EngineStep(
                 *decoded,
@@ -200,7 +201,7 @@ class HFEngine:
                 sum(n * (n + 1) // 2 for n in prefilled),
                 decode_padded=decoded[0] * width,
                 seconds=time.perf_counter() - started,  # the whole poll: rebuilding KV too
-                prefill_padded=len(prefilled) * max(prefilled, default=0),  # left-padded
+                prefill_padded=prefill_padded,
             )
         )
         return finished
@@ -275,9 +276,35 @@ class HFEngine:
         self._sample(out.logits[:, -1, :], rows)
         return [i for i, row in enumerate(rows) if self._finished(row)]
 
-    def _prefill(self, trajectories: list[Trajectory]) -> tuple[list[_Row], Cache]:
-        """Prefill prompt + kept prefix of new rows (left-padded), sample their next token."""
+    def _prefill(self, trajectories: list[Trajectory]) -> tuple[list[_Row], list, int]:
+        """Prefill prompt + kept prefix of new rows, grouped by length (engines/batching.py),
+        and sample their next tokens in admission order. Returns the rows, each layer's
+        (keys, values) for them left-padded to one width, and the positions computed."""
         contexts = [torch.cat([t.prompt_ids, t.token_ids]) for t in trajectories]
+        lengths = [len(c) for c in contexts]
+        width, last_logits, parts, padded = max(lengths), [None] * len(contexts), [], 0
+        for group in length_groups(lengths):
+            logits, cache = self._forward_left_padded([contexts[i] for i in group])
+            for i, row_logits in zip(group, logits, strict=True):
+                last_logits[i] = row_logits
+            parts.append((group, cache))
+            padded += len(group) * lengths[group[0]]
+        rows = [_Row(t, length=n) for t, n in zip(trajectories, lengths, strict=True)]
+        self._sample(torch.stack(last_logits), rows)
+        order = [i for group, _ in parts for i in group]
+        back = torch.tensor(sorted(range(len(order)), key=order.__getitem__))  # admission order
+        layers = []
+        for per_group in zip(*(cache.layers for _, cache in parts), strict=True):
+            if any(type(layer) is not DynamicLayer for layer in per_group):
+                # Sliding-window or hybrid layers keep state this row surgery does not maintain.
+                raise NotImplementedError("the hf engine supports full-attention models only")
+            keys = torch.cat([_left_pad(layer.keys, width) for layer in per_group])
+            values = torch.cat([_left_pad(layer.values, width) for layer in per_group])
+            layers.append((keys[back], values[back]))
+        return rows, layers, padded
+
+    def _forward_left_padded(self, contexts: list[torch.Tensor]) -> tuple[torch.Tensor, Cache]:
+        """One forward over left-padded contexts: each row's last logits, and the KV cache."""
         width = max(len(c) for c in contexts)
         input_ids = torch.full((len(contexts), width), self.pad_token_id, dtype=torch.long)
         attention = torch.zeros((len(contexts), width), dtype=torch.long)
@@ -292,9 +319,7 @@ class HFEngine:
             use_cache=True,
         )
         self.stats.tokens_prefilled += int(attention.sum())
-        rows = [_Row(t, length=len(c)) for t, c in zip(trajectories, contexts, strict=True)]
-        self._sample(out.logits[:, -1, :], rows)
-        return rows, out.past_key_values
+        return out.logits[:, -1, :], out.past_key_values
 
     def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> None:
         logprobs = torch.log_softmax(logits.float() / self.temperature, dim=-1)
@@ -316,9 +341,10 @@ class HFEngine:
     # -- the shared left-padded KV cache ------------------------------------------------------
 
     def _rebuild(
-        self, keep: list[int], new_rows: list[_Row], new_cache: Cache | None, new_done: list[int]
+        self, keep: list[int], new_rows: list[_Row], new_kv: list, new_done: list[int]
     ) -> None:
-        """Drop finished rows, add new unfinished ones, trim dead columns: one copy at most."""
+        """Drop finished rows, add new unfinished ones, trim dead columns: one copy at most.
+        new_kv: each layer's (keys, values) of the new rows, from _prefill."""
         joining = [i for i in range(len(new_rows)) if i not in set(new_done)]
         if len(keep) == len(self._rows) and not joining:
             return
@@ -327,22 +353,15 @@ class HFEngine:
             self._rows, self._cache = [], None
             return
         width = max(row.length for row in rows)
-        old = (
-            self._cache.layers
-            if self._cache is not None and keep
-            else [None] * len(new_cache.layers if new_cache is not None else [])
-        )
-        new = new_cache.layers if new_cache is not None and joining else [None] * len(old)
+        old = self._cache.layers if self._cache is not None and keep else None
         layers = []
-        for old_layer, new_layer in zip(old, new, strict=True):
-            if new_layer is not None and type(new_layer) is not DynamicLayer:
-                # Sliding-window or hybrid layers keep state this row surgery does not maintain.
-                raise NotImplementedError("the hf engine supports full-attention models only")
+        for index in range(len(old) if old is not None else len(new_kv)):
             parts = []
-            if old_layer is not None:
-                parts.append((old_layer.keys[keep], old_layer.values[keep]))
-            if new_layer is not None:
-                parts.append((new_layer.keys[joining], new_layer.values[joining]))
+            if old is not None:
+                parts.append((old[index].keys[keep], old[index].values[keep]))
+            if joining:
+                keys, values = new_kv[index]
+                parts.append((keys[joining], values[joining]))
             keys = torch.cat([_left_pad(k, width)[:, :, -width:] for k, _ in parts])
             values = torch.cat([_left_pad(v, width)[:, :, -width:] for _, v in parts])
             layers.append(_ColumnLayer(keys, values))

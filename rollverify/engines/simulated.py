@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rollverify.costmodel import StepCost
+from rollverify.engines.batching import padded_positions
 from rollverify.engines.protocol import EngineStats
 from rollverify.trace import EngineStep
 from rollverify.trajectory import Trajectory
@@ -211,7 +212,7 @@ class SimulatedEngine:
             len(admitted),
             sum(contexts),
             sum(n * (n + 1) // 2 for n in contexts),
-            prefill_padded=len(contexts) * max(contexts),  # as the hf engine left-pads them
+            prefill_padded=padded_positions(contexts),  # grouped as the hf engine does
         )
         price = self.cost.iteration(step)
         self.clock += price

@@ -417,8 +417,10 @@ class Pricing:
 
     # StepCost, for a simulated engine: the layout's engines decode side by side, each with an
     # even share of the rows.
-    def decode_run(self, rows: float, context: float, widest: int, steps: int) -> float:
-        engines, tp = self.layout.engines, self.layout.tensor_parallel  # paged: width unused
+    reads_padding = False  # paged attention: each row reads its own context
+
+    def decode_run(self, rows: float, context: float, padded: float, steps: int) -> float:
+        engines, tp = self.layout.engines, self.layout.tensor_parallel
         return decode_run_seconds(
             self.shape, self.gpu, self.efficiency, rows / engines, context / engines, steps, tp
         )
@@ -482,9 +484,12 @@ def _line_sum(start: float, slope: float, lo: int, hi: int) -> float:
 class StepCost(Protocol):
     """What a simulated engine needs priced (rollverify/engines/simulated.py)."""
 
-    def decode_run(self, rows: float, context: float, widest: int, steps: int) -> float:
+    reads_padding: bool  # whether `padded` changes the price (else it may be passed as context)
+
+    def decode_run(self, rows: float, context: float, padded: float, steps: int) -> float:
         """`steps` decode iterations of `rows` rows whose contexts sum to `context` at the first
-        and grow by `rows` per iteration; the widest row's context is `widest` at the first."""
+        and grow by `rows` per iteration; `padded`: the positions attended at the first,
+        padding included (it grows by `rows` too)."""
 
     def iteration(self, step: EngineStep) -> float:
         """One engine iteration (a prefill)."""
@@ -494,11 +499,11 @@ class StepCost(Protocol):
 class LinearStepCost:
     """A machine's engine iterations fitted from its own trace (`fit_step_cost`), for a CPU,
     whose cost is no roofline. A decode pass costs overhead + per_row x rows + per_context x
-    their context + per_padded x rows x the widest row (an engine that pads rows to one width
-    pays for the widest); a prefill pass prefill_overhead + per_prefill_row x rows +
-    per_prefill_token x tokens + per_prefill_padded x rows x the longest (the in-process engine
-    left-pads a prefill's rows too: a resumed trajectory of 300 tokens makes every row of its
-    batch cost 300). The in-process engine runs both in one poll, as two passes."""
+    their context + per_padded x the positions attended with padding (the in-process engine
+    pads each band of rows to its longest); a prefill pass prefill_overhead + per_prefill_row
+    x rows + per_prefill_token x tokens + per_prefill_padded x the positions computed with
+    padding (the in-process engine left-pads each group of a prefill to its longest). The
+    in-process engine runs both in one poll, as two passes."""
 
     overhead: float
     per_row: float
@@ -509,17 +514,20 @@ class LinearStepCost:
     per_prefill_token: float
     per_prefill_padded: float = 0.0
 
-    def decode_run(self, rows: float, context: float, widest: int, steps: int) -> float:
+    @property
+    def reads_padding(self) -> bool:
+        return self.per_padded > 0
+
+    def decode_run(self, rows: float, context: float, padded: float, steps: int) -> float:
         if rows <= 0 or steps <= 0:
             return 0.0
         per_step = self.overhead + self.per_row * rows + self.per_context * context
-        per_step += self.per_padded * rows * widest
+        per_step += self.per_padded * padded
         growth = (self.per_context + self.per_padded) * rows  # both grow by rows per step
         return steps * per_step + growth * steps * (steps - 1) / 2
 
     def iteration(self, step: EngineStep) -> float:
-        widest = step.decode_padded // step.decode_rows if step.decode_rows else 0
-        decode = self.decode_run(step.decode_rows, step.decode_context, widest, 1)
+        decode = self.decode_run(step.decode_rows, step.decode_context, step.decode_padded, 1)
         if not step.prefill_rows:
             return decode
         prefill = self.prefill_overhead + self.per_prefill_row * step.prefill_rows

@@ -196,8 +196,8 @@ def test_a_fitted_cpu_profile_recovers_its_coefficients_and_sums_runs_exactly():
     fitted_names = ("overhead", "per_row", "per_padded", "prefill_overhead", "per_prefill_token")
     for name in (*fitted_names, "per_prefill_padded"):
         assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
-    one_by_one = sum(truth.decode_run(16, 1600 + 16 * i, 200 + i, 1) for i in range(37))
-    assert truth.decode_run(16, 1600, 200, 37) == pytest.approx(one_by_one)
+    one_by_one = sum(truth.decode_run(16, 1600 + 16 * i, 3200 + 16 * i, 1) for i in range(37))
+    assert truth.decode_run(16, 1600, 3200, 37) == pytest.approx(one_by_one)
     # Only the totals of runs of iterations measured (vLLM): the same coefficients come back.
     runs = [steps[i::7] for i in range(7)] + [steps[i::11] for i in range(11)]
     totals = [sum(truth.iteration(s) for s in run) for run in runs]

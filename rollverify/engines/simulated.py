@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rollverify.costmodel import StepCost
-from rollverify.engines.batching import padded_positions
+from rollverify.engines.batching import DECODE_KEEP, padded_positions
 from rollverify.engines.protocol import EngineStats
 from rollverify.trace import EngineStep
 from rollverify.trajectory import Trajectory
@@ -105,7 +105,6 @@ class SimulatedEngine:
         self._finishing: list[tuple[int, int]] = []  # heap of (finish step, row id)
         self._ids = itertools.count()
         self._context0 = 0  # sum over rows of (base - admitted_at): context = this + rows x step
-        self._widest: list[tuple[int, int]] = []  # heap of (-(base - admitted_at), row id)
 
     # -- the engine interface -----------------------------------------------------------------
 
@@ -138,7 +137,7 @@ class SimulatedEngine:
     def pause(self) -> list[Trajectory]:
         paused = [self._flush(row) for row in self._rows.values()] + list(self._queue)
         self.stats.aborted += len(paused)
-        self._rows, self._finishing, self._widest, self._context0 = {}, [], [], 0
+        self._rows, self._finishing, self._context0 = {}, [], 0
         self._queue.clear()
         return paused
 
@@ -179,10 +178,8 @@ class SimulatedEngine:
     def _decode(self, steps: int) -> list[Trajectory]:
         rows = len(self._rows)
         context = self._context0 + rows * (self.step + 1)
-        while self._widest[0][1] not in self._rows:  # rows gone since: dropped lazily
-            heapq.heappop(self._widest)
-        widest = -self._widest[0][0] + self.step + 1
-        self.clock += self.cost.decode_run(rows, context, widest, steps)
+        padded = self._padded() if self.cost.reads_padding else context
+        self.clock += self.cost.decode_run(rows, context, padded, steps)
         self.step += steps
         self.stats.decode_steps += steps
         self.stats.slot_steps_busy += rows * steps
@@ -195,6 +192,13 @@ class SimulatedEngine:
             self.stats.slot_steps_busy -= self.step - end
             finished.append(self._flush(row, at=end))
         return finished
+
+    def _padded(self) -> int:
+        """Positions this step attends with padding: the hf engine's bands of similar length,
+        each padded to its longest (engines/batching.py)."""
+        now = self.step + 1
+        lengths = [row.base - row.admitted_at + now for row in self._rows.values()]
+        return padded_positions(lengths, DECODE_KEEP)
 
     def _admissible(self, free: int) -> bool:
         wanted = min(self.admit_batch, len(self._queue))
@@ -229,7 +233,6 @@ class SimulatedEngine:
             self._rows[row_id] = row
             self._context0 += row.base - row.admitted_at
             heapq.heappush(self._finishing, (end, row_id))
-            heapq.heappush(self._widest, (-(row.base - row.admitted_at), row_id))
         self.stats.tokens_prefilled += step.prefill_tokens
         return finished
 

@@ -1,11 +1,14 @@
 """In-process rollout engine on transformers: continuous batching over a fixed number of slots.
 
 Each `poll()` is one engine step: every running trajectory decodes one token, then free slots
-take queued trajectories at once (their prefill yields their first token). Running rows share
-one left-padded KV cache (per layer [rows, kv_heads, width, head_dim]): every row appends its
-new key at the same column, so a step writes one column in place instead of copying the cache.
-Rows that finish and rows that join are applied in one rebuild per step. Everything is
-synchronous and seeded, so a run is reproducible on CPU, pauses included.
+take queued trajectories at once (their prefill yields their first token). Admitted rows are
+prefilled in groups of similar length (engines/batching.py), each group left-padded to its
+longest. Running rows are kept in bands of similar length: per layer, each band is a
+left-padded block [rows, kv_heads, width, head_dim] to which every row appends its new key at
+the same column, in place, and attention runs band by band, so a short row never attends to
+a long row's padding. Rows that finish and rows that join are applied in one rebuild per step,
+which bands the rows again. Everything is synchronous and seeded, so a run is reproducible on
+CPU, pauses included.
 
 Sampling is from the full softmax at `temperature` (no top-k/top-p); the behavior log-prob of
 a token is log_softmax(logits / temperature), the quantity TRL's loss recomputes.

@@ -379,8 +379,9 @@ class HFEngine:
     def _rebuild(
         self, keep: list[int], new_rows: list[_Row], new_kv: list, new_done: list[int]
     ) -> None:
-        """Drop finished rows, add new unfinished ones, and band the rows again by length (one
-        copy of the live KV at most). new_kv: each layer's (keys, values) of the new rows."""
+        """Drop finished rows, add new unfinished ones, and band the rows again by length: the
+        rows' KV is gathered into new blocks, each as wide as its longest row, never wider.
+        new_kv: each layer's (keys, values) of the new rows."""
         joining = [i for i in range(len(new_rows)) if i not in set(new_done)]
         if len(keep) == len(self._rows) and not joining:
             return

@@ -30,7 +30,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from rollverify.engines.batching import DECODE_KEEP, length_groups
-from rollverify.engines.protocol import EngineStats, probe_logprobs_of
+from rollverify.engines.protocol import EngineStats, QueuedSlots, probe_logprobs_of
 from rollverify.trace import EngineStep
 from rollverify.trajectory import Trajectory
 
@@ -146,7 +146,7 @@ class _Row:
         return regenerated
 
 
-class HFEngine:
+class HFEngine(QueuedSlots):
     def __init__(
         self,
         model: PreTrainedModel,
@@ -185,19 +185,6 @@ class HFEngine:
 
     def shutdown(self) -> None:
         pass
-
-    def submit(self, trajectories: list[Trajectory]) -> None:
-        for trajectory in trajectories:
-            if trajectory.finished:
-                raise ValueError(f"trajectory {trajectory.key} is finished; submit unfinished ones")
-            self._queue.append(trajectory)
-
-    def idle_slots(self) -> int:
-        return max(0, self.slots - len(self._rows) - len(self._queue))
-
-    @property
-    def has_work(self) -> bool:
-        return bool(self._rows or self._queue)
 
     @torch.no_grad()
     def poll(self) -> list[Trajectory]:

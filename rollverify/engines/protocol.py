@@ -8,7 +8,8 @@ rest of its token budget.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Sized
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -38,6 +39,33 @@ def probe_logprobs_of(model: torch.nn.Module, token_ids: list[int]) -> torch.Ten
         return torch.log_softmax(logits, -1).gather(1, ids[0, 1:, None]).squeeze(1).cpu()
     finally:
         model.train(was_training)
+
+
+def check_unfinished(trajectories: Iterable[Trajectory]) -> None:
+    """An engine generates for unfinished trajectories only."""
+    for trajectory in trajectories:
+        if trajectory.finished:
+            raise ValueError(f"trajectory {trajectory.key} is finished; submit unfinished ones")
+
+
+class QueuedSlots:
+    """The queue side of an in-process engine (hf, simulated): submitted trajectories wait in
+    `_queue` until a slot of `slots` is free; `_rows` holds the running ones."""
+
+    slots: int
+    _queue: deque[Trajectory]
+    _rows: Sized
+
+    def submit(self, trajectories: list[Trajectory]) -> None:
+        check_unfinished(trajectories)
+        self._queue.extend(trajectories)
+
+    def idle_slots(self) -> int:
+        return max(0, self.slots - len(self._rows) - len(self._queue))
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._rows or self._queue)
 
 
 @dataclass

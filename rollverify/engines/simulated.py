@@ -34,7 +34,7 @@ import torch
 
 from rollverify.costmodel import StepCost
 from rollverify.engines.batching import DECODE_KEEP, padded_positions
-from rollverify.engines.protocol import EngineStats
+from rollverify.engines.protocol import EngineStats, QueuedSlots
 from rollverify.trace import EngineStep
 from rollverify.trajectory import Trajectory
 
@@ -77,7 +77,7 @@ class _Row:
     target: int  # total generated tokens when it finishes
 
 
-class SimulatedEngine:
+class SimulatedEngine(QueuedSlots):
     def __init__(
         self,
         cost: StepCost,
@@ -113,19 +113,6 @@ class SimulatedEngine:
 
     def shutdown(self) -> None:
         pass
-
-    def submit(self, trajectories: list[Trajectory]) -> None:
-        for trajectory in trajectories:
-            if trajectory.finished:
-                raise ValueError(f"trajectory {trajectory.key} is finished; submit unfinished ones")
-            self._queue.append(trajectory)
-
-    def idle_slots(self) -> int:
-        return max(0, self.slots - len(self._rows) - len(self._queue))
-
-    @property
-    def has_work(self) -> bool:
-        return bool(self._rows or self._queue)
 
     def poll(self) -> list[Trajectory]:
         finished = []

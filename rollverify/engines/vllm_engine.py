@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from rollverify.engines.protocol import EngineStats
+from rollverify.engines.protocol import EngineStats, check_unfinished
 from rollverify.engines.vllm_sidecar import EngineDead, unlink_shared_memory
 from rollverify.faults import describe
 from rollverify.trace import EngineStep
@@ -246,9 +246,8 @@ class VLLMEngine:
     def submit(self, trajectories: list[Trajectory]) -> None:
         self._revive()
         batches: dict[int, list] = {}
+        check_unfinished(trajectories)
         for trajectory in trajectories:
-            if trajectory.finished:
-                raise ValueError(f"trajectory {trajectory.key} is finished; submit unfinished ones")
             actor = min(range(len(self._actors)), key=lambda a: self._load[a])
             request_id = f"r{next(self._ids)}"
             prompt = torch.cat([trajectory.prompt_ids, trajectory.token_ids]).tolist()

@@ -297,10 +297,15 @@ def train_seconds(
     return flops / (gpu.peak_flops * efficiency.train_flops * gpus)
 
 
-def sync_seconds(shape: ModelShape, gpu: GPUProfile, efficiency: Efficiency) -> float:
-    """The trainer's weights to the engines over the GPU links (a broadcast: each link carries
+def sync_seconds(
+    weight_bytes: float, gpu: GPUProfile, efficiency: Efficiency, layout: Layout
+) -> float:
+    """The trainer's weights to the engines. Colocated: a copy within each GPU's memory (its
+    share of the weights); disaggregated: over the GPU links (a broadcast: each link carries
     the bytes once)."""
-    return shape.weight_bytes / (gpu.link * efficiency.link)
+    if layout.kind == "colocated":
+        return weight_bytes / (gpu.bandwidth * efficiency.bandwidth) / layout.trainer_gpus
+    return weight_bytes / (gpu.link * efficiency.link)
 
 
 def attended_tokens(prompt: float, length: float) -> float:
@@ -376,10 +381,6 @@ def step_seconds(
     """Modeled wall seconds of one training step, by the ledger's phases (rollverify/ledger.py);
     `measure` is scoring for the logs only, kept apart as the ledger keeps it."""
     tp, gpus = layout.tensor_parallel, layout.trainer_gpus
-    if layout.kind == "colocated":  # the weights move within each GPU's memory
-        sync = trainer.sync_bytes / (gpu.bandwidth * efficiency.bandwidth) / gpus
-    else:
-        sync = trainer.sync_bytes / (gpu.link * efficiency.link)
     return {
         "rollout": engines_seconds(shape, gpu, efficiency, rollout, tp),
         "eval": engines_seconds(shape, gpu, efficiency, evaluation, tp),
@@ -389,7 +390,7 @@ def step_seconds(
         "verify": prefill_seconds(
             shape, gpu, efficiency, trainer.tokens_scored, trainer.attended_scored, gpus
         ),
-        "sync": sync,
+        "sync": sync_seconds(trainer.sync_bytes, gpu, efficiency, layout),
         "measure": prefill_seconds(
             shape, gpu, efficiency, trainer.tokens_measured, trainer.attended_measured, gpus
         ),

@@ -44,6 +44,7 @@ from rollverify.costmodel import (
     ModelShape,
     Pricing,
     prefill_seconds,
+    sync_seconds,
     train_seconds,
 )
 from rollverify.engines.simulated import SimulatedEngine, Sketch
@@ -192,7 +193,7 @@ def simulate_one(
         )
         if method.verify:
             seconds["verify"] += _verify(config, settings, method, state, monitor, step, pricing)
-        seconds["sync"] += _sync_seconds(pricing)
+        seconds["sync"] += sync_seconds(shape.weight_bytes, gpu, efficiency, layout)
         engine.load_weights([], version=step)
     return Result(
         method=method_name,
@@ -231,13 +232,6 @@ def _verify(config, settings, method, state, monitor, step, pricing) -> float:
         attended,
         pricing.layout.trainer_gpus,
     )
-
-
-def _sync_seconds(pricing: Pricing) -> float:
-    shape, gpu, efficiency, layout = pricing.shape, pricing.gpu, pricing.efficiency, pricing.layout
-    if layout.kind == "colocated":
-        return shape.weight_bytes / (gpu.bandwidth * efficiency.bandwidth) / layout.trainer_gpus
-    return shape.weight_bytes / (gpu.link * efficiency.link)
 
 
 def _work(trajectories: list) -> tuple[int, int]:

@@ -138,7 +138,11 @@ def test_attention_flops_use_the_sum_of_contexts():
 
 def test_weight_sync_and_gpu_days():
     shape = ModelShape.of("Qwen/Qwen3-8B-Base")
-    assert sync_seconds(shape, H100, EFF) == pytest.approx(shape.weight_bytes / (450e9 * EFF.link))
+    apart, together = Layout("disaggregated", 4, engines=4), Layout("colocated", 4, engines=4)
+    expected = shape.weight_bytes / (450e9 * EFF.link)
+    assert sync_seconds(shape.weight_bytes, H100, EFF, apart) == pytest.approx(expected)
+    in_memory = shape.weight_bytes / (3.35e12 * EFF.bandwidth) / 4  # each GPU's share
+    assert sync_seconds(shape.weight_bytes, H100, EFF, together) == pytest.approx(in_memory)
     assert gpu_days(86_400, gpus=8) == 8.0
 
 

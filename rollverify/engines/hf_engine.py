@@ -85,17 +85,19 @@ class _BandedLayer(DynamicLayer):
     left-padded block of its own width. A decode step appends one column to every block in
     place (buffers keep spare columns), so no row attends to the padding of a longer band."""
 
-    def __init__(self, blocks: list[tuple[torch.Tensor, torch.Tensor]], masks: list) -> None:
+    def __init__(
+        self, buffers: list[tuple[torch.Tensor, torch.Tensor]], widths: list[int], masks: list
+    ) -> None:
         super().__init__()
-        keys = blocks[0][0]
+        keys = buffers[0][0]
         self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-        self.sizes = [k.shape[0] for k, _ in blocks]
-        self.widths = [k.shape[2] for k, _ in blocks]
-        self._buffers = [(_with_spare(k), _with_spare(v)) for k, v in blocks]
+        self.sizes = [k.shape[0] for k, _ in buffers]
+        self.widths = widths  # columns in use; each buffer holds spare columns after them
+        self.buffers = buffers
         self.masks = masks  # shared by the layers; the engine sets them before each step
 
     def block(self, band: int) -> tuple[torch.Tensor, torch.Tensor]:
-        keys, values = self._buffers[band]
+        keys, values = self.buffers[band]
         return keys[:, :, : self.widths[band]], values[:, :, : self.widths[band]]
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -103,10 +105,10 @@ class _BandedLayer(DynamicLayer):
             raise ValueError("banded KV layers take one decode token per row")
         blocks, start = [], 0
         for band, size in enumerate(self.sizes):
-            width, (keys, values) = self.widths[band], self._buffers[band]
+            width, (keys, values) = self.widths[band], self.buffers[band]
             if width == keys.shape[2]:  # out of spare columns: grow (a copy)
                 keys, values = _with_spare(keys), _with_spare(values)
-                self._buffers[band] = keys, values
+                self.buffers[band] = keys, values
             keys[:, :, width] = key_states[start : start + size, :, 0]
             values[:, :, width] = value_states[start : start + size, :, 0]
             self.widths[band] = width + 1
@@ -120,10 +122,32 @@ class _BandedLayer(DynamicLayer):
 
 
 def _with_spare(tensor: torch.Tensor) -> torch.Tensor:
-    shape = list(tensor.shape)
-    buffer = tensor.new_empty(shape[:2] + [shape[2] + SPARE_COLUMNS] + shape[3:])
-    buffer[:, :, : shape[2]] = tensor
+    buffer = _buffer_like(tensor, tensor.shape[0], tensor.shape[2])
+    buffer[:, :, : tensor.shape[2]] = tensor
     return buffer
+
+
+def _buffer_like(tensor: torch.Tensor, rows: int, width: int) -> torch.Tensor:
+    """An uninitialized block of `rows` rows and `width` columns, plus the spare columns."""
+    _, heads, _, dim = tensor.shape
+    return tensor.new_empty(rows, heads, width + SPARE_COLUMNS, dim)
+
+
+def _banded(blocks: list, width: int, pieces: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """One band's (keys, values) buffers from pieces (source block, row indices), in order:
+    each row's last columns right-aligned at `width`, zeros on the left (padding must be
+    finite: SDPA adds the mask to the scores). One gather and one copy per piece."""
+    rows = sum(len(picked) for _, picked in pieces)
+    buffers = tuple(_buffer_like(blocks[0][part], rows, width) for part in (0, 1))
+    start = 0
+    for block, picked in pieces:
+        end = start + len(picked)
+        for buffer, source in zip(buffers, blocks[block], strict=True):
+            taken = min(source.shape[2], width)
+            buffer[start:end, :, width - taken : width] = source[:, :, -taken:][picked]
+            buffer[start:end, :, : width - taken] = 0
+        start = end
+    return buffers
 
 
 @dataclass
@@ -388,21 +412,36 @@ class HFEngine(QueuedSlots):
             sorted(g, key=where.__getitem__)
             for g in length_groups([r.length for r in rows], DECODE_KEEP)
         ]
+        plans = [self._plan(band, where, rows, old) for band in bands]
+        widths = [max(rows[i].length for i in band) for band in bands]
         layers = []
         for index in range(len(old) if old else len(new_kv)):
-            blocks = []
-            for band in bands:
-                width = max(rows[i].length for i in band)
-                keys, values = [], []
-                for source, members in itertools.groupby(band, key=lambda i: where[i][0]):
-                    picked = torch.tensor([where[i][1] for i in members], device=self.device)
-                    k, v = new_kv[index] if source == fresh else old[index].block(source)
-                    keys.append(_left_pad(k[picked], width)[:, :, -width:])
-                    values.append(_left_pad(v[picked], width)[:, :, -width:])
-                blocks.append((torch.cat(keys), torch.cat(values)))
-            layers.append(_BandedLayer(blocks, self._masks))
+            blocks = [old[index].block(s) for s in range(fresh)] + new_kv[index : index + 1]
+            buffers = [
+                old[index].buffers[plan] if isinstance(plan, int) else _banded(blocks, *plan)
+                for plan in plans
+            ]
+            layers.append(_BandedLayer(buffers, list(widths), self._masks))
         self._rows = [rows[i] for band in bands for i in band]
         self._cache = Cache(layers=layers)
+
+    def _plan(self, band: list[int], where: list[tuple[int, int]], rows: list[_Row], old: list):
+        """How to build one band: the index of an old band holding exactly these rows at this
+        width (kept as it is, no copy), or its width and (source block, row indices) pieces."""
+        width = max(rows[i].length for i in band)
+        source = where[band[0]][0]
+        if (
+            old
+            and source < len(old[0].sizes)
+            and [where[i] for i in band] == [(source, j) for j in range(old[0].sizes[source])]
+            and old[0].widths[source] == width
+        ):
+            return source
+        pieces = [
+            (block, torch.tensor([where[i][1] for i in members], device=self.device))
+            for block, members in itertools.groupby(band, key=lambda i: where[i][0])
+        ]
+        return width, pieces
 
 
 def _left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:

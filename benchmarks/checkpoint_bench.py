@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+from rollverify.quiet import quiet_environment
+
+quiet_environment()  # before TRL loads
 
 from provenance import provenance  # noqa: E402
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -25,7 +24,9 @@ import time
 
 import torch
 
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+from rollverify.quiet import quiet_environment
+
+quiet_environment()  # before TRL loads
 
 from provenance import provenance  # noqa: E402
 

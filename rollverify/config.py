@@ -290,7 +290,7 @@ class RunConfig:
 
     def with_overrides(self, overrides: dict[str, Any]) -> RunConfig:
         """A checked copy with dotted fields replaced ({"train.seed": 1}; None: keep)."""
-        from rollverify.tracking import flatten
+        from rollverify.dicts import flatten
 
         wanted = {k: v for k, v in overrides.items() if v is not None}
         return load_config(overrides=flatten(self.to_dict()) | wanted)

@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 
 from rollverify.config import RunConfig
+from rollverify.dicts import flatten
 from rollverify.methods import METHODS
-from rollverify.tracking import child_runs, flatten
 
 SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
 
@@ -180,13 +180,14 @@ def run_trial(params: dict[str, Any], base: dict[str, Any], parent_run_id: str) 
     """One grid point, in a Ray worker: train, report the summary to Tune."""
     import dataclasses
 
+    from rollverify.quiet import quiet_environment
+
+    quiet_environment()  # before TRL and transformers load in this worker
     from ray import tune
 
     from rollverify.config import load_config
     from rollverify.training.run import train
 
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     config = load_config(overrides=base | params)
     done = finished_child(base["tracking.uri"], parent_run_id, params)
     if done is None:
@@ -198,6 +199,8 @@ def finished_child(uri: str, parent_run_id: str, params: dict[str, Any]) -> dict
     """The summary of a finished run of this grid point, if one exists: a resumed sweep does
     not train it again, even when Tune's saved state predates its end."""
     from mlflow.tracking import MlflowClient
+
+    from rollverify.tracking import child_runs
 
     for run in child_runs(MlflowClient(uri), parent_run_id, finished_only=True):
         if all(run.data.params.get(k) == str(v) for k, v in params.items()):
@@ -218,6 +221,8 @@ class ChildWatcher(threading.Thread):
 
     def finished(self) -> int:
         from mlflow.tracking import MlflowClient
+
+        from rollverify.tracking import child_runs
 
         runs = child_runs(MlflowClient(self.uri), self.parent_run_id, finished_only=True)
         return len(runs)

@@ -17,6 +17,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from rollverify.atomic import atomic_write_text
+from rollverify.dicts import flatten  # re-exported: `from rollverify.tracking import flatten`
 
 MAX_PARAM_LENGTH = 6000  # MLflow 3 limit on a param value
 
@@ -149,14 +150,3 @@ def _read_spool(spool: Path | None) -> list[list[Metric]]:
         for line in spool.read_text().splitlines()
         if line.strip()
     ]
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"train": {"steps": 3}} -> {"train.steps": 3}."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat

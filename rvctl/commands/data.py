@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
-from rollverify.data.answer_check import check_answers
 from rollverify.data.math_problems import MATH_DATA_DIR, load_math_sets
 from rvctl.options import FormatOption
 from rvctl.output import Format, print_rows, stderr
@@ -28,6 +27,8 @@ def check(
     format: FormatOption = Format.table,
 ) -> None:
     """Score every reference answer (must be 1) and a perturbed one (must be 0) per file."""
+    from rollverify.data.answer_check import check_answers  # heavy: math-verify, sympy
+
     math_sets = load_math_sets(directory)
     total = sum(len(s.problems[:limit]) for s in math_sets)
     rows = []

@@ -5,6 +5,8 @@ them all and reports every problem at once, each naming the field and the fix.
 
 Files are short diffs of these defaults (the embedded default: a tiny Qwen3 on the chain task,
 CPU, in-process engine). Values linked to each other are checked together in `_check_links`.
+Relative paths in a file resolve against its folder, then the working directory, then the
+package's shipped data (rollverify/paths.py); a shipped one keeps its name.
 """
 
 from __future__ import annotations
@@ -22,8 +24,7 @@ from typing import Any, Literal
 import yaml
 
 from rollverify.methods import METHODS
-
-REPO = Path(__file__).resolve().parents[1]
+from rollverify.paths import candidates, canonical, locate, searched
 
 
 class ConfigError(ValueError):
@@ -58,8 +59,9 @@ def _at_least_one(x: int) -> bool:
 class ModelConfig:
     path: str = _field(
         "models/tiny-qwen3-chain",
-        "Folder with a transformers causal LM + tokenizer (relative to the repo or "
-        "absolute). The default is the shipped ~0.6M-parameter Qwen3.",
+        "Folder with a transformers causal LM + tokenizer, or a hub id. Relative: to the "
+        "config's folder, else the working directory, else the package's data (the default, "
+        "the shipped ~0.6M-parameter Qwen3).",
     )
     dtype: Literal["float32", "bfloat16"] = _field("float32", "Weights dtype; bfloat16 on GPUs.")
 
@@ -73,8 +75,12 @@ class TaskConfig:
         32, "chain: longest chain; P(n) ~ n^-alpha over 1..max_steps.", _at_least_one, ">= 1"
     )
     alpha: float = _field(1.3, "chain: tail exponent; smaller = heavier tail.", _positive, "> 0")
-    train_file: str = _field("data/math/math_train.json", "math: training problems.")
-    eval_file: str = _field("data/math/math500.json", "math: held-out problems.")
+    train_file: str = _field(
+        "data/math/math_train.json", "math: training problems (a path as for model.path)."
+    )
+    eval_file: str = _field(
+        "data/math/math500.json", "math: held-out problems (a path as for model.path)."
+    )
     eval_size: int = _field(256, "Held-out problems in each evaluation.", _at_least_one, ">= 1")
     eval_samples: int = _field(
         1, "Samples per eval problem (accuracy = mean reward).", _at_least_one, ">= 1"
@@ -316,11 +322,10 @@ class RunConfig:
         return Layout(kind, self.train.devices)  # the in-process engine: one, on one GPU
 
     def model_path(self) -> str:
-        """The local model folder (relative paths are from the repo), or a hub id as given."""
-        path = Path(self.model.path)
-        if path.is_absolute() or _is_hub_id(self.model.path):
-            return str(path) if path.is_absolute() else self.model.path
-        return str(REPO / path)
+        """The local model folder (a relative one: in the working directory, else the
+        package's data), or a hub id as given."""
+        found = locate(self.model.path)
+        return str(found) if found is not None else self.model.path
 
 
 def load_config(
@@ -328,8 +333,12 @@ def load_config(
 ) -> RunConfig:
     """Defaults <- YAML file <- overrides ({"train.steps": 10}); all problems raised at once."""
     data: dict[str, Any] = {}
+    folder = None  # relative paths: from here first
     if path is not None:
-        data = _read_yaml(Path(path))
+        found = locate(path)  # a shipped config by its name, where nothing here has that name
+        path = found if found is not None and found.is_file() else Path(path)
+        data = _read_yaml(path)
+        folder = path.parent
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
@@ -341,6 +350,7 @@ def load_config(
     problems: list[str] = []
     config = _build(RunConfig, data, "", problems)
     if not problems:
+        _resolve_paths(config, folder, problems)
         _check_links(config, problems)
     if problems:
         raise ConfigError(problems)
@@ -452,6 +462,31 @@ def _coerce(value: Any, hint: Any) -> tuple[Any, str | None]:
     return value, None
 
 
+def _resolve_paths(config: RunConfig, folder: Path | None, problems: list[str]) -> None:
+    """Relative paths from `folder`, the working directory or the package's data; each made
+    absolute where found outside the package, reported where found nowhere."""
+    model = config.model.path
+    found = locate(model, folder)
+    if found is not None and found.is_dir():
+        config.model.path = canonical(model, folder)
+    elif not _is_hub_id(model, folder):
+        problems.append(
+            f"model.path: no model folder {searched(model, folder)}; fix the path (the default "
+            "is rebuilt by `python -m rollverify.tiny.build --out "
+            "rollverify/assets/models/tiny-qwen3-chain`)"
+        )
+    for name in ("train_file", "eval_file"):
+        given = getattr(config.task, name)
+        found = locate(given, folder)
+        if found is not None and found.is_file():
+            setattr(config.task, name, canonical(given, folder))
+        elif config.task.name == "math":
+            problems.append(
+                f"task.{name}: no file {searched(given, folder)}; point it to a JSON list of "
+                "problems (see rollverify/assets/data/math/PROVENANCE.md)"
+            )
+
+
 def _check_links(config: RunConfig, problems: list[str]) -> None:
     rollout = config.rollout
     if (
@@ -483,19 +518,6 @@ def _check_links(config: RunConfig, problems: list[str]) -> None:
             f"output: cannot write runs to {config.output} ({unwritable}); pick a folder you can "
             "write (--output)"
         )
-    if not _is_hub_id(config.model.path) and not Path(config.model_path()).is_dir():
-        problems.append(
-            f"model.path: no model folder at {config.model_path()}; fix the path (the default "
-            "is rebuilt by `python -m rollverify.tiny.build --out models/tiny-qwen3-chain`)"
-        )
-    if config.task.name == "math":
-        for name in ("train_file", "eval_file"):
-            path = Path(getattr(config.task, name))
-            if not (path if path.is_absolute() else REPO / path).is_file():
-                problems.append(
-                    f"task.{name}: no file at {path}; point it to a JSON list of problems "
-                    "(see data/math/PROVENANCE.md)"
-                )
 
 
 def _unwritable(folder: Path) -> str | None:
@@ -510,13 +532,14 @@ def _unwritable(folder: Path) -> str | None:
     return None
 
 
-def _is_hub_id(path: str) -> bool:
-    """Qwen/Qwen3-8B-Base: an organisation/name on the model hub, not a local folder."""
+def _is_hub_id(path: str, folder: Path | None = None) -> bool:
+    """Qwen/Qwen3-8B-Base: an organisation/name on the model hub, not a local folder (none of
+    the places a relative path is looked for has a folder named like its first part)."""
     parts = path.split("/")
     return (
         len(parts) == 2
         and all(parts)
-        and not (REPO / parts[0]).exists()
+        and not any(c.exists() for c in candidates(parts[0], folder))
         and not path.startswith(".")
     )
 

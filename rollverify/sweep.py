@@ -22,8 +22,9 @@ import yaml
 from rollverify.config import RunConfig
 from rollverify.dicts import flatten
 from rollverify.methods import METHODS
+from rollverify.paths import locate
 
-SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
+SWEEPS = Path("sweeps")  # in the working directory, else the package's (rollverify/paths.py)
 
 
 @dataclass
@@ -65,10 +66,13 @@ def resolve_name(name: str) -> str:
 
 
 def load_grid(names: list[str], overrides: dict[str, str]) -> Grid:
-    """The grid of sweeps/<names>.yaml, with `--name v1,v2` overrides applied."""
+    """The grid of sweeps/<names>.yaml (here, else the shipped one), with `--name v1,v2`
+    overrides applied."""
     dotted = [resolve_name(n) for n in names]
     spec_file = SWEEPS / f"{'_'.join(n.rsplit('.', 1)[-1] for n in names)}.yaml"
-    spec = yaml.safe_load(spec_file.read_text()) if spec_file.exists() else {}
+    found = locate(spec_file)
+    spec_file = found if found is not None and found.is_file() else spec_file
+    spec = yaml.safe_load(spec_file.read_text()) if spec_file.is_file() else {}
     values = {resolve_name(k): v for k, v in (spec.get("grid") or {}).items()}
     for name, text in overrides.items():
         field = resolve_name(name)

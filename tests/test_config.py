@@ -1,12 +1,11 @@
 """The typed config: defaults, the shipped example files, and every error at once."""
 
-from pathlib import Path
-
 import pytest
 
 from rollverify.config import ConfigError, RunConfig, load_config
+from rollverify.paths import ASSETS
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+EXPERIMENTS = ASSETS / "experiments"
 
 
 def test_default_yaml_is_exactly_the_defaults():

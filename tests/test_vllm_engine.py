@@ -36,7 +36,7 @@ from tests.tiny import teacher_forced_logprobs  # noqa: E402
 
 # One xdist worker runs this whole module (make test: --dist loadfile): one shared engine.
 
-MODEL = str(Path(__file__).parents[1] / "models" / "tiny-qwen3-chain")
+MODEL = str(Path(__file__).parents[1] / "rollverify" / "assets" / "models" / "tiny-qwen3-chain")
 RVCTL = [sys.executable, "-m", "rvctl.app"]
 SLOTS, MAX_NEW_TOKENS = 8, 64  # as tests/test_train.py's tiny() config, so runs can share it
 

@@ -3,16 +3,14 @@ reason in pytest's summary) where no GPU is present; the config checks run every
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 from rollverify.config import load_config
+from rollverify.paths import ASSETS
 
-ROOT = Path(__file__).resolve().parents[1]
-GPU_CONFIG = ROOT / "experiments" / "qwen3-8b-dapo-math.yaml"
-MODEL = str(ROOT / "models" / "tiny-qwen3-chain")
+GPU_CONFIG = ASSETS / "experiments" / "qwen3-8b-dapo-math.yaml"
+MODEL = str(ASSETS / "models" / "tiny-qwen3-chain")
 
 needs_gpu = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA GPU here: the CUDA-vLLM tests need one"

@@ -1,4 +1,5 @@
-"""Real math problem sets (data/math/*.json, from agentica-project/rllm; see PROVENANCE.md).
+"""Real math problem sets (data/math/*.json in the package's data, rollverify/assets/, from
+agentica-project/rllm; see PROVENANCE.md there).
 
 Each file has its own quirks, handled here so that nothing downstream has to know them:
 - gsm8k_test.json: `answer` is null; the answer follows "#### " at the end of `solution`,
@@ -15,7 +16,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-MATH_DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "math"
+from rollverify.paths import ASSETS, locate
+
+MATH_DATA_DIR = ASSETS / "data" / "math"
 _GSM8K_FINAL = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
 
 
@@ -39,8 +42,10 @@ class MathSet:
 
 
 def load_math_set(path: str | Path) -> MathSet:
-    """Load one rllm-style JSON list of records; raises ValueError naming the file if broken."""
-    path = Path(path)
+    """Load one rllm-style JSON list of records; raises ValueError naming the file if broken.
+
+    A relative path is from the working directory, else the package's data (data/math/...)."""
+    path = locate(path) or Path(path)
     try:
         records = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:

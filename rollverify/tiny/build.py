@@ -1,8 +1,9 @@
 """Rebuild the embedded default base model: a ~1M-parameter Qwen3, SFT-warmed on noisy chains.
 
-    .venv/bin/python -m rollverify.tiny.build --out models/tiny-qwen3-chain
+    .venv/bin/python -m rollverify.tiny.build --out rollverify/assets/models/tiny-qwen3-chain
 
-Deterministic for a given seed on CPU. The shipped checkpoint in models/ was made with the
+Deterministic for a given seed on CPU. The shipped checkpoint (rollverify/assets/models/, the
+package's data: config model.path `models/tiny-qwen3-chain`) was made with the
 defaults below; build_info.json beside it records the settings, the losses and the base
 model's accuracy on the held-out eval set.
 """

@@ -79,7 +79,7 @@ def compare(
     seeds: int = 1,
     on_progress: ProgressFn = lambda child, step, metrics: None,
 ) -> Comparison:
-    from rollverify.training.run import build_engine, engine_running, train
+    from rollverify.training.run import engine_running, make_engine, train
 
     children = plan(methods, seeds, config.train.seed)
     parent, folder, uri = open_parent(
@@ -89,7 +89,7 @@ def compare(
     summaries: list[RunSummary] = []
     status = "FAILED"
     try:
-        with engine_running(build_engine(runs_config), runs_config) as engine:
+        with engine_running(make_engine(runs_config), runs_config) as engine:
             for child in children:
                 on_progress(child, -1, {})
                 child_config = runs_config.with_overrides(

@@ -4,9 +4,11 @@
 
     ROLLVERIFY_KILL_AT=checkpoint-write:4   die while writing the step-4 checkpoint
 
-Points: rollout (in the middle of a step's rollout), train (after the optimizer step, before
-the weight sync), checkpoint-write (the step's metrics logged, its checkpoint's tensors
-written, no manifest yet). The step is the one being trained (rollout of step 3: `rollout:3`).
+Points: setup (the run's folder, config and MLflow run made, model loaded and engine
+started, nothing trained or checkpointed: `setup:0`), rollout (in the middle of a step's
+rollout), train (after the optimizer step, before the weight sync), checkpoint-write (the
+step's metrics logged, its checkpoint's tensors written, no manifest yet). The step is the
+one being trained (rollout of step 3: `rollout:3`).
 A real SIGKILL: no handler, no cleanup, exactly what a preempted or OOM-killed job sees.
 Unset (always, outside tests), `kill_point` costs one dictionary lookup.
 """

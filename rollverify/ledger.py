@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rollverify import metrics as m
+
 PHASES = ("rollout", "eval", "train", "verify", "sync", "checkpoint")
 MEASURE = "measure"  # scoring for metrics only: kept apart, not a phase of the run's cost
 MODELED_PHASES = ("rollout", "eval", "train", "verify", "sync", MEASURE)
@@ -98,21 +100,21 @@ class CostLedger:
         return sum(s for phase, s in self.device_seconds.items() if phase != MEASURE)
 
     def metrics(self) -> dict[str, float]:
-        """Cumulative figures, under the names docs/metrics.md lists."""
-        out = {f"cost_{phase}_device_seconds": s for phase, s in self.device_seconds.items()}
-        out |= {f"tokens_{kind}_total": float(n) for kind, n in self.tokens.items()}
+        """Cumulative figures, under the names rollverify/metrics.py builds."""
+        out = {m.cost_device_seconds(phase): s for phase, s in self.device_seconds.items()}
+        out |= {m.tokens_total(kind): float(n) for kind, n in self.tokens.items()}
         total = self.total_device_seconds
         out |= {
-            "cost_device_seconds": total,
-            "cost_gpu_days": total / SECONDS_PER_DAY,
-            "cost_wall_seconds": self.wall_seconds,
+            m.COST_DEVICE_SECONDS: total,
+            m.COST_GPU_DAYS: total / SECONDS_PER_DAY,
+            m.COST_WALL_SECONDS: self.wall_seconds,
         }
         if not self.modeled_gpus:
             return out
-        out |= {f"modeled_{phase}_seconds": s for phase, s in self.modeled_seconds.items()}
+        out |= {m.modeled_seconds(phase): s for phase, s in self.modeled_seconds.items()}
         return out | {
-            "modeled_wall_seconds": self.modeled_wall_seconds,
-            "modeled_gpu_days": self.modeled_gpu_days,
+            m.MODELED_WALL_SECONDS: self.modeled_wall_seconds,
+            m.MODELED_GPU_DAYS: self.modeled_gpu_days,
         }
 
     @property
@@ -130,6 +132,16 @@ class CostLedger:
             "modeled_seconds": dict(self.modeled_seconds),
             "modeled_gpu_days": self.modeled_gpu_days,
         }
+
+    def state_dict(self) -> dict:
+        """JSON-able: everything needed to continue counting where the ledger stopped."""
+        return self.to_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        restored = CostLedger.from_dict(state)
+        self.layout, self.wall_seconds = restored.layout, restored.wall_seconds
+        self.device_seconds, self.tokens = restored.device_seconds, restored.tokens
+        self.modeled_gpus, self.modeled_seconds = restored.modeled_gpus, restored.modeled_seconds
 
     @classmethod
     def from_dict(cls, data: dict) -> CostLedger:

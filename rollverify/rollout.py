@@ -47,6 +47,18 @@ class RolloutState:
     cache: TrajectoryCache = field(default_factory=TrajectoryCache)
     answers: dict[int, str] = field(default_factory=dict)
 
+    def state_dict(self) -> dict:
+        """The cache as tensors (token ids, behavior log-probs, versions) and JSON records,
+        and the answers of groups in play (JSON keys are strings)."""
+        tensors, records = self.cache.to_tensors()
+        answers = {str(group): answer for group, answer in self.answers.items()}
+        return {"cache": {"tensors": tensors, "records": records}, "answers": answers}
+
+    def load_state_dict(self, state: dict) -> None:
+        cache = state["cache"]
+        self.cache = TrajectoryCache.from_tensors(cache["tensors"], cache["records"])
+        self.answers = {int(group): answer for group, answer in state["answers"].items()}
+
 
 class RolloutInterrupted(Exception):
     """A stop was requested mid-rollout; everything generated so far is in the cache."""

@@ -31,10 +31,8 @@ USAGE_ERROR = 2
 
 
 def main() -> None:
-    """Entry point: a bad input prints one line and a hint, exit code 2, no traceback.
-
-    RVCTL_DEBUG=1 shows the traceback instead.
-    """
+    """Entry point: a bad input prints one line, exit code 2, no traceback. A run failure
+    that explains itself prints its line and a hint: RVCTL_DEBUG=1 shows the traceback."""
     quiet_environment()
     # SIGTERM (kill, a scheduler's preemption) unwinds like Ctrl-C: the engine sidecars, Ray
     # and the MLflow run are closed by the context managers on the way out.
@@ -57,7 +55,8 @@ def _fail(error: Exception, code: int) -> None:
     # Plain print: rich would wrap a long path and read [brackets] in it as markup.
     for line in str(error).splitlines() or [type(error).__name__]:
         print(f"error: {line}", file=sys.stderr)
-    print("hint: RVCTL_DEBUG=1 shows the traceback", file=sys.stderr)
+    if code != USAGE_ERROR:  # the user's input is fine: the traceback may help
+        print("hint: RVCTL_DEBUG=1 shows the traceback", file=sys.stderr)
     sys.exit(code)
 
 

@@ -66,8 +66,8 @@ MUTANTS = [
     Mutant(
         "switch-not-restored",
         "a resumed run keeps the acceptance monitor and its switch",
-        "rollverify/training/checkpointing.py",
-        'loop.monitor.load_state_dict(state["monitor"])',
+        "rollverify/training/loop.py",
+        'self.monitor.load_state_dict(state["monitor"])',
         "pass",
         (
             "tests/test_switching.py::"
@@ -144,7 +144,7 @@ MUTANTS = [
         "shared-engine-not-reseeded",
         "compare's runs on a shared engine are the runs `rvctl train` would make",
         "rollverify/training/run.py",
-        "with engine.seeded(config.train.seed):  # as if started for this run",
+        "with plan.engine.seeded(plan.config.train.seed):  # as if started for this run",
         "if True:",
         (
             "tests/test_orchestration.py::test_compare_runs_every_method_under_one_parent_and_reports_it",
@@ -182,7 +182,7 @@ MUTANTS = [
     Mutant(
         "engine-change-refused",
         "a run may resume on another engine",
-        "rollverify/training/checkpointing.py",
+        "rollverify/training/run_state.py",
         '    "rollout.engine",\n',
         "",
         ("tests/test_vllm_engine.py::test_a_run_resumes_on_another_engine",),

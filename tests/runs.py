@@ -7,8 +7,8 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from rollverify.checkpoint import folder_for
-from rollverify.checkpoint import load as load_checkpoint
+from rollverify.checkpoint_files import folder_for
+from rollverify.checkpoint_files import load as load_checkpoint
 from rollverify.config import RunConfig, load_config
 from rollverify.trajectory import TrajectoryCache
 

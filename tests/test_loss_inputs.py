@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from rollverify.checkpoint import latest
+from rollverify.checkpoint_files import latest
 from rollverify.methods import METHODS
 from rollverify.training.loop import TrainingLoop
 from rollverify.training.run import train

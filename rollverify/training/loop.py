@@ -1,17 +1,23 @@
 """One training step of GRPO with (verified) partial rollout, in the order it runs.
 
-TRL drives the loop; these are the parts that are ours:
+TRL drives the loop; these are the parts that are ours, each filling its record of the step
+(training/records.py):
 
-    rollout()        TRL's rollout_func: resume the cache, collect B complete groups,
-                     score their OPS, filter (filter methods), hand TRL the tokens + behavior
-                     log-probs
+    rollout()        TRL's rollout_func: resume the cache, collect B complete groups, score
+                     their OPS, filter (filter methods)                        -> BatchRecord
+                     and hand TRL the tokens + behavior log-probs
     reward()         TRL's reward function: the task's verifier on each completion
     -- TRL: group advantages -> clipped surrogate with pi/mu_behavior -> optimizer step --
-    after_update()   TRL's on_step_end: weight sync -> verify the cache (rollverify methods)
-                     -> switch if acceptance collapsed -> evaluate when due
-    log()            TRL's on_log: one batched call with the step's metrics (docs/metrics.md)
+    after_update()   TRL's on_step_end, after each optimizer step:
+                       sync_weights()  weights to the engine, checked           -> SyncRecord
+                       check_cache()   verify the cache (rollverify methods), switch if
+                                       acceptance collapsed                    -> CacheCheck
+                       book()          the step's phases and modeled cost, in the ledger
+                       evaluate()      when due
+    log()            TRL's on_log, once per optimizer step (by TRL's step counter): the
+                     step's metrics, assembled from its records (docs/metrics.md)
     checkpoint()     every train.checkpoint_every steps, at the end, and when asked to stop:
-                     everything needed to continue (training/checkpointing.py)
+                     everything needed to continue (training/run_state.py)
 
 A stop request (SIGINT/SIGTERM, training/stopping.py) pauses a rollout at once, its tokens
 kept in the cache, or lets a training step finish; then a checkpoint is written and the run
@@ -26,15 +32,14 @@ import math
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import TrainerCallback
+from transformers import PreTrainedModel, TrainerCallback
 
 from rollverify.atomic import atomic_write_text
-from rollverify.checkpoint import save as save_checkpoint
+from rollverify.checkpoint_files import save as save_checkpoint
 from rollverify.config import RunConfig
 from rollverify.costmodel import GPUS, ModelShape, Pricing
 from rollverify.engines.protocol import RolloutEngine, SyncCheckError, probe_logprobs_of
@@ -48,48 +53,26 @@ from rollverify.ops import sequence_ops, token_ops
 from rollverify.rollout import RolloutInterrupted, RolloutResult, RolloutState, collect
 from rollverify.switching import AcceptanceMonitor
 from rollverify.tasks.base import Task
-from rollverify.trace import EngineStep, StepTrace, TrainerStep, scoring_work
+from rollverify.trace import StepTrace, TrainerStep, drop_after, scoring_work
 from rollverify.tracking import Tracker
-from rollverify.training.checkpointing import capture
+from rollverify.training.records import (
+    BatchRecord,
+    CacheCheck,
+    StepRecords,
+    SyncRecord,
+    step_metrics,
+)
+from rollverify.training.run_state import capture
 from rollverify.training.stopping import RunInterrupted, StopRequest
+from rollverify.training.trl_adapter import BehaviorRatioGRPOTrainer, build_trainer
 from rollverify.trajectory import PaddedTrajectories, Trajectory
 from rollverify.verify import verify
 
 
-@dataclass
-class CacheCheck:
-    """What one verification cycle (or, without verification, one look) found in the cache."""
-
-    trajectories: int = 0
-    tokens_before: int = 0
-    tokens_kept: int = 0
-    ops_before: float = math.nan  # mean sequence OPS of cached trajectories, before truncation
-    ops_after: float = math.nan  # ... of their kept prefixes (empty prefixes excluded)
-    scored: tuple[int, int] = (0, 0)  # (tokens, attended) of the forward that scored them
-
-
-@dataclass
-class StepWork:
-    """What a step ran, for the cost model: filled as the step goes, priced after the update.
-
-    scored / measured: (tokens, attended) run forward-only for the method / for the logs."""
-
-    rollout: list[EngineStep] = field(default_factory=list)
-    scored: list[int] = field(default_factory=lambda: [0, 0])
-    measured: list[int] = field(default_factory=lambda: [0, 0])
-
-
-@dataclass
-class StepMetrics:
-    """The metrics of one step, filled as the step goes; names are the logged names."""
-
-    values: dict[str, float] = field(default_factory=dict)
-
-    def add(self, **metrics: float) -> None:
-        self.values.update(metrics)
-
-
 class TrainingLoop:
+    """The run's state between steps, and the phases of one step (see the module docstring).
+    It builds its trainer: TRL calls back into `rollout`, `reward` and the callback."""
+
     def __init__(
         self,
         config: RunConfig,
@@ -97,9 +80,12 @@ class TrainingLoop:
         task: Task,
         engine: RolloutEngine,
         tracker: Tracker,
+        model: PreTrainedModel,
+        tokenizer: Any,
         on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None,
         run_dir: Path | None = None,
         stop: StopRequest | None = None,
+        start_step: int = 0,
     ) -> None:
         self.config, self.method, self.task, self.engine = config, method, task, engine
         self.tracker, self.on_step, self.run_dir = tracker, on_step, run_dir
@@ -110,43 +96,30 @@ class TrainingLoop:
         )
         self.ledger = CostLedger(config.device_layout(), modeled_gpus=self.pricing.layout.gpus)
         self.trace = StepTrace()  # written to RUN/trace/ with each checkpoint
-        self.work = StepWork()
         engine.take_trace()  # a reused engine's steps were another run's
         self.state = RolloutState()
         self.monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
         self.eval_problems = task.eval_problems()
         # A fixed token sequence to compare engine and trainer after each weight sync.
         self.probe = torch.cat([p.prompt_ids for p in self.eval_problems[:8]])[:64]
-        self.trainer: Any = None  # set by attach(); the loop calls back into it for scoring
-        self.metrics = StepMetrics()
+        self.records = StepRecords(started=time.perf_counter())  # of the step in progress
         self.device_seconds = 0.0
-        self.step_started = 0.0
         self.last_eval: float | None = None
         self.eval_before: float = math.nan  # accuracy of the base model, step 0
         self.first_metrics: dict[str, float] = {}  # each metric's first logged value
+        self.last_metrics: dict[str, float] = {}  # the last step's, as logged
         self.eval_pending = False  # an evaluation a stop skipped: a resumed run does it first
         self.checkpointed_step: int | None = None  # the step of the last checkpoint written
-        self.last_rollout: RolloutResult | None = None  # the batch being trained, for inspection
-
-    def attach(self, trainer: Any) -> None:
-        self.trainer = trainer
-
-    def counters(self) -> dict[str, Any]:
-        """The loop's own running figures, for a checkpoint (JSON-able)."""
-        return {
-            "device_seconds": self.device_seconds,
-            "last_eval": self.last_eval,
-            "eval_before": self.eval_before,
-            "first_metrics": self.first_metrics,
-            "eval_pending": self.eval_pending,
-        }
-
-    def load_counters(self, counters: dict[str, Any]) -> None:
-        self.device_seconds = counters["device_seconds"]
-        self.last_eval = counters["last_eval"]
-        self.eval_before = counters["eval_before"]
-        self.first_metrics = dict(counters["first_metrics"])
-        self.eval_pending = counters["eval_pending"]
+        self.trainer: BehaviorRatioGRPOTrainer = build_trainer(
+            config,
+            method,
+            model,
+            tokenizer,
+            self.reward,
+            self.rollout,
+            LoopCallback(self, logged_step=start_step, resuming=start_step > 0),
+            output_dir=str(run_dir / "trl") if run_dir is not None else "trl",
+        )
 
     @property
     def version(self) -> int:
@@ -157,12 +130,106 @@ class TrainingLoop:
         """Partial rollout until the monitor switches the run to on-policy, for good."""
         return self.method.partial and not self.monitor.switched
 
+    @property
+    def last_rollout(self) -> RolloutResult | None:
+        """The batch being trained (or last trained), for inspection."""
+        return self.records.batch.result if self.records.batch is not None else None
+
+    # -- the checkpoint contract --------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything of the loop's own a resumed run needs, by owner. Tensors only under
+        rollout.cache.tensors; the rest is JSON-able."""
+        return {
+            "task": self.task.state_dict(),
+            "rollout": self.state.state_dict(),
+            "monitor": self.monitor.state_dict(),
+            "ledger": self.ledger.state_dict(),
+            "loop": {
+                "device_seconds": self.device_seconds,
+                "last_eval": self.last_eval,
+                "eval_before": self.eval_before,
+                "first_metrics": self.first_metrics,
+                "eval_pending": self.eval_pending,
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any], step: int) -> None:
+        """Continue from a checkpoint of `step` (the trainer's state comes back through its
+        resume hooks, training/trl_adapter.py)."""
+        self.task.load_state_dict(state["task"])
+        self.state.load_state_dict(state["rollout"])
+        self.monitor.load_state_dict(state["monitor"])
+        self.ledger.load_state_dict(state["ledger"])
+        counters = state["loop"]
+        self.device_seconds = counters["device_seconds"]
+        self.last_eval = counters["last_eval"]
+        self.eval_before = counters["eval_before"]
+        self.first_metrics = dict(counters["first_metrics"])
+        self.eval_pending = counters["eval_pending"]
+        if self.run_dir is not None:  # steps past the checkpoint are traced again by this run
+            drop_after(self.run_dir / "trace", step)
+
     # -- rollout ------------------------------------------------------------------------------
 
     def rollout(self, prompts: list, trainer: Any) -> dict[str, list]:
-        self.metrics = StepMetrics()
-        self.work = StepWork()
-        self.step_started = time.perf_counter()
+        """TRL's rollout_func (its prompts are ignored: trl_adapter.py says why)."""
+        self.records = StepRecords(started=time.perf_counter())
+        result = self._collect()
+        trajectories = list(result.trajectories())
+        batch = PaddedTrajectories.of(trajectories)
+        require_finite("behavior log-probs from the engine", batch.behavior_logprobs, batch.mask)
+        start = time.perf_counter()
+        current = self.trainer.current_logprobs(trajectories)
+        require_finite("log-probs under the current policy", current, batch.mask)
+        ops = token_ops(
+            current, batch.behavior_logprobs, self.config.verify.ops_metric, mask=batch.mask
+        )
+        batch_ops = sequence_ops(ops, batch.mask)
+        # The OPS filter acts on this score (its cost); every other method only logs it.
+        self._book_scoring(
+            time.perf_counter() - start,
+            used=self.method.sample_filter == "ops",
+            work=_forward_work(trajectories),
+        )
+        keep = self._keep(batch, batch_ops)
+        lengths = batch.mask.sum(-1).float()
+        self.ledger.add_tokens(
+            generated=result.tokens_generated,
+            regenerated=result.tokens_regenerated,
+            kept=int(lengths[keep].sum()),
+            discarded=int(lengths[~keep].sum()),
+        )
+        self.records.batch = BatchRecord(
+            result=result,
+            trajectories=trajectories,
+            keep=keep,
+            ops=batch_ops,
+            lengths=lengths,
+            staleness_mean=staleness(batch.versions, batch.mask, self.version)
+            .float()
+            .mean()
+            .item(),
+            cache_size=len(self.state.cache),
+            engine_restarts=self.engine.stats.restarts,
+            engine_steps=self.engine.take_trace(),
+        )
+        answers = [a for a, group in zip(result.answers, result.groups, strict=True) for _ in group]
+        output: dict[str, list] = {
+            "prompt_ids": [t.prompt_ids.tolist() for t in trajectories],
+            "completion_ids": [t.token_ids.tolist() for t in trajectories],
+            "logprobs": [t.behavior_logprobs.tolist() for t in trajectories],
+            "answer": answers,
+            "keep": keep.tolist(),
+        }
+        if self.method.sample_filter is not None:  # dropped samples: no tokens in the loss
+            output["env_mask"] = [
+                [int(k)] * len(t) for k, t in zip(keep.tolist(), trajectories, strict=True)
+            ]
+        return output
+
+    def _collect(self) -> RolloutResult:
+        """B complete groups from the engine; a stop request saves and stops the run."""
         rollout = self.config.rollout
         polls = itertools.count()
 
@@ -192,63 +259,8 @@ class TrainingLoop:
                 regenerated=interrupted.tokens_regenerated,
             )
             self.stop_here()
-        self.last_rollout = result
         self.ledger.add_phase("rollout", result.seconds)
-        self.work.rollout = self.engine.take_trace()
-        trajectories = list(result.trajectories())
-        batch = PaddedTrajectories.of(trajectories)
-        require_finite("behavior log-probs from the engine", batch.behavior_logprobs, batch.mask)
-        start = time.perf_counter()
-        current = self.trainer.current_logprobs(trajectories)
-        require_finite("log-probs under the current policy", current, batch.mask)
-        ops = token_ops(
-            current, batch.behavior_logprobs, self.config.verify.ops_metric, mask=batch.mask
-        )
-        batch_ops = sequence_ops(ops, batch.mask)
-        # The OPS filter acts on this score (its cost); every other method only logs it.
-        self._book_scoring(
-            time.perf_counter() - start,
-            used=self.method.sample_filter == "ops",
-            work=_forward_work(trajectories),
-        )
-        keep = self._keep(batch, batch_ops)
-        lengths = batch.mask.sum(-1).float()
-        self.ledger.add_tokens(
-            generated=result.tokens_generated,
-            regenerated=result.tokens_regenerated,
-            kept=int(lengths[keep].sum()),
-            discarded=int(lengths[~keep].sum()),
-        )
-        self.metrics.add(
-            ops_mean=batch_ops.mean().item(),
-            response_length_mean=lengths.mean().item(),
-            response_length_p99=torch.quantile(lengths, 0.99).item(),
-            staleness_mean=staleness(batch.versions, batch.mask, self.version)
-            .float()
-            .mean()
-            .item(),
-            tokens_generated=float(result.tokens_generated),
-            tokens_discarded=float(lengths[~keep].sum().item()),
-            samples_dropped=float((~keep).sum().item()),
-            resumed=float(result.resumed),
-            paused=float(result.paused),
-            cache_size=float(len(self.state.cache)),
-            engine_restarts=float(self.engine.stats.restarts),
-            rollout_seconds=result.seconds,
-        )
-        answers = [a for a, group in zip(result.answers, result.groups, strict=True) for _ in group]
-        output: dict[str, list] = {
-            "prompt_ids": [t.prompt_ids.tolist() for t in trajectories],
-            "completion_ids": [t.token_ids.tolist() for t in trajectories],
-            "logprobs": [t.behavior_logprobs.tolist() for t in trajectories],
-            "answer": answers,
-            "keep": keep.tolist(),
-        }
-        if self.method.sample_filter is not None:  # dropped samples: no tokens in the loss
-            output["env_mask"] = [
-                [int(k)] * len(t) for k, t in zip(keep.tolist(), trajectories, strict=True)
-            ]
-        return output
+        return result
 
     def _book_scoring(self, seconds: float, used: bool, work: tuple[int, int]) -> None:
         """Scoring under the current policy: the method's own cost if it acts on the scores
@@ -257,10 +269,7 @@ class TrainingLoop:
             self.ledger.add_phase("verify", seconds)
         else:
             self.ledger.add_measurement(seconds)
-        total = self.work.scored if used else self.work.measured
-        total[0], total[1] = total[0] + work[0], total[1] + work[1]
-        key = "verify_seconds" if used else "measure_seconds"
-        self.metrics.add(**{key: self.metrics.values.get(key, 0.0) + seconds})
+        self.records.scoring.add(used, seconds, work)
 
     def _keep(self, batch: PaddedTrajectories, batch_ops: torch.Tensor) -> torch.Tensor:
         bound = self.config.verify
@@ -277,84 +286,59 @@ class TrainingLoop:
     ) -> list[float | None]:
         rewards = [self.task.reward(text, a) for text, a in zip(completions, answer, strict=True)]
         require_finite("rewards", torch.tensor(rewards, dtype=torch.float64))
-        self.metrics.add(reward_mean=sum(rewards) / len(rewards))
+        self.records.reward_mean = sum(rewards) / len(rewards)
         # None = unscorable to TRL: out of the group baseline, advantage 0 (a dropped sample).
         return [r if k else None for r, k in zip(rewards, keep, strict=True)]
 
     # -- after the optimizer step -------------------------------------------------------------
 
     def after_update(self, step: int) -> None:
-        scored = self.metrics.values.get("verify_seconds", 0.0) + self.metrics.values.get(
-            "measure_seconds", 0.0
-        )  # the batch's scoring, booked on its own
-        train_seconds = (
+        records = self.records
+        # The update's time: since the rollout began, less the rollout and the batch's scoring.
+        records.train_seconds = (
             time.perf_counter()
-            - self.step_started
-            - self.metrics.values["rollout_seconds"]
-            - scored
+            - records.started
+            - records.batch.result.seconds
+            - records.scoring.seconds
         )
-        start = time.perf_counter()
         # Stopping before the last step: the engine is not needed again (a resumed run syncs
         # it first, and evaluates then if an evaluation was due), and its processes may have
         # the signal too (Ctrl-C reaches the process group).
         stopping = self.stop.requested and step < self.config.train.steps
-        if not stopping:
-            model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-            self.engine.load_weights(model.state_dict().items(), version=step)
-            self.check_weight_sync(step)
-            self.trace.add_engine_steps(step, "sync", self.engine.take_trace())  # the probe
-        sync_seconds = time.perf_counter() - start
-
+        records.sync = self.sync_weights(step, skip=stopping)
         start = time.perf_counter()
-        check = self.check_cache(step)
-        self._book_scoring(time.perf_counter() - start, used=self.method.verify, work=check.scored)
-        for phase, seconds in [("train", train_seconds), ("sync", sync_seconds)]:
-            self.ledger.add_phase(phase, seconds)
-        self.price(step, synced=not stopping)
-        self.ledger.add_tokens(discarded=check.tokens_before - check.tokens_kept)
-        verify_seconds = self.metrics.values.get("verify_seconds", 0.0)
-        self.device_seconds += (
-            self.metrics.values["rollout_seconds"] + train_seconds + sync_seconds + verify_seconds
+        records.cache = self.check_cache(step)
+        self._book_scoring(
+            time.perf_counter() - start, used=self.method.verify, work=records.cache.scored
         )
-        self.metrics.add(
-            train_seconds=train_seconds,
-            sync_seconds=sync_seconds,
-            verify_seconds=verify_seconds,
-            measure_seconds=self.metrics.values.get("measure_seconds", 0.0),
-            device_seconds=self.device_seconds,
-            ops_cache_before=check.ops_before,
-            ops_cache_after=check.ops_after,
-            cache_tokens_verified=float(check.tokens_before),
-            tokens_discarded=self.metrics.values["tokens_discarded"]
-            + check.tokens_before
-            - check.tokens_kept,
-            acceptance_rate=(
-                check.tokens_kept / check.tokens_before
-                if self.method.verify and check.tokens_before
-                else math.nan
-            ),
-            acceptance_window_mean=(
-                self.monitor.window_mean if self.monitor.window_mean is not None else math.nan
-            ),
-            switched=float(self.monitor.switched),
-        )
+        self.book(step)
         due = self.scheduled(step, self.config.train.eval_every)
         if due and not stopping:
-            self.metrics.add(eval_accuracy=self.evaluate())
+            records.eval_accuracy = self.evaluate()
         self.eval_pending = due and stopping
-        self.metrics.add(**self.ledger.metrics())
         if self.run_dir is not None:  # stored with the run, current after every step
             atomic_write_text(
                 self.run_dir / "ledger.json", json.dumps(self.ledger.to_dict(), indent=2) + "\n"
             )
 
-    def check_weight_sync(self, step: int) -> None:
-        """The engine must now score a fixed probe sequence as the trainer does, or stop."""
+    def sync_weights(self, step: int, skip: bool) -> SyncRecord:
+        """The new weights to the engine, then the probe check (skipped: nothing sent)."""
+        start = time.perf_counter()
+        gap = None
+        if not skip:
+            model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+            self.engine.load_weights(model.state_dict().items(), version=step)
+            gap = self.check_weight_sync(step)
+            self.trace.add_engine_steps(step, "sync", self.engine.take_trace())  # the probe
+        return SyncRecord(seconds=time.perf_counter() - start, gap=gap)
+
+    def check_weight_sync(self, step: int) -> float:
+        """The engine must now score a fixed probe sequence as the trainer does, or stop.
+        Returns the largest log-prob gap."""
         engine = self.engine.probe_logprobs(self.probe.tolist())  # [replicas, T-1]
         model = self.trainer.accelerator.unwrap_model(self.trainer.model)
         trainer = probe_logprobs_of(model, self.probe.tolist())[None]
         gap = (engine - trainer).abs().max().item()
-        self.metrics.add(sync_logprob_gap=gap)
         if not gap <= self.config.vllm.sync_check_tolerance:
             raise SyncCheckError(
                 f"weight sync check failed after step {step}: engine and trainer log-probs of "
@@ -362,6 +346,7 @@ class TrainingLoop:
                 f"{self.config.vllm.sync_check_tolerance:g}; the engine would sample from a "
                 "policy other than the one being trained"
             )
+        return gap
 
     def check_cache(self, step: int) -> CacheCheck:
         """Score the cached unfinished trajectories under the new policy; verify if the method
@@ -395,20 +380,33 @@ class TrainingLoop:
             scored=_forward_work(cached),
         )
 
-    def price(self, step: int, synced: bool) -> None:
-        """Model this step's work on the configured GPUs (ledger: modeled_*), and trace it."""
-        trained = _forward_work(list(self.last_rollout.trajectories()))
+    def book(self, step: int) -> None:
+        """The step's phases and tokens in the ledger, and its work priced on the configured
+        GPUs (modeled_*) and traced."""
+        records = self.records
+        for phase, seconds in [("train", records.train_seconds), ("sync", records.sync.seconds)]:
+            self.ledger.add_phase(phase, seconds)
+        self.ledger.add_tokens(discarded=records.cache.tokens_truncated)
+        self.device_seconds += (
+            records.batch.result.seconds
+            + records.train_seconds
+            + records.sync.seconds
+            + records.scoring.verify_seconds
+        )
+        trajectories = records.batch.trajectories
+        trained = _forward_work(trajectories)
+        scored = records.scoring.verify_work
         if self.config.train.beta > 0:  # TRL scores the batch under the reference model too
-            self.work.scored = [a + b for a, b in zip(self.work.scored, trained, strict=True)]
+            scored = (scored[0] + trained[0], scored[1] + trained[1])
         trainer = TrainerStep(
             *trained,
-            *self.work.scored,
-            *self.work.measured,
-            sync_bytes=self.pricing.shape.weight_bytes if synced else 0,
-            completions=tuple(len(t) for t in self.last_rollout.trajectories()),
+            *scored,
+            *records.scoring.measure_work,
+            sync_bytes=self.pricing.shape.weight_bytes if records.sync.synced else 0,
+            completions=tuple(len(t) for t in trajectories),
         )
-        self.ledger.add_modeled(self.pricing.step(self.work.rollout, trainer))
-        self.trace.add_engine_steps(step, "rollout", self.work.rollout)
+        self.ledger.add_modeled(self.pricing.step(records.batch.engine_steps, trainer))
+        self.trace.add_engine_steps(step, "rollout", records.batch.engine_steps)
         self.trace.add_trainer_step(step, trainer)
 
     def evaluate(self) -> float:
@@ -429,11 +427,18 @@ class TrainingLoop:
     # -- log ----------------------------------------------------------------------------------
 
     def log(self, step: int, trl_logs: dict[str, float]) -> None:
-        if "entropy" in trl_logs:
-            self.metrics.add(entropy_mean=trl_logs["entropy"])
-        values = dict(self.metrics.values)
+        """The step's metrics, from its records, in one call to the tracker."""
+        values = step_metrics(
+            self.records,
+            verifies=self.method.verify,
+            monitor=self.monitor,
+            device_seconds=self.device_seconds,
+            entropy=trl_logs.get("entropy"),
+            ledger=self.ledger.metrics(),
+        )
         self.tracker.log_metrics(values, step=step)
         self.first_metrics.update({k: v for k, v in values.items() if k not in self.first_metrics})
+        self.last_metrics = values
         self.on_step(step, values)
 
     # -- checkpoint ---------------------------------------------------------------------------
@@ -451,7 +456,7 @@ class TrainingLoop:
             self.trace.flush(self.run_dir / "trace", step)  # its steps, once: before the save
             folder = save_checkpoint(
                 self.run_dir / "checkpoints",
-                capture(self, self.trainer, self.tracker.run_id, self.tracker.uri),
+                capture(self, self.tracker.run_id, self.tracker.uri),
                 keep=self.config.train.keep_checkpoints,
             )
         except OSError as error:
@@ -473,9 +478,10 @@ class TrainingLoop:
 
 class LoopCallback(TrainerCallback):
     """Hands TRL's step boundaries to the loop: after the update, then the log and the
-    checkpoint (after the log, so a resumed run draws the random numbers this one would)."""
+    checkpoint (after the log, so a resumed run draws the random numbers this one would).
+    A step is logged once, the first time TRL logs at a new `global_step`."""
 
-    def __init__(self, loop: TrainingLoop, logged_step: int = -1, resuming: bool = False):
+    def __init__(self, loop: TrainingLoop, logged_step: int = 0, resuming: bool = False):
         self.loop = loop
         self.logged_step = logged_step
         self.resuming = resuming
@@ -489,13 +495,14 @@ class LoopCallback(TrainerCallback):
         self.loop.after_update(state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs is not None and state.global_step != self.logged_step and "entropy" in logs:
-            self.logged_step = state.global_step
-            self.loop.log(state.global_step, logs)
-            if self.loop.scheduled(state.global_step, self.loop.config.train.checkpoint_every):
-                self.loop.checkpoint()
-            if self.loop.stop.requested:
-                self.loop.stop_here()
+        if state.global_step <= self.logged_step:  # the end-of-training summary, or a repeat
+            return
+        self.logged_step = state.global_step
+        self.loop.log(state.global_step, logs or {})
+        if self.loop.scheduled(state.global_step, self.loop.config.train.checkpoint_every):
+            self.loop.checkpoint()
+        if self.loop.stop.requested:
+            self.loop.stop_here()
 
 
 def _forward_work(trajectories: list[Trajectory]) -> tuple[int, int]:

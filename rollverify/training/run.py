@@ -20,19 +20,21 @@ import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollverify.atomic import atomic_write_text
-from rollverify.checkpoint import Checkpoint, latest
+from rollverify.checkpoint_files import Checkpoint, latest
 from rollverify.config import ConfigError, RunConfig, load_config
 from rollverify.engines.hf_engine import HFEngine
 from rollverify.engines.protocol import RolloutEngine
-from rollverify.faults import describe
+from rollverify.faults import describe, kill_point
 from rollverify.methods import METHODS
+from rollverify.metrics import EVAL_ACCURACY, OPS_MEAN, REWARD_MEAN
 from rollverify.tasks.base import Task
 from rollverify.tasks.chain import ChainTask, ChainTaskConfig
 from rollverify.tracking import MLflowTracker, default_tracking_uri
-from rollverify.training.checkpointing import config_changes, restore_loop
-from rollverify.training.loop import LoopCallback, TrainingLoop
+from rollverify.training.loop import TrainingLoop
+from rollverify.training.run_state import config_changes, restore_loop
 from rollverify.training.stopping import StopRequest
-from rollverify.training.trl_adapter import build_trainer
+
+MLFLOW_RUN = "mlflow.json"  # in the run folder: its MLflow run, from the moment it exists
 
 
 @dataclass
@@ -94,8 +96,9 @@ def vllm_settings(config: RunConfig):
     )
 
 
-def make_engine(config: RunConfig, model, tokenizer) -> RolloutEngine:
-    """The configured engine, not started yet (see `engine_running`)."""
+def make_engine(config: RunConfig, model=None, tokenizer=None) -> RolloutEngine:
+    """The configured engine, not started yet (see `engine_running`). The in-process engine
+    copies `model` (default: the base model of model.path); sidecars load their own."""
     rollout = config.rollout
     if config.engine() == "vllm":
         from rollverify.engines.vllm_engine import VLLMEngine
@@ -106,6 +109,10 @@ def make_engine(config: RunConfig, model, tokenizer) -> RolloutEngine:
             temperature=rollout.temperature,
             seed=config.train.seed,
         )
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(config.model_path())
+    if model is None:
+        model = AutoModelForCausalLM.from_pretrained(config.model_path())
     return HFEngine(
         model,
         slots=rollout.slots,
@@ -150,15 +157,40 @@ def run_dir_for(config: RunConfig) -> Path:
     return Path(config.output) / f"{config.train.method}-s{config.train.seed}-{stamp}"
 
 
+@dataclass
+class RunPlan:
+    """What one training run is: its config and folder, and where it starts from.
+
+    checkpoint: continue from it (None: from step 0, also for a run killed before its first
+    checkpoint); engine: an already started engine to reuse (reset to this run's weights and
+    seed), else the configured one is started and stopped here."""
+
+    config: RunConfig
+    run_dir: Path
+    checkpoint: Checkpoint | None = None
+    parent_run_id: str | None = None
+    on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None
+    engine: RolloutEngine | None = None
+
+    @property
+    def step(self) -> int:
+        return 0 if self.checkpoint is None else self.checkpoint.step
+
+
+class RunFinished(Exception):
+    """`rvctl resume` of a run that reached its last step: nothing to do (exit 0)."""
+
+    exit_code = 0
+
+
 def train(
     config: RunConfig,
     on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None,
     parent_run_id: str | None = None,
     engine: RolloutEngine | None = None,
 ) -> RunSummary:
-    """One training run. `engine`: an already started engine to reuse (it is reset to the base
-    weights, version 0); by default the configured engine is started and stopped here."""
-    return _with_engine(config, engine, run_dir_for(config), on_step, parent_run_id, None)
+    """One training run in a new folder under `config.output`."""
+    return run(RunPlan(config, run_dir_for(config), None, parent_run_id, on_step, engine))
 
 
 def resume(
@@ -168,130 +200,124 @@ def resume(
     on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None,
     engine: RolloutEngine | None = None,
 ) -> RunSummary:
-    """Continue a run from its last good checkpoint, in the same MLflow run.
+    """Continue a run from its last good checkpoint (or from step 0 if it has none yet), in
+    the same folder and MLflow run. `run_dir` may also be an output folder holding one run.
 
     The config is the run's own (or `config_path`), with `overrides`; a change that would make
     the rest of the run a different experiment is refused (ConfigError, one line per field).
+    A run already at its last step raises RunFinished (say --steps N to train further).
     """
-    run_dir = Path(run_dir)
-    checkpoint = _last_good_checkpoint(run_dir)
+    run_dir = find_run(Path(run_dir))
+    checkpoint = latest(run_dir / "checkpoints")
     base = load_config(config_path if config_path is not None else run_dir / "config.yaml")
     config = base.with_overrides(overrides or {})
-    problems = config_changes(checkpoint.state["config"], config.to_dict())
-    if config.train.steps <= checkpoint.step:
-        problems.append(
-            f"train.steps: the run is at step {checkpoint.step} of {config.train.steps}; "
-            f"pass --steps N with N > {checkpoint.step} to train further"
-        )
-    if problems:
-        raise ConfigError(problems)
-    return _with_engine(config, engine, run_dir, on_step, None, checkpoint)
+    if checkpoint is not None:
+        asked = (overrides or {}).get("train.steps") is not None
+        if config.train.steps <= checkpoint.step and not asked:
+            raise RunFinished(
+                f"{run_dir} is finished: it trained all {checkpoint.step} steps; to train "
+                f"further, rvctl resume {run_dir} --steps N with N > {checkpoint.step}"
+            )
+        problems = config_changes(checkpoint.state["config"], config.to_dict())
+        if config.train.steps <= checkpoint.step:
+            problems.append(
+                f"train.steps: the run is at step {checkpoint.step} of {config.train.steps}; "
+                f"pass --steps N with N > {checkpoint.step} to train further"
+            )
+        if problems:
+            raise ConfigError(problems)
+    return run(RunPlan(config, run_dir, checkpoint, None, on_step, engine))
 
 
-def _last_good_checkpoint(run_dir: Path) -> Checkpoint:
-    if not (run_dir / "config.yaml").is_file():
-        raise ValueError(f"RUN_DIR {run_dir}: not a run folder (no config.yaml); check the path")
-    checkpoint = latest(run_dir / "checkpoints")
-    if checkpoint is None:
-        raise ValueError(
-            f"RUN_DIR {run_dir}: no good checkpoint in {run_dir / 'checkpoints'}; "
-            "start the run again with rvctl train"
-        )
-    return checkpoint
+def find_run(folder: Path) -> Path:
+    """A run folder (it has config.yaml), or the one run of an output folder."""
+    if (folder / "config.yaml").is_file():
+        return folder
+    runs = sorted(p.parent for p in folder.glob("*/config.yaml")) if folder.is_dir() else []
+    if len(runs) == 1:
+        return runs[0]
+    if runs:
+        listed = ", ".join(p.name for p in runs)
+        raise ValueError(f"RUN_DIR {folder}: holds {len(runs)} runs ({listed}); name one of them")
+    raise ValueError(f"RUN_DIR {folder}: not a run folder (no config.yaml); check the path")
 
 
-def _with_engine(
-    config: RunConfig,
-    engine: RolloutEngine | None,
-    run_dir: Path,
-    on_step: Callable[[int, dict[str, float]], None],
-    parent_run_id: str | None,
-    checkpoint: Checkpoint | None,
-) -> RunSummary:
+def run(plan: RunPlan) -> RunSummary:
+    """setup; train; cleanup. The folder and its config come first, so a run killed at any
+    later moment (loading the model, starting engines) can be resumed."""
+    config, run_dir = plan.config, plan.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     with run_lock(run_dir):
-        if engine is not None:
-            check_engine_fits(engine, config)
-            with engine.seeded(config.train.seed):  # as if started for this run
-                return _run(config, run_dir, engine, on_step, parent_run_id, checkpoint)
-        with engine_running(build_engine(config), config) as started:
-            return _run(config, run_dir, started, on_step, parent_run_id, checkpoint)
+        started = time.perf_counter()
+        atomic_write_text(
+            run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False)
+        )
+        if config.train.threads:
+            torch.set_num_threads(config.train.threads)
+        torch.manual_seed(config.train.seed)
+        tokenizer = AutoTokenizer.from_pretrained(config.model_path())
+        model = AutoModelForCausalLM.from_pretrained(
+            config.model_path(), dtype=getattr(torch, config.model.dtype)
+        )
+        if plan.checkpoint is not None:
+            model.load_state_dict(plan.checkpoint.tensors["model"])
+        with _engine_for(plan, model, tokenizer) as engine:
+            engine.pause()  # a reused engine may hold another run's requests
+            engine.load_weights(model.state_dict().items(), version=plan.step)
+            loop = _train(plan, engine, model, tokenizer)
+        summary = _summary(plan, loop, time.perf_counter() - started)
+    atomic_write_text(run_dir / "summary.json", json.dumps(asdict(summary), indent=2) + "\n")
+    return summary
 
 
-def build_engine(config: RunConfig) -> RolloutEngine:
-    """The configured engine for the base model, not started yet."""
-    tokenizer = AutoTokenizer.from_pretrained(config.model_path())
-    # The in-process engine copies a model; sidecars load their own from model.path.
-    base = (
-        AutoModelForCausalLM.from_pretrained(config.model_path())
-        if config.engine() == "hf"
-        else None
-    )
-    return make_engine(config, base, tokenizer)
+@contextmanager
+def _engine_for(plan: RunPlan, model, tokenizer) -> Iterator[RolloutEngine]:
+    if plan.engine is not None:
+        check_engine_fits(plan.engine, plan.config)
+        with plan.engine.seeded(plan.config.train.seed):  # as if started for this run
+            yield plan.engine
+        return
+    with engine_running(make_engine(plan.config, model, tokenizer), plan.config) as engine:
+        yield engine
 
 
-def _run(
-    config: RunConfig,
-    run_dir: Path,
-    engine: RolloutEngine,
-    on_step: Callable[[int, dict[str, float]], None],
-    parent_run_id: str | None,
-    checkpoint: Checkpoint | None,
-) -> RunSummary:
-    """setup (fresh, or from `checkpoint`); train; cleanup."""
-    # -- setup ---------------------------------------------------------------------------------
-    started = time.perf_counter()
-    if config.train.threads:
-        torch.set_num_threads(config.train.threads)
-    torch.manual_seed(config.train.seed)
+def _train(plan: RunPlan, engine: RolloutEngine, model, tokenizer) -> TrainingLoop:
+    """The MLflow run, the loop and its trainer; step 0's evaluation (or a resumed run's
+    pending one); then TRL's training loop to the last step."""
+    config, checkpoint = plan.config, plan.checkpoint
     method = METHODS[config.train.method]
-    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
-    tokenizer = AutoTokenizer.from_pretrained(config.model_path())
-    model = AutoModelForCausalLM.from_pretrained(
-        config.model_path(), dtype=getattr(torch, config.model.dtype)
-    )
-    step = 0 if checkpoint is None else checkpoint.step
-    if checkpoint is not None:
-        model.load_state_dict(checkpoint.tensors["model"])
     task = make_task(config, tokenizer)
-    engine.pause()  # a reused engine may hold another run's requests
-    engine.load_weights(model.state_dict().items(), version=step)
-    tracker = _tracker(config, method.name, run_dir, parent_run_id, checkpoint)
+    tracker = _tracker(plan, method.name)
+    kill_point("setup", plan.step)  # tests: folder, config and MLflow run made, no checkpoint
     stop = StopRequest()
-    last: dict[str, float] = {}
-
-    def remember(step: int, metrics: dict[str, float]) -> None:
-        last.update(metrics)
-        on_step(step, metrics)
-
-    # -- train ---------------------------------------------------------------------------------
     status = "FAILED"
     try:
         with stop.listening():
-            loop = TrainingLoop(config, method, task, engine, tracker, remember, run_dir, stop)
-            trainer = build_trainer(
+            loop = TrainingLoop(
                 config,
                 method,
+                task,
+                engine,
+                tracker,
                 model,
                 tokenizer,
-                loop.reward,
-                loop.rollout,
-                LoopCallback(loop, logged_step=step, resuming=checkpoint is not None),
-                output_dir=str(run_dir / "trl"),
+                plan.on_step,
+                plan.run_dir,
+                stop,
+                start_step=plan.step,
             )
-            loop.attach(trainer)
             if checkpoint is None:
                 loop.eval_before = loop.evaluate()
-                tracker.log_metrics({"eval_accuracy": loop.eval_before}, step=0)
-                on_step(0, {"eval_accuracy": loop.eval_before})
+                tracker.log_metrics({EVAL_ACCURACY: loop.eval_before}, step=0)
+                plan.on_step(0, {EVAL_ACCURACY: loop.eval_before})
             else:
                 restore_loop(loop, checkpoint)
-                trainer.resume_from = checkpoint  # read by the trainer's resume hooks
+                loop.trainer.resume_from = checkpoint  # read by the trainer's resume hooks
                 if loop.eval_pending:  # a stop skipped it; evaluation leaves training's RNG be
-                    tracker.log_metrics({"eval_accuracy": loop.evaluate()}, step=step)
+                    tracker.log_metrics({EVAL_ACCURACY: loop.evaluate()}, step=plan.step)
                     loop.eval_pending = False
-                on_step(step, {})
-            trainer.train(
+                plan.on_step(plan.step, {})
+            loop.trainer.train(
                 resume_from_checkpoint=str(checkpoint.folder) if checkpoint is not None else None
             )
         status = "FINISHED"
@@ -299,26 +325,29 @@ def _run(
         status = "KILLED"
         raise
     finally:
-        tracker.finish(status)  # -- cleanup ---------------------------------------------------
-    summary = RunSummary(
-        run_dir=str(run_dir),
-        run_id=tracker.run_id,
-        tracking_uri=tracker.uri,
-        method=method.name,
-        seed=config.train.seed,
-        steps=config.train.steps,
+        tracker.finish(status)
+    return loop
+
+
+def _summary(plan: RunPlan, loop: TrainingLoop, wall_seconds: float) -> RunSummary:
+    first, last = loop.first_metrics, loop.last_metrics
+    return RunSummary(
+        run_dir=str(plan.run_dir),
+        run_id=loop.tracker.run_id,
+        tracking_uri=loop.tracker.uri,
+        method=loop.method.name,
+        seed=plan.config.train.seed,
+        steps=plan.config.train.steps,
         eval_accuracy_before=loop.eval_before,
         eval_accuracy_after=loop.last_eval if loop.last_eval is not None else math.nan,
-        reward_mean_first=loop.first_metrics.get("reward_mean", math.nan),
-        reward_mean_last=last.get("reward_mean", math.nan),
-        ops_mean_last=last.get("ops_mean", math.nan),
+        reward_mean_first=first.get(REWARD_MEAN, math.nan),
+        reward_mean_last=last.get(REWARD_MEAN, math.nan),
+        ops_mean_last=last.get(OPS_MEAN, math.nan),
         acceptance_window_mean=loop.monitor.window_mean,
         switch_step=loop.monitor.switch_step,
-        wall_seconds=time.perf_counter() - started,
+        wall_seconds=wall_seconds,
         device_seconds=loop.device_seconds,
     )
-    atomic_write_text(run_dir / "summary.json", json.dumps(asdict(summary), indent=2) + "\n")
-    return summary
 
 
 @contextmanager
@@ -344,17 +373,13 @@ class RunBusy(RuntimeError):
     exit_code = 2  # a usage error: nothing was touched
 
 
-def _tracker(
-    config: RunConfig,
-    method: str,
-    run_dir: Path,
-    parent_run_id: str | None,
-    checkpoint: Checkpoint | None,
-) -> MLflowTracker:
-    """A new MLflow run, or the checkpoint's run continued (its spooled metrics sent first)."""
+def _tracker(plan: RunPlan, method: str) -> MLflowTracker:
+    """The run's MLflow run: continued if the folder names one (RUN/mlflow.json, written as
+    soon as the run is created; its spooled metrics are sent first), else a new one."""
+    config, run_dir = plan.config, plan.run_dir
     spool = run_dir / "mlflow-spool.jsonl"
-    if checkpoint is not None:
-        saved = checkpoint.state["mlflow"]
+    saved = _saved_mlflow_run(plan)
+    if saved is not None:
         try:
             return MLflowTracker.attach(saved["tracking_uri"], saved["run_id"], spool=spool)
         except Exception as error:  # the store moved, or the run was deleted
@@ -362,7 +387,7 @@ def _tracker(
                 f"MLflow run {saved['run_id']} in {saved['tracking_uri']} cannot be continued "
                 f"({describe(error)}); restore that store"
             ) from None
-    return MLflowTracker(
+    tracker = MLflowTracker(
         config.tracking.uri or default_tracking_uri(config.output),
         config.tracking.experiment,
         run_name=run_dir.name,
@@ -374,6 +399,16 @@ def _tracker(
             "run_dir": str(run_dir.resolve()),
         },
         artifact_root=Path(config.output).resolve() / "mlartifacts",
-        parent_run_id=parent_run_id,
+        parent_run_id=plan.parent_run_id,
         spool=spool,
     )
+    record = {"run_id": tracker.run_id, "tracking_uri": tracker.uri}
+    atomic_write_text(run_dir / MLFLOW_RUN, json.dumps(record, indent=2) + "\n")
+    return tracker
+
+
+def _saved_mlflow_run(plan: RunPlan) -> dict | None:
+    if plan.checkpoint is not None:
+        return plan.checkpoint.state["mlflow"]
+    path = plan.run_dir / MLFLOW_RUN
+    return json.loads(path.read_text()) if path.is_file() else None

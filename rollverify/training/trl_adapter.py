@@ -21,10 +21,10 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from rollverify.checkpoint import Checkpoint
+from rollverify.checkpoint_files import Checkpoint
 from rollverify.config import RunConfig
 from rollverify.methods import Method
-from rollverify.training.checkpointing import load_optimizer_and_scheduler, restore_rng
+from rollverify.training.run_state import load_optimizer_and_scheduler, restore_rng
 from rollverify.trajectory import Trajectory
 
 

@@ -71,19 +71,27 @@ def resume(
     checkpoint_every: CheckpointEveryOption = None,
     format: FormatOption = Format.table,
 ) -> None:
-    """Continue a stopped or killed run from its last good checkpoint, in its MLflow run."""
+    """Continue a stopped or killed run from its last good checkpoint (or from step 0 if it
+    was killed before its first), in its folder and MLflow run. RUN_DIR may be an output
+    folder holding one run. A finished run: says so, exit 0."""
     overrides = {
         "train.steps": steps,
         "rollout.engine": engine,
         "train.checkpoint_every": checkpoint_every,
     }
-    from rollverify.training.run import resume as resume_run  # heavy: torch, TRL, MLflow
+    from rollverify.training.run import RunFinished, find_run  # heavy: torch, TRL, MLflow
+    from rollverify.training.run import resume as resume_run
 
-    summary = _with_progress(
-        run_dir.name,
-        steps or _planned_steps(run_dir),
-        lambda on_step: resume_run(run_dir, overrides, config, on_step=on_step),
-    )
+    run_dir = find_run(run_dir)
+    try:
+        summary = _with_progress(
+            run_dir.name,
+            steps or _planned_steps(run_dir),
+            lambda on_step: resume_run(run_dir, overrides, config, on_step=on_step),
+        )
+    except RunFinished as finished:  # a script that always resumes must not fail on it
+        print(finished)
+        return
     _print_summary(summary, format)
 
 

@@ -11,7 +11,7 @@ A checkpoint is taken at a step boundary, after the step's metrics are logged:
              the loop's counters
     documents trainer_state  transformers' TrainerState, read by `Trainer.train(resume_...)`
 
-Everything is safetensors or JSON (rollverify/checkpoint.py writes it atomically). The
+Everything is safetensors or JSON (rollverify/checkpoint_files.py writes it atomically). The
 transformers Trainer restores the optimizer, scheduler and RNG through three hooks that the
 adapter (trl_adapter.py) points at `load_optimizer_and_scheduler` and `restore_rng` here, at
 the moments it would restore its own (pickled) files; so a resumed run draws the same random
@@ -23,17 +23,16 @@ from __future__ import annotations
 import dataclasses
 import random
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from rollverify.checkpoint import Checkpoint
-from rollverify.ledger import CostLedger
-from rollverify.rollout import RolloutState
-from rollverify.trace import drop_after
+from rollverify.checkpoint_files import Checkpoint
 from rollverify.tracking import flatten
-from rollverify.trajectory import TrajectoryCache
+
+if TYPE_CHECKING:
+    from rollverify.training.loop import TrainingLoop
 
 # Fields a resumed run may change: how long, how often, where it runs. Any other change
 # (model, task, rollout, verification, optimizer) would make the rest of the run another
@@ -52,12 +51,14 @@ RESUMABLE_CHANGES = (
 )
 
 
-def capture(loop: Any, trainer: Any, run_id: str, tracking_uri: str) -> Checkpoint:
-    """Everything needed to continue `loop` and `trainer` from the step just finished."""
+def capture(loop: TrainingLoop, run_id: str, tracking_uri: str) -> Checkpoint:
+    """Everything needed to continue `loop` and its trainer from the step just finished."""
+    trainer = loop.trainer
     step = trainer.state.global_step
     model = trainer.accelerator.unwrap_model(trainer.model)
     optimizer_tensors, optimizer_state = _optimizer_parts(trainer.optimizer)
-    cache_tensors, cache_records = loop.state.cache.to_tensors()
+    owned = loop.state_dict()
+    rollout = owned.pop("rollout")
     rng_tensors, rng_state = _rng_parts()
     rng_tensors["engine"] = loop.engine.sampling_state()
     trainer.state.stateful_callbacks["TrainerControl"] = trainer.control.state()
@@ -67,7 +68,7 @@ def capture(loop: Any, trainer: Any, run_id: str, tracking_uri: str) -> Checkpoi
             "model": model.state_dict(),
             "optimizer": optimizer_tensors,
             "rng": rng_tensors,
-            "cache": cache_tensors,
+            "cache": rollout["cache"]["tensors"],
         },
         state={
             "config": loop.config.to_dict(),
@@ -75,30 +76,24 @@ def capture(loop: Any, trainer: Any, run_id: str, tracking_uri: str) -> Checkpoi
             "optimizer": optimizer_state,
             "scheduler": trainer.lr_scheduler.state_dict(),
             "rng": rng_state,
-            "task": loop.task.state_dict(),
-            "answers": {str(group): answer for group, answer in loop.state.answers.items()},
-            "cache": cache_records,
-            "monitor": loop.monitor.state_dict(),
-            "ledger": loop.ledger.to_dict(),
-            "loop": loop.counters(),
+            "cache": rollout["cache"]["records"],
+            "answers": rollout["answers"],
+            **owned,  # task, monitor, ledger, loop: each part's own state_dict()
             "engine": type(loop.engine).__name__,
         },
         documents={"trainer_state": dataclasses.asdict(trainer.state)},
     )
 
 
-def restore_loop(loop: Any, checkpoint: Checkpoint) -> None:
+def restore_loop(loop: TrainingLoop, checkpoint: Checkpoint) -> None:
     """Put the loop's own state back (the trainer's comes back through its hooks)."""
     state = checkpoint.state
-    loop.task.load_state_dict(state["task"])
-    cache = TrajectoryCache.from_tensors(checkpoint.tensors["cache"], state["cache"])
-    answers = {int(group): answer for group, answer in state["answers"].items()}
-    loop.state = RolloutState(cache, answers)
-    loop.monitor.load_state_dict(state["monitor"])
-    loop.ledger = CostLedger.from_dict(state["ledger"])
-    if loop.run_dir is not None:  # steps past the checkpoint are traced again by this run
-        drop_after(loop.run_dir / "trace", checkpoint.step)
-    loop.load_counters(state["loop"])
+    rollout = {
+        "cache": {"tensors": checkpoint.tensors["cache"], "records": state["cache"]},
+        "answers": state["answers"],
+    }
+    owners = ("task", "monitor", "ledger", "loop")
+    loop.load_state_dict({"rollout": rollout} | {k: state[k] for k in owners}, checkpoint.step)
     if state["engine"] == type(loop.engine).__name__:
         loop.engine.load_sampling_state(checkpoint.tensors["rng"]["engine"])
     else:  # resumed on another engine: its sampling stream starts from the seed

@@ -1,0 +1,114 @@
+"""The metrics a run logs, by name: the one place the names are written (docs/metrics.md lists
+exactly these; tests/test_metrics_doc.py checks it). Dashboards depend on them: add, never
+rename.
+
+Pure names, no imports beyond the standard library: reports and plots read them too.
+`training/records.py` assembles one step's metrics from the records its phases produced; the
+cost ledger builds its cumulative figures with the functions here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+REWARD_MEAN = "reward_mean"
+ENTROPY_MEAN = "entropy_mean"
+OPS_MEAN = "ops_mean"
+OPS_CACHE_BEFORE = "ops_cache_before"
+OPS_CACHE_AFTER = "ops_cache_after"
+ACCEPTANCE_RATE = "acceptance_rate"
+ACCEPTANCE_WINDOW_MEAN = "acceptance_window_mean"
+SWITCHED = "switched"
+RESPONSE_LENGTH_MEAN = "response_length_mean"
+RESPONSE_LENGTH_P99 = "response_length_p99"
+STALENESS_MEAN = "staleness_mean"
+TOKENS_GENERATED = "tokens_generated"
+TOKENS_DISCARDED = "tokens_discarded"
+SAMPLES_DROPPED = "samples_dropped"
+RESUMED = "resumed"
+PAUSED = "paused"
+ENGINE_RESTARTS = "engine_restarts"
+CACHE_SIZE = "cache_size"
+CACHE_TOKENS_VERIFIED = "cache_tokens_verified"
+ROLLOUT_SECONDS = "rollout_seconds"
+TRAIN_SECONDS = "train_seconds"
+SYNC_SECONDS = "sync_seconds"
+VERIFY_SECONDS = "verify_seconds"
+MEASURE_SECONDS = "measure_seconds"
+DEVICE_SECONDS = "device_seconds"
+EVAL_ACCURACY = "eval_accuracy"
+SYNC_LOGPROB_GAP = "sync_logprob_gap"
+
+STEP = (
+    REWARD_MEAN,
+    ENTROPY_MEAN,
+    OPS_MEAN,
+    OPS_CACHE_BEFORE,
+    OPS_CACHE_AFTER,
+    ACCEPTANCE_RATE,
+    ACCEPTANCE_WINDOW_MEAN,
+    SWITCHED,
+    RESPONSE_LENGTH_MEAN,
+    RESPONSE_LENGTH_P99,
+    STALENESS_MEAN,
+    TOKENS_GENERATED,
+    TOKENS_DISCARDED,
+    SAMPLES_DROPPED,
+    RESUMED,
+    PAUSED,
+    ENGINE_RESTARTS,
+    CACHE_SIZE,
+    CACHE_TOKENS_VERIFIED,
+    ROLLOUT_SECONDS,
+    TRAIN_SECONDS,
+    SYNC_SECONDS,
+    VERIFY_SECONDS,
+    MEASURE_SECONDS,
+    DEVICE_SECONDS,
+    EVAL_ACCURACY,
+    SYNC_LOGPROB_GAP,
+)
+
+# The cost ledger's cumulative figures (rollverify/ledger.py).
+COST_DEVICE_SECONDS = "cost_device_seconds"
+COST_GPU_DAYS = "cost_gpu_days"
+COST_WALL_SECONDS = "cost_wall_seconds"
+MODELED_WALL_SECONDS = "modeled_wall_seconds"
+MODELED_GPU_DAYS = "modeled_gpu_days"
+
+
+def cost_device_seconds(phase: str) -> str:
+    return f"cost_{phase}_device_seconds"
+
+
+def tokens_total(kind: str) -> str:
+    return f"tokens_{kind}_total"
+
+
+def modeled_seconds(phase: str) -> str:
+    return f"modeled_{phase}_seconds"
+
+
+def ledger_names() -> tuple[str, ...]:
+    from rollverify.ledger import MEASURE, MODELED_PHASES, PHASES, TOKEN_KINDS
+
+    return (
+        *(cost_device_seconds(p) for p in (*PHASES, "idle", MEASURE)),
+        COST_DEVICE_SECONDS,
+        COST_GPU_DAYS,
+        COST_WALL_SECONDS,
+        *(tokens_total(k) for k in TOKEN_KINDS),
+        *(modeled_seconds(p) for p in MODELED_PHASES),
+        MODELED_WALL_SECONDS,
+        MODELED_GPU_DAYS,
+    )
+
+
+def all_names() -> tuple[str, ...]:
+    return STEP + ledger_names()
+
+
+def unknown(names: Iterable[str]) -> list[str]:
+    """Names not declared here (a test guard: every logged name is documented)."""
+    known = set(all_names())
+    return sorted(n for n in names if n not in known)

@@ -1,0 +1,164 @@
+"""What each phase of a training step produced: typed records, filled in the order the phases
+run and read once, at the end of the step, to assemble its metrics (rollverify/metrics.py)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from rollverify import metrics as m
+from rollverify.rollout import RolloutResult
+from rollverify.switching import AcceptanceMonitor
+from rollverify.trace import EngineStep
+from rollverify.trajectory import Trajectory
+
+
+@dataclass
+class BatchRecord:
+    """The rollout phase: B complete groups, scored under the policy about to be updated.
+
+    keep: bool [B*G], the samples a sample filter kept (all True without one)
+    ops: float [B*G], each sample's sequence OPS; lengths: float [B*G], generated tokens
+    """
+
+    result: RolloutResult
+    trajectories: list[Trajectory]
+    keep: torch.Tensor
+    ops: torch.Tensor
+    lengths: torch.Tensor
+    staleness_mean: float
+    cache_size: int  # trajectories left in the cache
+    engine_restarts: int
+    engine_steps: list[EngineStep]  # the rollout's trace, priced after the update
+
+    @property
+    def tokens_dropped(self) -> float:
+        """Tokens of samples the filter dropped (generated, never trained)."""
+        return float(self.lengths[~self.keep].sum().item())
+
+
+@dataclass
+class Scoring:
+    """Forward-only passes under the current policy: what the method acts on (`verify`: the
+    OPS filter's scores, the cache's verification) and what is only logged (`measure`).
+    work: (tokens, attended), for the cost model."""
+
+    verify_seconds: float = 0.0
+    measure_seconds: float = 0.0
+    verify_work: tuple[int, int] = (0, 0)
+    measure_work: tuple[int, int] = (0, 0)
+
+    def add(self, used: bool, seconds: float, work: tuple[int, int]) -> None:
+        if used:
+            self.verify_seconds += seconds
+            self.verify_work = _plus(self.verify_work, work)
+        else:
+            self.measure_seconds += seconds
+            self.measure_work = _plus(self.measure_work, work)
+
+    @property
+    def seconds(self) -> float:
+        return self.verify_seconds + self.measure_seconds
+
+
+@dataclass
+class CacheCheck:
+    """What one verification cycle (or, without verification, one look) found in the cache."""
+
+    trajectories: int = 0
+    tokens_before: int = 0
+    tokens_kept: int = 0
+    ops_before: float = math.nan  # mean sequence OPS of cached trajectories, before truncation
+    ops_after: float = math.nan  # ... of their kept prefixes (empty prefixes excluded)
+    scored: tuple[int, int] = (0, 0)  # (tokens, attended) of the forward that scored them
+
+    @property
+    def tokens_truncated(self) -> int:
+        return self.tokens_before - self.tokens_kept
+
+
+@dataclass
+class SyncRecord:
+    """The weight sync after the update. gap: the probe's engine-vs-trainer log-prob gap;
+    None when the sync was skipped (a stop before the last step)."""
+
+    seconds: float
+    gap: float | None
+
+    @property
+    def synced(self) -> bool:
+        return self.gap is not None
+
+
+@dataclass
+class StepRecords:
+    """The records of the step in progress, phase by phase."""
+
+    started: float  # perf_counter at the start of the rollout
+    batch: BatchRecord | None = None
+    reward_mean: float = math.nan
+    scoring: Scoring = field(default_factory=Scoring)
+    train_seconds: float = 0.0
+    sync: SyncRecord | None = None
+    cache: CacheCheck = field(default_factory=CacheCheck)
+    eval_accuracy: float | None = None  # when an evaluation was due
+
+
+def step_metrics(
+    records: StepRecords,
+    *,
+    verifies: bool,
+    monitor: AcceptanceMonitor,
+    device_seconds: float,
+    entropy: float | None,
+    ledger: dict[str, float],
+) -> dict[str, float]:
+    """One step's metrics, from its records. `verifies`: the method verifies the cache (the
+    acceptance rate is its figure); `ledger`: the ledger's cumulative figures."""
+    batch, cache, scoring, sync = records.batch, records.cache, records.scoring, records.sync
+    result, lengths = batch.result, batch.lengths
+    metrics = {
+        m.OPS_MEAN: batch.ops.mean().item(),
+        m.RESPONSE_LENGTH_MEAN: lengths.mean().item(),
+        m.RESPONSE_LENGTH_P99: torch.quantile(lengths, 0.99).item(),
+        m.STALENESS_MEAN: batch.staleness_mean,
+        m.TOKENS_GENERATED: float(result.tokens_generated),
+        m.TOKENS_DISCARDED: batch.tokens_dropped + cache.tokens_truncated,
+        m.SAMPLES_DROPPED: float((~batch.keep).sum().item()),
+        m.RESUMED: float(result.resumed),
+        m.PAUSED: float(result.paused),
+        m.CACHE_SIZE: float(batch.cache_size),
+        m.ENGINE_RESTARTS: float(batch.engine_restarts),
+        m.REWARD_MEAN: records.reward_mean,
+        m.ROLLOUT_SECONDS: result.seconds,
+        m.TRAIN_SECONDS: records.train_seconds,
+        m.SYNC_SECONDS: sync.seconds,
+        m.VERIFY_SECONDS: scoring.verify_seconds,
+        m.MEASURE_SECONDS: scoring.measure_seconds,
+        m.DEVICE_SECONDS: device_seconds,
+        m.OPS_CACHE_BEFORE: cache.ops_before,
+        m.OPS_CACHE_AFTER: cache.ops_after,
+        m.CACHE_TOKENS_VERIFIED: float(cache.tokens_before),
+        m.ACCEPTANCE_RATE: (
+            cache.tokens_kept / cache.tokens_before
+            if verifies and cache.tokens_before
+            else math.nan
+        ),
+        m.ACCEPTANCE_WINDOW_MEAN: (
+            monitor.window_mean if monitor.window_mean is not None else math.nan
+        ),
+        m.SWITCHED: float(monitor.switched),
+    }
+    if sync.synced:
+        metrics[m.SYNC_LOGPROB_GAP] = sync.gap
+    if records.eval_accuracy is not None:
+        metrics[m.EVAL_ACCURACY] = records.eval_accuracy
+    if entropy is not None:
+        metrics[m.ENTROPY_MEAN] = entropy
+    return metrics | ledger
+
+
+def _plus(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+    return a[0] + b[0], a[1] + b[1]

@@ -1,4 +1,5 @@
-"""What the rollout scheduler needs from an engine: five calls, same for every backend.
+"""What the training loop and the rollout scheduler need from an engine, same for every
+backend (hf, vllm, simulated): everything callers use is listed in `RolloutEngine`.
 
 An engine generates tokens for trajectories (rollverify.trajectory.Trajectory), appending to
 each its token ids, behavior log-probs and the policy version that sampled them. A submitted
@@ -90,6 +91,8 @@ class EngineStats:
 
 class RolloutEngine(Protocol):
     slots: int  # trajectories generated at once
+    max_new_tokens: int  # each trajectory's token budget
+    temperature: float  # sampling temperature (behavior log-probs are at it)
     version: int  # policy version of the weights it samples with
     stats: EngineStats
 
@@ -128,6 +131,9 @@ class RolloutEngine(Protocol):
 
     def load_sampling_state(self, state: torch.Tensor) -> None:
         """Continue the training stream from a `sampling_state`."""
+
+    def reset_stats(self) -> None:
+        """Start `stats` from zero (a benchmark's measured part)."""
 
     def take_trace(self) -> list[EngineStep]:
         """The engine steps since the last call (rows, contexts, prefill: the cost model's

@@ -143,8 +143,11 @@ def engine_running(engine: RolloutEngine, config: RunConfig) -> Iterator[Rollout
 def check_engine_fits(engine: RolloutEngine, config: RunConfig) -> None:
     """A reused engine must have been built for this config's rollout settings."""
     rollout = config.rollout
-    for field in ("slots", "max_new_tokens", "temperature"):
-        wanted, actual = getattr(rollout, field), getattr(engine, field)
+    for field, wanted, actual in [
+        ("slots", rollout.slots, engine.slots),
+        ("max_new_tokens", rollout.max_new_tokens, engine.max_new_tokens),
+        ("temperature", rollout.temperature, engine.temperature),
+    ]:
         if wanted != actual:
             raise ValueError(
                 f"rollout.{field}: {wanted} in the config, but the running engine was started "

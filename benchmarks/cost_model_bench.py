@@ -105,7 +105,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rollverify.training.run import engine_running, make_engine, make_task
+    from rollverify.training.parts import engine_running, make_engine, make_task
 
     config = load_config(overrides={"rollout.engine": args.engine})
     tokenizer = AutoTokenizer.from_pretrained(config.model_path())

@@ -39,7 +39,7 @@ def rollout_run(engine, model, config, partial: bool, steps: int, seed: int) -> 
     """`steps` rollout steps on a started engine; a weight sync (the real path) between steps."""
     from transformers import AutoTokenizer
 
-    from rollverify.training.run import make_task
+    from rollverify.training.parts import make_task
 
     seeded = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=seed))
     task = make_task(seeded, AutoTokenizer.from_pretrained(config.model_path()))
@@ -210,7 +210,7 @@ def main() -> None:
     runs: dict[str, list[dict]] = {"synchronous": [], "partial": []}
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rollverify.training.run import engine_running, make_engine
+    from rollverify.training.parts import engine_running, make_engine
 
     model = AutoModelForCausalLM.from_pretrained(config.model_path())
     tokenizer = AutoTokenizer.from_pretrained(config.model_path())

@@ -79,7 +79,8 @@ def compare(
     seeds: int = 1,
     on_progress: ProgressFn = lambda child, step, metrics: None,
 ) -> Comparison:
-    from rollverify.training.run import engine_running, make_engine, train
+    from rollverify.training.parts import engine_running, make_engine
+    from rollverify.training.run import train
 
     children = plan(methods, seeds, config.train.seed)
     parent, folder, uri = open_parent(

@@ -26,3 +26,13 @@ def keep_fresh(
 def keep_on_policy(sequence_ops: torch.Tensor, bound: float) -> torch.Tensor:
     """bool [B]: samples whose sequence OPS is within `bound` (NaN is dropped)."""
     return sequence_ops <= bound
+
+
+def keep_samples(sample_filter, batch, sequence_ops: torch.Tensor, version: int, bounds):
+    """bool [B]: the samples a method's sample filter keeps (None: all). batch: the padded
+    trajectories (versions, mask); bounds: the verify config (staleness_bound, ops_bound)."""
+    if sample_filter == "staleness":
+        return keep_fresh(batch.versions, batch.mask, version, bounds.staleness_bound)
+    if sample_filter == "ops":
+        return keep_on_policy(sequence_ops, bounds.ops_bound)
+    return torch.ones(batch.mask.shape[0], dtype=torch.bool)

@@ -89,9 +89,9 @@ MUTANTS = [
     Mutant(
         "filter-env-mask",
         "a dropped sample's tokens are out of the loss (env_mask)",
-        "rollverify/training/loop.py",
-        "if self.method.sample_filter is not None:  # dropped samples: no tokens in the loss",
-        "if False:",
+        "rollverify/training/trl_adapter.py",
+        "    if mask_dropped:",
+        "    if False:",
         (
             "tests/test_loss_inputs.py::"
             "test_a_dropped_sample_gets_no_gradient_and_leaves_the_group_baseline",
@@ -119,16 +119,16 @@ MUTANTS = [
     Mutant(
         "verify-skipped",
         "rollverify truncates the off-policy suffix of the cache",
-        "rollverify/training/loop.py",
-        "                trajectory.truncate(k)",
-        "                pass",
+        "rollverify/training/cache_check.py",
+        "            trajectory.truncate(k)",
+        "            pass",
         ("tests/test_train.py::test_rollverify_truncates_when_the_policy_moved",),
     ),
     Mutant(
         "sync-check-ignored",
         "a failed weight-sync check stops the run",
-        "rollverify/training/loop.py",
-        "if not gap <= self.config.vllm.sync_check_tolerance:",
+        "rollverify/training/weight_sync.py",
+        "if not gap <= tolerance:",
         "if False:",
         ("tests/test_train.py::test_a_failed_weight_sync_check_stops_the_run",),
     ),
@@ -234,7 +234,7 @@ MUTANTS = [
     Mutant(
         "decode-roofline-summed",
         "a decode step costs the larger of its memory and compute times, not their sum",
-        "rollverify/costmodel.py",
+        "rollverify/costmodel/roofline.py",
         "    return max(memory, compute) + overhead",
         "    return memory + compute + overhead",
         ("tests/test_costmodel.py",),

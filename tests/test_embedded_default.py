@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rollverify.config import load_config
 from rollverify.evaluation import evaluate
 from rollverify.tasks.chain import ChainProblem, ChainTaskConfig, chain_reward, sample_problems
-from rollverify.training.run import make_engine, make_task
+from rollverify.training.parts import make_engine, make_task
 from rollverify.trajectory import Trajectory
 
 

@@ -13,7 +13,8 @@ from rollverify import trace
 from rollverify.engines.protocol import SyncCheckError
 from rollverify.methods import METHODS
 from rollverify.tasks.chain import ChainProblem, chain_reward
-from rollverify.training.run import make_engine, train
+from rollverify.training.parts import make_engine
+from rollverify.training.run import train
 from tests.runs import cached, comparable, history, tiny, unfinished
 
 PROMPT = re.compile(r"Q:(\d)\+(\d)x(\d+)=")

@@ -18,7 +18,7 @@ needs_gpu = pytest.mark.skipif(
 
 
 def test_gpu_config_gives_each_engine_what_vllm_needs():
-    from rollverify.training.run import vllm_settings
+    from rollverify.training.parts import vllm_settings
 
     config = load_config(GPU_CONFIG)
     settings = vllm_settings(config)

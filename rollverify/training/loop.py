@@ -19,16 +19,14 @@ TRL drives the loop; these are the parts that are ours, each filling its record 
     checkpoint()     every train.checkpoint_every steps, at the end, and when asked to stop:
                      everything needed to continue (training/run_state.py)
 
-A stop request (SIGINT/SIGTERM, training/stopping.py) pauses a rollout at once, its tokens
-kept in the cache, or lets a training step finish; then a checkpoint is written and the run
-raises RunInterrupted.
+A stop request (SIGINT/SIGTERM, training/stopping.py) pauses a rollout at once (its tokens
+kept in the cache) or lets a training step finish; a checkpoint, then RunInterrupted.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import math
 import time
 import warnings
 from collections.abc import Callable
@@ -36,16 +34,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, TrainerCallback
+from transformers import PreTrainedModel
 
 from rollverify.atomic import atomic_write_text
 from rollverify.checkpoint_files import save as save_checkpoint
 from rollverify.config import RunConfig
 from rollverify.costmodel import GPUS, ModelShape, Pricing
-from rollverify.engines.protocol import RolloutEngine, SyncCheckError, probe_logprobs_of
+from rollverify.engines.protocol import RolloutEngine
 from rollverify.evaluation import evaluate
 from rollverify.faults import kill_point
-from rollverify.filters import keep_fresh, keep_on_policy, staleness
+from rollverify.filters import keep_samples, staleness
 from rollverify.guards import require_finite
 from rollverify.ledger import CostLedger
 from rollverify.methods import Method
@@ -53,20 +51,27 @@ from rollverify.ops import sequence_ops, token_ops
 from rollverify.rollout import RolloutInterrupted, RolloutResult, RolloutState, collect
 from rollverify.switching import AcceptanceMonitor
 from rollverify.tasks.base import Task
-from rollverify.trace import StepTrace, TrainerStep, drop_after, scoring_work
+from rollverify.trace import StepTrace, drop_after
 from rollverify.tracking import Tracker
+from rollverify.training.cache_check import check_cache, forward_work
 from rollverify.training.records import (
     BatchRecord,
     CacheCheck,
+    RunCounters,
     StepRecords,
     SyncRecord,
     step_metrics,
 )
 from rollverify.training.run_state import capture
 from rollverify.training.stopping import RunInterrupted, StopRequest
-from rollverify.training.trl_adapter import BehaviorRatioGRPOTrainer, build_trainer
-from rollverify.trajectory import PaddedTrajectories, Trajectory
-from rollverify.verify import verify
+from rollverify.training.trl_adapter import (
+    BehaviorRatioGRPOTrainer,
+    LoopCallback,
+    build_trainer,
+    rollout_output,
+)
+from rollverify.training.weight_sync import check_weight_sync
+from rollverify.trajectory import PaddedTrajectories
 
 
 class TrainingLoop:
@@ -103,12 +108,8 @@ class TrainingLoop:
         # A fixed token sequence to compare engine and trainer after each weight sync.
         self.probe = torch.cat([p.prompt_ids for p in self.eval_problems[:8]])[:64]
         self.records = StepRecords(started=time.perf_counter())  # of the step in progress
-        self.device_seconds = 0.0
-        self.last_eval: float | None = None
-        self.eval_before: float = math.nan  # accuracy of the base model, step 0
-        self.first_metrics: dict[str, float] = {}  # each metric's first logged value
+        self.counters = RunCounters()  # the run's own running figures
         self.last_metrics: dict[str, float] = {}  # the last step's, as logged
-        self.eval_pending = False  # an evaluation a stop skipped: a resumed run does it first
         self.checkpointed_step: int | None = None  # the step of the last checkpoint written
         self.trainer: BehaviorRatioGRPOTrainer = build_trainer(
             config,
@@ -145,13 +146,7 @@ class TrainingLoop:
             "rollout": self.state.state_dict(),
             "monitor": self.monitor.state_dict(),
             "ledger": self.ledger.state_dict(),
-            "loop": {
-                "device_seconds": self.device_seconds,
-                "last_eval": self.last_eval,
-                "eval_before": self.eval_before,
-                "first_metrics": self.first_metrics,
-                "eval_pending": self.eval_pending,
-            },
+            "loop": self.counters.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any], step: int) -> None:
@@ -161,12 +156,7 @@ class TrainingLoop:
         self.state.load_state_dict(state["rollout"])
         self.monitor.load_state_dict(state["monitor"])
         self.ledger.load_state_dict(state["ledger"])
-        counters = state["loop"]
-        self.device_seconds = counters["device_seconds"]
-        self.last_eval = counters["last_eval"]
-        self.eval_before = counters["eval_before"]
-        self.first_metrics = dict(counters["first_metrics"])
-        self.eval_pending = counters["eval_pending"]
+        self.counters.load_state_dict(state["loop"])
         if self.run_dir is not None:  # steps past the checkpoint are traced again by this run
             drop_after(self.run_dir / "trace", step)
 
@@ -190,9 +180,11 @@ class TrainingLoop:
         self._book_scoring(
             time.perf_counter() - start,
             used=self.method.sample_filter == "ops",
-            work=_forward_work(trajectories),
+            work=forward_work(trajectories),
         )
-        keep = self._keep(batch, batch_ops)
+        keep = keep_samples(
+            self.method.sample_filter, batch, batch_ops, self.version, self.config.verify
+        )
         lengths = batch.mask.sum(-1).float()
         self.ledger.add_tokens(
             generated=result.tokens_generated,
@@ -214,19 +206,8 @@ class TrainingLoop:
             engine_restarts=self.engine.stats.restarts,
             engine_steps=self.engine.take_trace(),
         )
-        answers = [a for a, group in zip(result.answers, result.groups, strict=True) for _ in group]
-        output: dict[str, list] = {
-            "prompt_ids": [t.prompt_ids.tolist() for t in trajectories],
-            "completion_ids": [t.token_ids.tolist() for t in trajectories],
-            "logprobs": [t.behavior_logprobs.tolist() for t in trajectories],
-            "answer": answers,
-            "keep": keep.tolist(),
-        }
-        if self.method.sample_filter is not None:  # dropped samples: no tokens in the loss
-            output["env_mask"] = [
-                [int(k)] * len(t) for k, t in zip(keep.tolist(), trajectories, strict=True)
-            ]
-        return output
+        # dropped samples (filter methods): no tokens in the loss
+        return rollout_output(result, keep, mask_dropped=self.method.sample_filter is not None)
 
     def _collect(self) -> RolloutResult:
         """B complete groups from the engine; a stop request saves and stops the run."""
@@ -271,14 +252,6 @@ class TrainingLoop:
             self.ledger.add_measurement(seconds)
         self.records.scoring.add(used, seconds, work)
 
-    def _keep(self, batch: PaddedTrajectories, batch_ops: torch.Tensor) -> torch.Tensor:
-        bound = self.config.verify
-        if self.method.sample_filter == "staleness":
-            return keep_fresh(batch.versions, batch.mask, self.version, bound.staleness_bound)
-        if self.method.sample_filter == "ops":
-            return keep_on_policy(batch_ops, bound.ops_bound)
-        return torch.ones(batch.mask.shape[0], dtype=torch.bool)
-
     # -- reward -------------------------------------------------------------------------------
 
     def reward(
@@ -315,7 +288,7 @@ class TrainingLoop:
         due = self.scheduled(step, self.config.train.eval_every)
         if due and not stopping:
             records.eval_accuracy = self.evaluate()
-        self.eval_pending = due and stopping
+        self.counters.eval_pending = due and stopping
         if self.run_dir is not None:  # stored with the run, current after every step
             atomic_write_text(
                 self.run_dir / "ledger.json", json.dumps(self.ledger.to_dict(), indent=2) + "\n"
@@ -328,56 +301,16 @@ class TrainingLoop:
         if not skip:
             model = self.trainer.accelerator.unwrap_model(self.trainer.model)
             self.engine.load_weights(model.state_dict().items(), version=step)
-            gap = self.check_weight_sync(step)
+            gap = check_weight_sync(
+                self.engine, model, self.probe, self.config.vllm.sync_check_tolerance, step
+            )
             self.trace.add_engine_steps(step, "sync", self.engine.take_trace())  # the probe
         return SyncRecord(seconds=time.perf_counter() - start, gap=gap)
 
-    def check_weight_sync(self, step: int) -> float:
-        """The engine must now score a fixed probe sequence as the trainer does, or stop.
-        Returns the largest log-prob gap."""
-        engine = self.engine.probe_logprobs(self.probe.tolist())  # [replicas, T-1]
-        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-        trainer = probe_logprobs_of(model, self.probe.tolist())[None]
-        gap = (engine - trainer).abs().max().item()
-        if not gap <= self.config.vllm.sync_check_tolerance:
-            raise SyncCheckError(
-                f"weight sync check failed after step {step}: engine and trainer log-probs of "
-                f"the probe differ by {gap:.2e} > vllm.sync_check_tolerance "
-                f"{self.config.vllm.sync_check_tolerance:g}; the engine would sample from a "
-                "policy other than the one being trained"
-            )
-        return gap
-
     def check_cache(self, step: int) -> CacheCheck:
-        """Score the cached unfinished trajectories under the new policy; verify if the method
-        does (truncate, count acceptance, maybe switch); otherwise only measure their OPS."""
-        cached = [t for t in self.state.cache if not t.finished and len(t) > 0]
-        if not cached:
-            return CacheCheck()
-        batch = PaddedTrajectories.of(cached)
-        current = self.trainer.current_logprobs(cached)
-        cfg = self.config.verify
-        ops = token_ops(current, batch.behavior_logprobs, cfg.ops_metric, mask=batch.mask)
-        lengths = batch.mask.sum(-1)
-        kept = lengths
-        if self.method.verify:
-            dt = cfg.dt if self.method.token_stage else math.inf
-            kept = verify(ops, batch.versions, batch.mask, cfg.ds, dt)
-            for trajectory, k in zip(cached, kept.tolist(), strict=True):
-                trajectory.truncate(k)
-            if self.method.switching:
-                self.monitor.update(kept.sum(), lengths.sum(), step=step)
-        kept_mask = batch.mask & (torch.arange(batch.mask.shape[1]) < kept[:, None])
-        nonempty = kept > 0
-        return CacheCheck(
-            trajectories=len(cached),
-            tokens_before=int(lengths.sum()),
-            tokens_kept=int(kept.sum()),
-            ops_before=sequence_ops(ops, batch.mask).mean().item(),
-            ops_after=(
-                sequence_ops(ops, kept_mask)[nonempty].mean().item() if nonempty.any() else math.nan
-            ),
-            scored=_forward_work(cached),
+        """The cache under the new policy: verified if the method does, else measured."""
+        return check_cache(
+            self.state.cache, self.trainer, self.method, self.config.verify, self.monitor, step
         )
 
     def book(self, step: int) -> None:
@@ -387,23 +320,14 @@ class TrainingLoop:
         for phase, seconds in [("train", records.train_seconds), ("sync", records.sync.seconds)]:
             self.ledger.add_phase(phase, seconds)
         self.ledger.add_tokens(discarded=records.cache.tokens_truncated)
-        self.device_seconds += (
+        self.counters.device_seconds += (
             records.batch.result.seconds
             + records.train_seconds
             + records.sync.seconds
             + records.scoring.verify_seconds
         )
-        trajectories = records.batch.trajectories
-        trained = _forward_work(trajectories)
-        scored = records.scoring.verify_work
-        if self.config.train.beta > 0:  # TRL scores the batch under the reference model too
-            scored = (scored[0] + trained[0], scored[1] + trained[1])
-        trainer = TrainerStep(
-            *trained,
-            *scored,
-            *records.scoring.measure_work,
-            sync_bytes=self.pricing.shape.weight_bytes if records.sync.synced else 0,
-            completions=tuple(len(t) for t in trajectories),
+        trainer = records.trainer_step(
+            beta=self.config.train.beta, weight_bytes=self.pricing.shape.weight_bytes
         )
         self.ledger.add_modeled(self.pricing.step(records.batch.engine_steps, trainer))
         self.trace.add_engine_steps(step, "rollout", records.batch.engine_steps)
@@ -411,7 +335,7 @@ class TrainingLoop:
 
     def evaluate(self) -> float:
         start = time.perf_counter()
-        self.last_eval = evaluate(
+        self.counters.last_eval = evaluate(
             self.engine,
             self.task,
             self.eval_problems,
@@ -422,7 +346,7 @@ class TrainingLoop:
         steps = self.engine.take_trace()
         self.ledger.add_modeled({"eval": self.pricing.engines(steps)})
         self.trace.add_engine_steps(self.version, "eval", steps)
-        return self.last_eval
+        return self.counters.last_eval
 
     # -- log ----------------------------------------------------------------------------------
 
@@ -432,12 +356,12 @@ class TrainingLoop:
             self.records,
             verifies=self.method.verify,
             monitor=self.monitor,
-            device_seconds=self.device_seconds,
+            device_seconds=self.counters.device_seconds,
             entropy=trl_logs.get("entropy"),
             ledger=self.ledger.metrics(),
         )
         self.tracker.log_metrics(values, step=step)
-        self.first_metrics.update({k: v for k, v in values.items() if k not in self.first_metrics})
+        self.counters.remember_first(values)
         self.last_metrics = values
         self.on_step(step, values)
 
@@ -474,37 +398,3 @@ class TrainingLoop:
         if not saved:
             saved = self.checkpoint() is not None
         raise RunInterrupted(step, self.run_dir if saved else None)
-
-
-class LoopCallback(TrainerCallback):
-    """Hands TRL's step boundaries to the loop: after the update, then the log and the
-    checkpoint (after the log, so a resumed run draws the random numbers this one would).
-    A step is logged once, the first time TRL logs at a new `global_step`."""
-
-    def __init__(self, loop: TrainingLoop, logged_step: int = 0, resuming: bool = False):
-        self.loop = loop
-        self.logged_step = logged_step
-        self.resuming = resuming
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        if not self.resuming:  # step 0: a run killed before its first checkpoint resumes too
-            self.loop.checkpoint()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        kill_point("train", state.global_step)  # tests: optimizer stepped, nothing synced
-        self.loop.after_update(state.global_step)
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if state.global_step <= self.logged_step:  # the end-of-training summary, or a repeat
-            return
-        self.logged_step = state.global_step
-        self.loop.log(state.global_step, logs or {})
-        if self.loop.scheduled(state.global_step, self.loop.config.train.checkpoint_every):
-            self.loop.checkpoint()
-        if self.loop.stop.requested:
-            self.loop.stop_here()
-
-
-def _forward_work(trajectories: list[Trajectory]) -> tuple[int, int]:
-    """(tokens, attended) of one forward over prompt + generated tokens of each trajectory."""
-    return scoring_work([len(t.prompt_ids) for t in trajectories], [len(t) for t in trajectories])

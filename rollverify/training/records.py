@@ -3,6 +3,7 @@ run and read once, at the end of the step, to assemble its metrics (rollverify/m
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -11,7 +12,7 @@ import torch
 from rollverify import metrics as m
 from rollverify.rollout import RolloutResult
 from rollverify.switching import AcceptanceMonitor
-from rollverify.trace import EngineStep
+from rollverify.trace import EngineStep, TrainerStep, scoring_work
 from rollverify.trajectory import Trajectory
 
 
@@ -104,6 +105,46 @@ class StepRecords:
     sync: SyncRecord | None = None
     cache: CacheCheck = field(default_factory=CacheCheck)
     eval_accuracy: float | None = None  # when an evaluation was due
+
+    def trainer_step(self, beta: float, weight_bytes: int) -> TrainerStep:
+        """The trainer's work of this step, for the cost model: the batch trained, scoring
+        the method used and scoring only logged, and the weights synced (if they were)."""
+        trajectories = self.batch.trajectories
+        trained = scoring_work(
+            [len(t.prompt_ids) for t in trajectories], [len(t) for t in trajectories]
+        )
+        scored = self.scoring.verify_work
+        if beta > 0:  # TRL scores the batch under the reference model too
+            scored = _plus(scored, trained)
+        return TrainerStep(
+            *trained,
+            *scored,
+            *self.scoring.measure_work,
+            sync_bytes=weight_bytes if self.sync.synced else 0,
+            completions=tuple(len(t) for t in trajectories),
+        )
+
+
+@dataclass
+class RunCounters:
+    """The run's running figures across steps (a checkpoint keeps them)."""
+
+    device_seconds: float = 0.0  # rollout + train + sync + verify, cumulative
+    last_eval: float | None = None
+    eval_before: float = math.nan  # accuracy of the base model, step 0
+    first_metrics: dict[str, float] = field(default_factory=dict)  # each metric's first value
+    eval_pending: bool = False  # an evaluation a stop skipped: a resumed run does it first
+
+    def remember_first(self, metrics: dict[str, float]) -> None:
+        self.first_metrics.update({k: v for k, v in metrics.items() if k not in self.first_metrics})
+
+    def state_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.device_seconds, self.last_eval = state["device_seconds"], state["last_eval"]
+        self.eval_before, self.eval_pending = state["eval_before"], state["eval_pending"]
+        self.first_metrics = dict(state["first_metrics"])
 
 
 def step_metrics(

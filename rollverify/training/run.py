@@ -22,15 +22,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rollverify.atomic import atomic_write_text
 from rollverify.checkpoint_files import Checkpoint, latest
 from rollverify.config import ConfigError, RunConfig, load_config
-from rollverify.engines.hf_engine import HFEngine
 from rollverify.engines.protocol import RolloutEngine
 from rollverify.faults import describe, kill_point
 from rollverify.methods import METHODS
 from rollverify.metrics import EVAL_ACCURACY, OPS_MEAN, REWARD_MEAN
-from rollverify.tasks.base import Task
-from rollverify.tasks.chain import ChainTask, ChainTaskConfig
 from rollverify.tracking import MLflowTracker, default_tracking_uri
 from rollverify.training.loop import TrainingLoop
+from rollverify.training.parts import check_engine_fits, engine_running, make_engine, make_task
 from rollverify.training.run_state import config_changes, restore_loop
 from rollverify.training.stopping import StopRequest
 
@@ -54,105 +52,6 @@ class RunSummary:
     switch_step: int | None
     wall_seconds: float
     device_seconds: float
-
-
-def make_task(config: RunConfig, tokenizer) -> Task:
-    task = config.task
-    if task.name == "chain":
-        return ChainTask(
-            tokenizer,
-            ChainTaskConfig(task.max_steps, task.alpha),
-            seed=config.train.seed,
-            eval_size=task.eval_size,
-            eval_seed=task.eval_seed,
-        )
-    from rollverify.tasks.math_task import MathTask  # math-verify/sympy: import only if used
-
-    return MathTask(
-        tokenizer,
-        task.train_file,
-        task.eval_file,
-        seed=config.train.seed,
-        eval_size=task.eval_size,
-        eval_seed=task.eval_seed,
-    )
-
-
-def vllm_settings(config: RunConfig):
-    """What each vLLM sidecar is started with, from the config's vllm and rollout sections."""
-    from rollverify.engines.vllm_engine import VLLMSettings
-
-    vllm = config.vllm
-    return VLLMSettings(
-        model=config.model_path(),
-        dtype=config.model.dtype,
-        max_model_len=vllm.max_model_len,
-        slots_per_engine=config.rollout.slots // vllm.engines,
-        engines=vllm.engines,
-        tensor_parallel_size=vllm.tensor_parallel_size,
-        gpu_memory_utilization=vllm.gpu_memory_utilization,
-        enforce_eager=vllm.enforce_eager,
-        cpu_kv_cache_gib=vllm.cpu_kv_cache_gib,
-    )
-
-
-def make_engine(config: RunConfig, model=None, tokenizer=None) -> RolloutEngine:
-    """The configured engine, not started yet (see `engine_running`). The in-process engine
-    copies `model` (default: the base model of model.path); sidecars load their own."""
-    rollout = config.rollout
-    if config.engine() == "vllm":
-        from rollverify.engines.vllm_engine import VLLMEngine
-
-        return VLLMEngine(
-            vllm_settings(config),
-            max_new_tokens=rollout.max_new_tokens,
-            temperature=rollout.temperature,
-            seed=config.train.seed,
-        )
-    if tokenizer is None:
-        tokenizer = AutoTokenizer.from_pretrained(config.model_path())
-    if model is None:
-        model = AutoModelForCausalLM.from_pretrained(config.model_path())
-    return HFEngine(
-        model,
-        slots=rollout.slots,
-        max_new_tokens=rollout.max_new_tokens,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        temperature=rollout.temperature,
-        seed=config.train.seed,
-    )
-
-
-@contextmanager
-def engine_running(engine: RolloutEngine, config: RunConfig) -> Iterator[RolloutEngine]:
-    """Start the engine (and Ray, for sidecars); always stop both, on errors and Ctrl-C too."""
-    if config.engine() == "vllm":
-        from rollverify.engines.ray_runtime import running_engine
-
-        with running_engine(engine, config.vllm.ray_address):
-            yield engine
-    else:
-        engine.start()
-        try:
-            yield engine
-        finally:
-            engine.shutdown()
-
-
-def check_engine_fits(engine: RolloutEngine, config: RunConfig) -> None:
-    """A reused engine must have been built for this config's rollout settings."""
-    rollout = config.rollout
-    for field, wanted, actual in [
-        ("slots", rollout.slots, engine.slots),
-        ("max_new_tokens", rollout.max_new_tokens, engine.max_new_tokens),
-        ("temperature", rollout.temperature, engine.temperature),
-    ]:
-        if wanted != actual:
-            raise ValueError(
-                f"rollout.{field}: {wanted} in the config, but the running engine was started "
-                f"with {actual}; use the engine's value or start another engine"
-            )
 
 
 def run_dir_for(config: RunConfig) -> Path:
@@ -310,15 +209,17 @@ def _train(plan: RunPlan, engine: RolloutEngine, model, tokenizer) -> TrainingLo
                 start_step=plan.step,
             )
             if checkpoint is None:
-                loop.eval_before = loop.evaluate()
-                tracker.log_metrics({EVAL_ACCURACY: loop.eval_before}, step=0)
-                plan.on_step(0, {EVAL_ACCURACY: loop.eval_before})
+                loop.counters.eval_before = loop.evaluate()
+                tracker.log_metrics({EVAL_ACCURACY: loop.counters.eval_before}, step=0)
+                plan.on_step(0, {EVAL_ACCURACY: loop.counters.eval_before})
             else:
                 restore_loop(loop, checkpoint)
                 loop.trainer.resume_from = checkpoint  # read by the trainer's resume hooks
-                if loop.eval_pending:  # a stop skipped it; evaluation leaves training's RNG be
+                if (
+                    loop.counters.eval_pending
+                ):  # a stop skipped it; evaluation leaves training's RNG be
                     tracker.log_metrics({EVAL_ACCURACY: loop.evaluate()}, step=plan.step)
-                    loop.eval_pending = False
+                    loop.counters.eval_pending = False
                 plan.on_step(plan.step, {})
             loop.trainer.train(
                 resume_from_checkpoint=str(checkpoint.folder) if checkpoint is not None else None
@@ -333,7 +234,7 @@ def _train(plan: RunPlan, engine: RolloutEngine, model, tokenizer) -> TrainingLo
 
 
 def _summary(plan: RunPlan, loop: TrainingLoop, wall_seconds: float) -> RunSummary:
-    first, last = loop.first_metrics, loop.last_metrics
+    counters, last = loop.counters, loop.last_metrics
     return RunSummary(
         run_dir=str(plan.run_dir),
         run_id=loop.tracker.run_id,
@@ -341,15 +242,15 @@ def _summary(plan: RunPlan, loop: TrainingLoop, wall_seconds: float) -> RunSumma
         method=loop.method.name,
         seed=plan.config.train.seed,
         steps=plan.config.train.steps,
-        eval_accuracy_before=loop.eval_before,
-        eval_accuracy_after=loop.last_eval if loop.last_eval is not None else math.nan,
-        reward_mean_first=first.get(REWARD_MEAN, math.nan),
+        eval_accuracy_before=counters.eval_before,
+        eval_accuracy_after=counters.last_eval if counters.last_eval is not None else math.nan,
+        reward_mean_first=counters.first_metrics.get(REWARD_MEAN, math.nan),
         reward_mean_last=last.get(REWARD_MEAN, math.nan),
         ops_mean_last=last.get(OPS_MEAN, math.nan),
         acceptance_window_mean=loop.monitor.window_mean,
         switch_step=loop.monitor.switch_step,
         wall_seconds=wall_seconds,
-        device_seconds=loop.device_seconds,
+        device_seconds=counters.device_seconds,
     )
 
 

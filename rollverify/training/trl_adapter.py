@@ -13,7 +13,7 @@ in a step. Our task's prompt stream feeds the engine instead.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from datasets import Dataset
@@ -23,9 +23,14 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rollverify.checkpoint_files import Checkpoint
 from rollverify.config import RunConfig
+from rollverify.faults import kill_point
 from rollverify.methods import Method
+from rollverify.rollout import RolloutResult
 from rollverify.training.run_state import load_optimizer_and_scheduler, restore_rng
 from rollverify.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from rollverify.training.loop import TrainingLoop
 
 
 class BehaviorRatioGRPOTrainer(GRPOTrainer):
@@ -92,6 +97,26 @@ class BehaviorRatioGRPOTrainer(GRPOTrainer):
         return logps.float().cpu()
 
 
+def rollout_output(result: RolloutResult, keep: torch.Tensor, mask_dropped: bool) -> dict:
+    """The batch as TRL's rollout_func returns it: token ids, behavior log-probs, and the
+    columns our reward function reads (answer, keep). mask_dropped: samples a filter dropped
+    get env_mask 0 (no tokens in the loss) beside their reward None."""
+    trajectories = list(result.trajectories())
+    answers = [a for a, group in zip(result.answers, result.groups, strict=True) for _ in group]
+    output: dict[str, list] = {
+        "prompt_ids": [t.prompt_ids.tolist() for t in trajectories],
+        "completion_ids": [t.token_ids.tolist() for t in trajectories],
+        "logprobs": [t.behavior_logprobs.tolist() for t in trajectories],
+        "answer": answers,
+        "keep": keep.tolist(),
+    }
+    if mask_dropped:
+        output["env_mask"] = [
+            [int(k)] * len(t) for k, t in zip(keep.tolist(), trajectories, strict=True)
+        ]
+    return output
+
+
 def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfig:
     """TRL's config from ours: one optimizer step per rollout, B*G completions per step."""
     train, rollout = config.train, config.rollout
@@ -152,3 +177,32 @@ def build_trainer(
     for printer in (PrinterCallback, ProgressCallback):  # rvctl shows progress, not TRL
         trainer.remove_callback(printer)
     return trainer
+
+
+class LoopCallback(TrainerCallback):
+    """Hands TRL's step boundaries to the loop: after the update, then the log and the
+    checkpoint (after the log, so a resumed run draws the random numbers this one would).
+    A step is logged once, the first time TRL logs at a new `global_step`."""
+
+    def __init__(self, loop: TrainingLoop, logged_step: int = 0, resuming: bool = False):
+        self.loop = loop
+        self.logged_step = logged_step
+        self.resuming = resuming
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not self.resuming:  # step 0: a run killed before its first checkpoint resumes too
+            self.loop.checkpoint()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        kill_point("train", state.global_step)  # tests: optimizer stepped, nothing synced
+        self.loop.after_update(state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.global_step <= self.logged_step:  # the end-of-training summary, or a repeat
+            return
+        self.logged_step = state.global_step
+        self.loop.log(state.global_step, logs or {})
+        if self.loop.scheduled(state.global_step, self.loop.config.train.checkpoint_every):
+            self.loop.checkpoint()
+        if self.loop.stop.requested:
+            self.loop.stop_here()

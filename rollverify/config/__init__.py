@@ -1,0 +1,45 @@
+"""One typed config for a run. Every field documents the rule it follows; `load_config` checks
+them all and reports every problem at once, each naming the field and the fix.
+
+    rvctl train --config experiments/default.yaml --method rollverify
+
+Files are short diffs of these defaults (the embedded default: a tiny Qwen3 on the chain task,
+CPU, in-process engine). Relative paths in a file resolve against its folder, then the working
+directory, then the package's shipped data (rollverify/paths.py); a shipped one keeps its name.
+The parts:
+
+    sections.py       the sections (model, task, rollout, verify, train, vllm, tracking, cost),
+                      each field with its default, its meaning and its rule (field.py)
+    run_config.py     RunConfig: the sections together, and what a run derives from them
+    load.py           load_config: defaults <- YAML file <- overrides; ConfigError
+    coercion.py       each value checked against its type and rule; unknown keys named
+    resolve_paths.py  the config's paths found, or reported
+    check_links.py    values linked to each other, checked together
+"""
+
+from rollverify.config.load import ConfigError, load_config
+from rollverify.config.run_config import RunConfig
+from rollverify.config.sections import (
+    CostConfig,
+    ModelConfig,
+    RolloutConfig,
+    TaskConfig,
+    TrackingConfig,
+    TrainConfig,
+    VerifyConfig,
+    VLLMConfig,
+)
+
+__all__ = [
+    "ConfigError",
+    "CostConfig",
+    "ModelConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "TaskConfig",
+    "TrackingConfig",
+    "TrainConfig",
+    "VLLMConfig",
+    "VerifyConfig",
+    "load_config",
+]

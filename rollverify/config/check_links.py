@@ -1,0 +1,53 @@
+"""Values linked to each other, checked together once every field is valid on its own."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rollverify.config.run_config import RunConfig
+
+
+def check_links(config: RunConfig, problems: list[str]) -> None:
+    rollout = config.rollout
+    if (
+        rollout.max_inflight_groups is not None
+        and rollout.max_inflight_groups < rollout.batch_groups
+    ):
+        problems.append(
+            "rollout.max_inflight_groups: must be >= rollout.batch_groups "
+            f"({rollout.batch_groups}), got {rollout.max_inflight_groups}; raise it or set null"
+        )
+    if config.rollout.slots % config.vllm.engines:
+        problems.append(
+            f"vllm.engines: rollout.slots ({config.rollout.slots}) must split evenly over "
+            f"{config.vllm.engines} engines; change either"
+        )
+    if config.vllm.max_model_len <= rollout.max_new_tokens:
+        problems.append(
+            f"vllm.max_model_len: must exceed rollout.max_new_tokens ({rollout.max_new_tokens}) "
+            f"by the longest prompt, got {config.vllm.max_model_len}; raise it"
+        )
+    if config.train.epsilon_high < config.train.epsilon:
+        problems.append(
+            f"train.epsilon_high: must be >= train.epsilon ({config.train.epsilon}), got "
+            f"{config.train.epsilon_high}"
+        )
+    unwritable = _unwritable(Path(config.output))
+    if unwritable:
+        problems.append(
+            f"output: cannot write runs to {config.output} ({unwritable}); pick a folder you can "
+            "write (--output)"
+        )
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why runs could not be written under `folder` (created if missing), or None."""
+    existing = folder.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"no write permission on {existing}"
+    return None

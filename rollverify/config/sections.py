@@ -1,0 +1,240 @@
+"""The sections of a run's config, one dataclass each: every field with its default, what it
+means and the rule its value follows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rollverify.config.field import at_least_one, config_field, positive
+from rollverify.methods import METHODS
+
+
+@dataclass
+class ModelConfig:
+    path: str = config_field(
+        "models/tiny-qwen3-chain",
+        "Folder with a transformers causal LM + tokenizer, or a hub id. Relative: to the "
+        "config's folder, else the working directory, else the package's data (the default, "
+        "the shipped ~0.6M-parameter Qwen3).",
+    )
+    dtype: Literal["float32", "bfloat16"] = config_field(
+        "float32", "Weights dtype; bfloat16 on GPUs."
+    )
+
+
+@dataclass
+class TaskConfig:
+    name: Literal["chain", "math"] = config_field(
+        "chain", "chain: the synthetic long-tail task; math: real math (data/math) on GPUs."
+    )
+    max_steps: int = config_field(
+        32, "chain: longest chain; P(n) ~ n^-alpha over 1..max_steps.", at_least_one, ">= 1"
+    )
+    alpha: float = config_field(
+        1.3, "chain: tail exponent; smaller = heavier tail.", positive, "> 0"
+    )
+    train_file: str = config_field(
+        "data/math/math_train.json", "math: training problems (a path as for model.path)."
+    )
+    eval_file: str = config_field(
+        "data/math/math500.json", "math: held-out problems (a path as for model.path)."
+    )
+    eval_size: int = config_field(
+        256, "Held-out problems in each evaluation.", at_least_one, ">= 1"
+    )
+    eval_samples: int = config_field(
+        1, "Samples per eval problem (accuracy = mean reward).", at_least_one, ">= 1"
+    )
+    eval_seed: int = config_field(
+        12345,
+        "Seed of the held-out set and of eval sampling (fixed, so "
+        "every run is scored on the same problems).",
+    )
+
+
+@dataclass
+class RolloutConfig:
+    engine: Literal["auto", "hf", "vllm"] = config_field(
+        "auto",
+        "vllm: the vLLM sidecar (Ray actors, section vllm); hf: the in-process transformers "
+        "engine; auto: vllm wherever vLLM imports, else hf.",
+    )
+    slots: int = config_field(
+        64, "Trajectories generated at once (engine batch).", at_least_one, ">= 1"
+    )
+    batch_groups: int = config_field(
+        8, "B: complete groups (prompts) trained per step.", at_least_one, ">= 1"
+    )
+    group_size: int = config_field(
+        8, "G: samples per prompt (GRPO group).", lambda x: x >= 2, ">= 2"
+    )
+    max_new_tokens: int = config_field(
+        288, "Token budget per response (chain: the longest is 281).", at_least_one, ">= 1"
+    )
+    temperature: float = config_field(
+        1.0, "Sampling temperature (the loss uses the same).", positive, "> 0"
+    )
+    max_inflight_groups: int | None = config_field(
+        None,
+        "Partial methods: most groups in play at once (None: as many as keep the slots "
+        "full). Equal to batch_groups, partial rollout never pauses and equals grpo.",
+        lambda x: x is None or x >= 1,
+        ">= 1 or null",
+    )
+
+
+@dataclass
+class VerifyConfig:
+    ops_metric: Literal["abs_ratio", "abs_log_ratio", "k3"] = config_field(
+        "abs_ratio", "Token OPS: |r-1|, |log r| or k3 (spec)."
+    )
+    ds: float = config_field(
+        0.01,
+        "Sequence-stage threshold on a segment's mean OPS; inf disables. The paper's 0.01; on "
+        "the tiny default (lr 5e-4) it keeps 66-97% of cached tokens early, ~100% later.",
+        positive,
+        "> 0 (inf allowed)",
+        allow_inf=True,
+    )
+    dt: float = config_field(
+        2.0,
+        "Token-stage threshold on one token's OPS; inf disables.",
+        positive,
+        "> 0 (inf allowed)",
+        allow_inf=True,
+    )
+    window: int = config_field(8, "Acceptance-rate window (cycles).", at_least_one, ">= 1")
+    switch_threshold: float = config_field(
+        0.5, "Switch to on-policy when the window mean is below.", lambda x: 0 < x <= 1, "in (0, 1]"
+    )
+    staleness_bound: int = config_field(
+        2,
+        "staleness-filter: drop samples staler than this many versions.",
+        lambda x: x >= 0,
+        ">= 0",
+    )
+    ops_bound: float = config_field(
+        0.05, "ops-filter: drop samples whose sequence OPS exceeds this.", positive, "> 0"
+    )
+
+
+@dataclass
+class TrainConfig:
+    method: str = config_field(
+        "rollverify",
+        f"One of: {', '.join(METHODS)}.",
+        lambda x: x in METHODS,
+        f"one of {', '.join(METHODS)}",
+    )
+    steps: int = config_field(60, "Optimizer steps.", at_least_one, ">= 1")
+    seed: int = config_field(
+        0, "Seeds data order, sampling and initial RNG.", lambda x: 0 <= x < 2**32, "in [0, 2**32)"
+    )
+    learning_rate: float = config_field(
+        5e-4,
+        "AdamW learning rate (constant after warmup). Tiny default: 1e-3 oscillates after ~20 "
+        "steps (measured), 5e-4 climbs steadily.",
+        positive,
+        "> 0",
+    )
+    warmup_steps: int = config_field(0, "Linear warmup steps.", lambda x: x >= 0, ">= 0")
+    loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = config_field(
+        "dapo", "TRL loss aggregation for methods that keep the clipped surrogate."
+    )
+    epsilon: float = config_field(0.2, "Clip range of the ratio pi/mu (low side).", positive, "> 0")
+    epsilon_high: float = config_field(
+        0.28, "Clip range, high side (DAPO clip-higher).", positive, "> 0"
+    )
+    beta: float = config_field(
+        0.0, "KL coefficient to the base model (0: no reference model).", lambda x: x >= 0, ">= 0"
+    )
+    max_grad_norm: float = config_field(1.0, "Gradient clipping.", positive, "> 0")
+    threads: int = config_field(
+        0, "torch threads (0: leave torch's default).", lambda x: x >= 0, ">= 0"
+    )
+    devices: int = config_field(
+        1,
+        "Devices the trainer holds, for the cost ledger (GPUs; on CPU 1, its process). The "
+        "engines hold vllm.engines x vllm.tensor_parallel_size more.",
+        at_least_one,
+        ">= 1",
+    )
+    checkpoint_every: int = config_field(
+        10,
+        "Write a checkpoint every this many steps (also at the end and on SIGINT/SIGTERM); "
+        "0: only then. `rvctl resume RUN_DIR` continues from the last good one.",
+        lambda x: x >= 0,
+        ">= 0",
+    )
+    keep_checkpoints: int = config_field(
+        3, "Checkpoints kept per run (the newest).", at_least_one, ">= 1"
+    )
+    eval_every: int = config_field(
+        20,
+        "Evaluate every this many steps (and at the end); 0: only at the start and the end.",
+        lambda x: x >= 0,
+        ">= 0",
+    )
+
+
+@dataclass
+class VLLMConfig:
+    engines: int = config_field(
+        1,
+        "Sidecar engines, one Ray actor each; rollout.slots are split evenly between them.",
+        at_least_one,
+        ">= 1",
+    )
+    tensor_parallel_size: int = config_field(
+        1, "GPUs per engine (tensor parallel).", at_least_one, ">= 1"
+    )
+    gpu_memory_utilization: float = config_field(
+        0.85, "Share of each GPU vLLM may use (GPU only).", lambda x: 0 < x <= 1, "in (0, 1]"
+    )
+    max_model_len: int = config_field(
+        512, "Longest prompt + response (>= prompt + max_new_tokens).", at_least_one, ">= 1"
+    )
+    enforce_eager: bool = config_field(
+        True, "No CUDA graphs / compilation (required on CPU; set false on GPUs for speed)."
+    )
+    cpu_kv_cache_gib: int = config_field(
+        1,
+        "CPU only: KV cache per engine, whole GiB (vLLM's automatic size took ~45 s to warm up "
+        "on 2 cores, measured).",
+        at_least_one,
+        ">= 1",
+    )
+    sync_check_tolerance: float = config_field(
+        1e-3,
+        "After each weight sync the engine's log-probs of a probe sequence must match "
+        "the trainer's within this (fp32: 1e-3; bf16 needs more: 0.1 in the GPU config).",
+        positive,
+        "> 0",
+    )
+    ray_address: str | None = config_field(
+        None, "Ray cluster to join (None: a private local Ray on 127.0.0.1)."
+    )
+
+
+@dataclass
+class TrackingConfig:
+    uri: str | None = config_field(
+        None, "MLflow tracking URI; None: sqlite file in the output folder."
+    )
+    experiment: str = config_field("rollverify", "MLflow experiment name.")
+
+
+@dataclass
+class CostConfig:
+    gpu: Literal["a100", "h100", "h200", "b200"] = config_field(
+        "h100",
+        "The GPU whose spec sheet prices each step's work (rollverify/costmodel/): the "
+        "modeled_* metrics and modeled_gpu_days, beside the measured device-seconds.",
+    )
+    layout: Literal["auto", "colocated", "disaggregated"] = config_field(
+        "auto",
+        "colocated: the same GPUs roll out, then train (max of train.devices and the engines' "
+        "GPUs); disaggregated: the engines' GPUs (vllm.engines x tensor_parallel_size) beside "
+        "the trainer's; auto: colocated for the in-process engine, disaggregated for vLLM.",
+    )

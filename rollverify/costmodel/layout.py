@@ -1,0 +1,25 @@
+"""Where a run's work runs: which GPUs roll out and which train."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a run's work runs. colocated: the same GPUs roll out, then train (the paper's
+    setup; the in-process engine); disaggregated: the engines hold GPUs of their own, idle
+    while the trainer works and the other way round (synchronous RL: no overlap)."""
+
+    kind: Literal["colocated", "disaggregated"]
+    trainer_gpus: int
+    engines: int = 1
+    tensor_parallel: int = 1
+
+    @property
+    def gpus(self) -> int:
+        engine_gpus = self.engines * self.tensor_parallel
+        if self.kind == "colocated":
+            return max(self.trainer_gpus, engine_gpus)
+        return self.trainer_gpus + engine_gpus

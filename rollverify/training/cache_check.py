@@ -1,0 +1,62 @@
+"""Check the cache after an update: score the cached unfinished trajectories under the new
+policy and, for methods that verify, truncate each at its first off-policy segment or token
+(rollverify/verify.py), count the acceptance rate and maybe switch (rollverify/switching.py).
+Methods that do not verify only measure the cache's OPS, for the logs."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from rollverify.config import VerifyConfig
+from rollverify.methods import Method
+from rollverify.ops import sequence_ops, token_ops
+from rollverify.switching import AcceptanceMonitor
+from rollverify.trace import scoring_work
+from rollverify.training.records import CacheCheck
+from rollverify.trajectory import PaddedTrajectories, Trajectory, TrajectoryCache
+from rollverify.verify import verify
+
+
+def check_cache(
+    cache: TrajectoryCache,
+    trainer,
+    method: Method,
+    cfg: VerifyConfig,
+    monitor: AcceptanceMonitor,
+    step: int,
+) -> CacheCheck:
+    """`trainer.current_logprobs` scores under the weights just updated (trl_adapter.py)."""
+    cached = [t for t in cache if not t.finished and len(t) > 0]
+    if not cached:
+        return CacheCheck()
+    batch = PaddedTrajectories.of(cached)
+    current = trainer.current_logprobs(cached)
+    ops = token_ops(current, batch.behavior_logprobs, cfg.ops_metric, mask=batch.mask)
+    lengths = batch.mask.sum(-1)
+    kept = lengths
+    if method.verify:
+        dt = cfg.dt if method.token_stage else math.inf
+        kept = verify(ops, batch.versions, batch.mask, cfg.ds, dt)
+        for trajectory, k in zip(cached, kept.tolist(), strict=True):
+            trajectory.truncate(k)
+        if method.switching:
+            monitor.update(kept.sum(), lengths.sum(), step=step)
+    kept_mask = batch.mask & (torch.arange(batch.mask.shape[1]) < kept[:, None])
+    nonempty = kept > 0
+    return CacheCheck(
+        trajectories=len(cached),
+        tokens_before=int(lengths.sum()),
+        tokens_kept=int(kept.sum()),
+        ops_before=sequence_ops(ops, batch.mask).mean().item(),
+        ops_after=(
+            sequence_ops(ops, kept_mask)[nonempty].mean().item() if nonempty.any() else math.nan
+        ),
+        scored=forward_work(cached),
+    )
+
+
+def forward_work(trajectories: list[Trajectory]) -> tuple[int, int]:
+    """(tokens, attended) of one forward over prompt + generated tokens of each trajectory."""
+    return scoring_work([len(t.prompt_ids) for t in trajectories], [len(t) for t in trajectories])

@@ -1,0 +1,114 @@
+"""A run's parts, made from its config: the task, and the rollout engine (one factory for
+every backend), started and always stopped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rollverify.config import RunConfig
+from rollverify.engines.hf_engine import HFEngine
+from rollverify.engines.protocol import RolloutEngine
+from rollverify.tasks.base import Task
+from rollverify.tasks.chain import ChainTask, ChainTaskConfig
+
+
+def make_task(config: RunConfig, tokenizer) -> Task:
+    task = config.task
+    if task.name == "chain":
+        return ChainTask(
+            tokenizer,
+            ChainTaskConfig(task.max_steps, task.alpha),
+            seed=config.train.seed,
+            eval_size=task.eval_size,
+            eval_seed=task.eval_seed,
+        )
+    from rollverify.tasks.math_task import MathTask  # math-verify/sympy: import only if used
+
+    return MathTask(
+        tokenizer,
+        task.train_file,
+        task.eval_file,
+        seed=config.train.seed,
+        eval_size=task.eval_size,
+        eval_seed=task.eval_seed,
+    )
+
+
+def vllm_settings(config: RunConfig):
+    """What each vLLM sidecar is started with, from the config's vllm and rollout sections."""
+    from rollverify.engines.vllm_engine import VLLMSettings
+
+    vllm = config.vllm
+    return VLLMSettings(
+        model=config.model_path(),
+        dtype=config.model.dtype,
+        max_model_len=vllm.max_model_len,
+        slots_per_engine=config.rollout.slots // vllm.engines,
+        engines=vllm.engines,
+        tensor_parallel_size=vllm.tensor_parallel_size,
+        gpu_memory_utilization=vllm.gpu_memory_utilization,
+        enforce_eager=vllm.enforce_eager,
+        cpu_kv_cache_gib=vllm.cpu_kv_cache_gib,
+    )
+
+
+def make_engine(config: RunConfig, model=None, tokenizer=None) -> RolloutEngine:
+    """The configured engine, not started yet (see `engine_running`). The in-process engine
+    copies `model` (default: the base model of model.path); sidecars load their own."""
+    rollout = config.rollout
+    if config.engine() == "vllm":
+        from rollverify.engines.vllm_engine import VLLMEngine
+
+        return VLLMEngine(
+            vllm_settings(config),
+            max_new_tokens=rollout.max_new_tokens,
+            temperature=rollout.temperature,
+            seed=config.train.seed,
+        )
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(config.model_path())
+    if model is None:
+        model = AutoModelForCausalLM.from_pretrained(config.model_path())
+    return HFEngine(
+        model,
+        slots=rollout.slots,
+        max_new_tokens=rollout.max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        temperature=rollout.temperature,
+        seed=config.train.seed,
+    )
+
+
+@contextmanager
+def engine_running(engine: RolloutEngine, config: RunConfig) -> Iterator[RolloutEngine]:
+    """Start the engine (and Ray, for sidecars); always stop both, on errors and Ctrl-C too."""
+    if config.engine() == "vllm":
+        from rollverify.engines.ray_runtime import running_engine
+
+        with running_engine(engine, config.vllm.ray_address):
+            yield engine
+    else:
+        engine.start()
+        try:
+            yield engine
+        finally:
+            engine.shutdown()
+
+
+def check_engine_fits(engine: RolloutEngine, config: RunConfig) -> None:
+    """A reused engine must have been built for this config's rollout settings."""
+    rollout = config.rollout
+    for field, wanted, actual in [
+        ("slots", rollout.slots, engine.slots),
+        ("max_new_tokens", rollout.max_new_tokens, engine.max_new_tokens),
+        ("temperature", rollout.temperature, engine.temperature),
+    ]:
+        if wanted != actual:
+            raise ValueError(
+                f"rollout.{field}: {wanted} in the config, but the running engine was started "
+                f"with {actual}; use the engine's value or start another engine"
+            )

@@ -1,0 +1,26 @@
+"""After every weight sync the engine must score a fixed probe sequence as the trainer does:
+otherwise it would sample from a policy other than the one being trained, and every ratio
+pi/mu of the next step would be wrong without anything failing."""
+
+from __future__ import annotations
+
+import torch
+
+from rollverify.engines.protocol import RolloutEngine, SyncCheckError, probe_logprobs_of
+
+
+def check_weight_sync(
+    engine: RolloutEngine, model: torch.nn.Module, probe: torch.Tensor, tolerance: float, step: int
+) -> float:
+    """The largest gap between engine and trainer log-probs of `probe`; SyncCheckError if it
+    exceeds `tolerance` (vllm.sync_check_tolerance: bf16 engines round)."""
+    engine_logprobs = engine.probe_logprobs(probe.tolist())  # [replicas, T-1]
+    trainer_logprobs = probe_logprobs_of(model, probe.tolist())[None]
+    gap = (engine_logprobs - trainer_logprobs).abs().max().item()
+    if not gap <= tolerance:
+        raise SyncCheckError(
+            f"weight sync check failed after step {step}: engine and trainer log-probs of "
+            f"the probe differ by {gap:.2e} > vllm.sync_check_tolerance {tolerance:g}; the "
+            "engine would sample from a policy other than the one being trained"
+        )
+    return gap

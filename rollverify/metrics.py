@@ -69,6 +69,14 @@ STEP = (
     SYNC_LOGPROB_GAP,
 )
 
+# What a command shows live, per step: (metric, short label).
+LIVE = (
+    (REWARD_MEAN, "reward"),
+    (OPS_MEAN, "OPS"),
+    (ACCEPTANCE_RATE, "accept"),
+    (EVAL_ACCURACY, "eval"),
+)
+
 # The cost ledger's cumulative figures (rollverify/ledger.py).
 COST_DEVICE_SECONDS = "cost_device_seconds"
 COST_GPU_DAYS = "cost_gpu_days"

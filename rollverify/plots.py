@@ -11,17 +11,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rollverify import metrics as m
+
 if TYPE_CHECKING:
     from rollverify.report import RunRecord
 
 # metric name (docs/metrics.md) -> axis label
 PLOT_METRICS = {
-    "reward_mean": "reward (mean)",
-    "entropy_mean": "token entropy (mean)",
-    "ops_mean": "sequence OPS (mean)",
-    "acceptance_rate": "acceptance rate",
-    "response_length_mean": "response length (tokens)",
-    "eval_accuracy": "eval accuracy",
+    m.REWARD_MEAN: "reward (mean)",
+    m.ENTROPY_MEAN: "token entropy (mean)",
+    m.OPS_MEAN: "sequence OPS (mean)",
+    m.ACCEPTANCE_RATE: "acceptance rate",
+    m.RESPONSE_LENGTH_MEAN: "response length (tokens)",
+    m.EVAL_ACCURACY: "eval accuracy",
 }
 
 

@@ -19,18 +19,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rollverify import metrics as m
+
 PARENT_KINDS = ("compare", "sweep")
 # The metrics the tables and plots read (names from docs/metrics.md); others are not fetched.
 REPORT_METRICS = (
-    "eval_accuracy",
-    "cost_gpu_days",
-    "modeled_gpu_days",
-    "ops_mean",
-    "acceptance_rate",
-    "switched",
-    "reward_mean",
-    "entropy_mean",
-    "response_length_mean",
+    m.EVAL_ACCURACY,
+    m.COST_GPU_DAYS,
+    m.MODELED_GPU_DAYS,
+    m.OPS_MEAN,
+    m.ACCEPTANCE_RATE,
+    m.SWITCHED,
+    m.REWARD_MEAN,
+    m.ENTROPY_MEAN,
+    m.RESPONSE_LENGTH_MEAN,
 )
 # Two-sided 95% Student t quantiles t(0.975, dof), used when scipy is not installed.
 _T95 = {
@@ -318,19 +320,19 @@ def t_critical_95(dof: int) -> float:
 def _summary(group: Sequence[RunRecord]) -> dict[str, Any]:
     """Means over the finished runs of a group; unfinished ones are only counted."""
     done = [r for r in group if r.finished]
-    accuracy, ci95 = mean_ci95(_present(r.last("eval_accuracy") for r in done))
-    switches = _present(_first_step(r, "switched", lambda v: v >= 0.5) for r in done)
+    accuracy, ci95 = mean_ci95(_present(r.last(m.EVAL_ACCURACY) for r in done))
+    switches = _present(_first_step(r, m.SWITCHED, lambda v: v >= 0.5) for r in done)
     return {
         "status": "finished" if done else "unfinished",
         "seeds": len(done),
         "unfinished": len(group) - len(done),
-        "eval_accuracy_before": _mean(r.history.get("eval_accuracy", {}).get(0) for r in done),
+        "eval_accuracy_before": _mean(r.history.get(m.EVAL_ACCURACY, {}).get(0) for r in done),
         "eval_accuracy_mean": accuracy,
         "eval_accuracy_ci95": ci95,
-        "gpu_days": _mean(r.last("cost_gpu_days") for r in done),
-        "modeled_gpu_days": _mean(r.last("modeled_gpu_days") for r in done),
-        "ops_mean": _mean(_mean(r.history.get("ops_mean", {}).values()) for r in done),
-        "acceptance_rate_final": _mean(r.last("acceptance_rate") for r in done),
+        "gpu_days": _mean(r.last(m.COST_GPU_DAYS) for r in done),
+        "modeled_gpu_days": _mean(r.last(m.MODELED_GPU_DAYS) for r in done),
+        "ops_mean": _mean(_mean(r.history.get(m.OPS_MEAN, {}).values()) for r in done),
+        "acceptance_rate_final": _mean(r.last(m.ACCEPTANCE_RATE) for r in done),
         # median over the seeds that switched
         "switch_step": statistics.median(switches) if switches else None,
     }

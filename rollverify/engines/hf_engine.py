@@ -5,8 +5,8 @@ take queued trajectories at once (their prefill yields their first token). Admit
 prefilled in groups of similar length (engines/batching.py), each group left-padded to its
 longest. Running rows are kept in bands of similar length (engines/banded_kv.py), so a short
 row never attends to a long row's padding. Rows that finish and rows that join are applied in
-one rebuild per step, which bands the rows again. Everything is synchronous and seeded, so a run is reproducible on
-CPU, pauses included.
+one rebuild per step, which bands the rows again. Everything is synchronous and seeded, so a
+run is reproducible on CPU, pauses included.
 
 Sampling is from the full softmax at `temperature` (no top-k/top-p); the behavior log-prob of
 a token is log_softmax(logits / temperature), the quantity TRL's loss recomputes.

@@ -10,6 +10,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
+from rollverify.metrics import LIVE
 from rvctl.options import (
     ConfigOption,
     EngineOption,
@@ -20,13 +21,6 @@ from rvctl.options import (
     run_overrides,
 )
 from rvctl.output import Format, stderr
-
-LIVE_METRICS = [
-    ("reward_mean", "reward"),
-    ("ops_mean", "OPS"),
-    ("acceptance_rate", "accept"),
-    ("eval_accuracy", "eval"),
-]
 
 
 def compare(
@@ -96,10 +90,10 @@ class Board:
 
     def table(self) -> Table:
         table = Table(title="rvctl compare")
-        for column in ["run", "status", "step", *(label for _, label in LIVE_METRICS)]:
+        for column in ["run", "status", "step", *(label for _, label in LIVE)]:
             table.add_column(column, justify="left" if column in ("run", "status") else "right")
         for child, row in self.rows.items():
-            cells = [f"{row[name]:.3g}" if name in row else "-" for name, _ in LIVE_METRICS]
+            cells = [f"{row[name]:.3g}" if name in row else "-" for name, _ in LIVE]
             table.add_row(child.name, row["status"], f"{row['step']}/{self.steps}", *cells)
         return table
 

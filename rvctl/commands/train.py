@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from rollverify.metrics import LIVE
 from rvctl.options import (
     ConfigOption,
     EngineOption,
@@ -149,12 +150,7 @@ def _print_summary(summary: Any, format: Format) -> None:
 
 def _live(metrics: dict[str, float]) -> str:
     parts = []
-    for name, label in [
-        ("reward_mean", "reward"),
-        ("ops_mean", "OPS"),
-        ("acceptance_rate", "accept"),
-        ("eval_accuracy", "eval"),
-    ]:
+    for name, label in LIVE:
         value = metrics.get(name)
         if value is not None and not math.isnan(value):
             parts.append(f"{label} {value:.3f}")

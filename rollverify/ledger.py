@@ -18,7 +18,7 @@ or filtered out; regenerated ones were generated again after a truncation.
 
 Beside the measured device-seconds (CPU process-seconds on a CPU: nothing a GPU user can
 price), the ledger sums what the same work would cost on GPUs: the cost model
-(rollverify/costmodel.py) applied to each step's trace gives modeled seconds per phase, and
+(rollverify/costmodel/) applied to each step's trace gives modeled seconds per phase, and
 `modeled_gpu_days` = modeled wall seconds x the GPUs of the modeled layout / 86,400.
 
 Measurement is not a method's cost: scoring done only to log a metric (the OPS of a batch the
@@ -83,7 +83,7 @@ class CostLedger:
         self.device_seconds[MEASURE] += seconds * self.layout.trainer
 
     def add_modeled(self, seconds: dict[str, float]) -> None:
-        """Modeled GPU wall seconds of some work, by phase (rollverify/costmodel.py)."""
+        """Modeled GPU wall seconds of some work, by phase (rollverify/costmodel/pricing.py)."""
         for phase, value in seconds.items():
             self.modeled_seconds[phase] += value
 

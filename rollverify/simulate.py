@@ -3,7 +3,7 @@
     rvctl simulate --config experiments/qwen3-8b-dapo-math.yaml --context 8192,65536
 
 For each (method, context, seed) the run's real schedules run against SimulatedEngine (a
-virtual clock priced by the cost model, rollverify/costmodel.py), unchanged:
+virtual clock priced by the cost model, rollverify/costmodel/), unchanged:
 - `rollout.collect`: synchronous or partial rollout;
 - the verification cycle's truncation of the cache (`Trajectory.truncate`);
 - the acceptance monitor and its one-way switch.

@@ -1,4 +1,4 @@
-"""The GPU cost model (rollverify/costmodel.py): shapes read from configs, roofline costs."""
+"""The GPU cost model (rollverify/costmodel/): shapes read from configs, roofline costs."""
 
 from __future__ import annotations
 

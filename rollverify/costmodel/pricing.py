@@ -17,7 +17,6 @@ from rollverify.costmodel.roofline import (
     train_seconds,
 )
 from rollverify.costmodel.shapes import ModelShape
-
 from rollverify.trace import EngineStep, TrainerStep
 
 

@@ -1,4 +1,4 @@
-"""What the work of a run would cost on GPUs: a roofline per operation, pure functions.
+"""What each operation of a run costs on a GPU: a roofline per operation, pure functions.
 
 Each operation takes the longer of its memory time and its compute time (the roofline: Williams,
 Waterman, Patterson, "Roofline", CACM 52(4), 2009), at the efficiency real stacks reach:
@@ -25,7 +25,6 @@ import math
 from rollverify.costmodel.gpus import Efficiency, GPUProfile
 from rollverify.costmodel.layout import Layout
 from rollverify.costmodel.shapes import ModelShape
-
 from rollverify.trace import EngineStep
 
 
@@ -71,6 +70,45 @@ def decode_step_seconds(
     """One decoding step of `rows` sequences whose contexts sum to `context` tokens."""
     step = EngineStep(rows, int(context), prefill_rows=0, prefill_tokens=0, prefill_attended=0)
     return engine_step_seconds(shape, gpu, efficiency, step, tensor_parallel)
+
+
+def decode_run_seconds(
+    shape: ModelShape,
+    gpu: GPUProfile,
+    efficiency: Efficiency,
+    rows: float,
+    context: float,
+    steps: int,
+    tensor_parallel: int = 1,
+) -> float:
+    """`steps` decoding iterations of the same `rows` rows, their contexts summing to `context`
+    at the first and growing by `rows` each iteration: the sum of `decode_step_seconds` over
+    them, in closed form (a simulator jumps from event to event, not token by token)."""
+    if rows <= 0 or steps <= 0:
+        return 0.0
+    bandwidth = tensor_parallel * gpu.bandwidth * efficiency.bandwidth
+    flops = tensor_parallel * gpu.peak_flops * efficiency.forward_flops
+    attention = 4 * shape.layers * shape.heads * shape.head_dim
+    # memory(i) = m0 + m1 i and compute(i) = c0 + c1 i at iteration i (context + rows i)
+    m0 = (shape.weight_bytes + context * shape.kv_bytes_per_token) / bandwidth
+    m1 = rows * shape.kv_bytes_per_token / bandwidth
+    c0 = (2 * shape.active_parameters * rows + attention * context) / flops
+    c1 = attention * rows / flops
+    fixed = efficiency.step_overhead + _all_reduce(shape, gpu, efficiency, rows, tensor_parallel)
+    # The larger of two lines: the one above at i = 0 until the other overtakes it (if it does:
+    # only a steeper line can), at the first integer past their crossing.
+    first, second = ((c0, c1), (m0, m1)) if c0 > m0 else ((m0, m1), (c0, c1))
+    cross = steps
+    if second[1] > first[1]:
+        cross = min(steps, math.ceil((first[0] - second[0]) / (second[1] - first[1])))
+    return _line_sum(*first, 0, cross) + _line_sum(*second, cross, steps) + steps * fixed
+
+
+def _line_sum(start: float, slope: float, lo: int, hi: int) -> float:
+    """The sum of start + slope x i over the integers i in [lo, hi)."""
+    if hi <= lo:
+        return 0.0
+    return (hi - lo) * start + slope * (hi * (hi - 1) - lo * (lo - 1)) / 2
 
 
 def _all_reduce(
@@ -145,42 +183,3 @@ def check_fits(shape: ModelShape, gpu: GPUProfile, tensor_parallel: int = 1) -> 
             f"tensor_parallel_size {tensor_parallel}; {gpu.name} has {gpu.memory / 1e9:.0f} GB"
         )
     return None
-
-
-def decode_run_seconds(
-    shape: ModelShape,
-    gpu: GPUProfile,
-    efficiency: Efficiency,
-    rows: float,
-    context: float,
-    steps: int,
-    tensor_parallel: int = 1,
-) -> float:
-    """`steps` decoding iterations of the same `rows` rows, their contexts summing to `context`
-    at the first and growing by `rows` each iteration: the sum of `decode_step_seconds` over
-    them, in closed form (a simulator jumps from event to event, not token by token)."""
-    if rows <= 0 or steps <= 0:
-        return 0.0
-    bandwidth = tensor_parallel * gpu.bandwidth * efficiency.bandwidth
-    flops = tensor_parallel * gpu.peak_flops * efficiency.forward_flops
-    attention = 4 * shape.layers * shape.heads * shape.head_dim
-    # memory(i) = m0 + m1 i and compute(i) = c0 + c1 i at iteration i (context + rows i)
-    m0 = (shape.weight_bytes + context * shape.kv_bytes_per_token) / bandwidth
-    m1 = rows * shape.kv_bytes_per_token / bandwidth
-    c0 = (2 * shape.active_parameters * rows + attention * context) / flops
-    c1 = attention * rows / flops
-    fixed = efficiency.step_overhead + _all_reduce(shape, gpu, efficiency, rows, tensor_parallel)
-    # The larger of two lines: the one above at i = 0 until the other overtakes it (if it does:
-    # only a steeper line can), at the first integer past their crossing.
-    first, second = ((c0, c1), (m0, m1)) if c0 > m0 else ((m0, m1), (c0, c1))
-    cross = steps
-    if second[1] > first[1]:
-        cross = min(steps, math.ceil((first[0] - second[0]) / (second[1] - first[1])))
-    return _line_sum(*first, 0, cross) + _line_sum(*second, cross, steps) + steps * fixed
-
-
-def _line_sum(start: float, slope: float, lo: int, hi: int) -> float:
-    """The sum of start + slope x i over the integers i in [lo, hi)."""
-    if hi <= lo:
-        return 0.0
-    return (hi - lo) * start + slope * (hi * (hi - 1) - lo * (lo - 1)) / 2

@@ -13,7 +13,7 @@ from rollverify.costmodel import GPUS, Layout, ModelShape, Pricing
 from rollverify.engines.hf_engine import HFEngine
 from rollverify.engines.protocol import RolloutEngine
 from rollverify.engines.simulated import SimulatedEngine
-from rollverify.training.run import vllm_settings
+from rollverify.training.parts import vllm_settings
 
 
 def protocol_members() -> set[str]:

@@ -95,7 +95,7 @@ class TrainingLoop:
         self.config, self.method, self.task, self.engine = config, method, task, engine
         self.tracker, self.on_step, self.run_dir = tracker, on_step, run_dir
         self.stop = stop if stop is not None else StopRequest()
-        # What each step's work would cost on GPUs (rollverify/costmodel.py): modeled_* metrics.
+        # What each step's work would cost on GPUs (rollverify/costmodel/): modeled_* metrics.
         self.pricing = Pricing(
             ModelShape.of(config.model_path()), GPUS[config.cost.gpu], config.cost_layout()
         )

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.setup-done
 # Never a bare torch (it pulls a multi-GB CUDA build): the CPU wheel, pinned, goes in first.
 TORCH_CPU := torch==2.13.0
 
-.PHONY: setup demo test lint format bench mutants mutation clean
+.PHONY: setup demo test test-fast lint format bench mutants mutation clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,11 @@ demo: setup
 # (xdist_group marks are not honoured with pytest 9.2 + xdist 3.8: measured.)
 test: setup
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+# The inner loop: every test but those marked slow (vLLM, Ray, long runs; docs/testing.md).
+# `make test` and .ci/run still run them all.
+test-fast: setup
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 lint: setup
 	$(VENV)/bin/ruff check .

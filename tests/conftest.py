@@ -31,3 +31,12 @@ def pytest_collection_modifyitems(items):
         return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=rank)  # stable: the order within a file stays
+    # A test that starts vLLM or Ray takes minutes here: `-m "not slow"` must leave it out.
+    unmarked = [
+        item.nodeid
+        for item in items
+        if any(item.get_closest_marker(m) for m in ("vllm", "ray"))
+        and not item.get_closest_marker("slow")
+    ]
+    if unmarked:
+        raise pytest.UsageError(f"vllm and ray tests must also be marked slow: {unmarked}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from mlflow.tracking import MlflowClient
 
 from rollverify.checkpoint_files import folder_for
@@ -22,23 +23,44 @@ TIMINGS = {
 }
 
 
+# The tiny run every end-to-end test starts from (each adds what it needs): a few seconds per
+# step on 2 CPU cores. Short chains, 2 groups of 2, 8 slots (so partial methods pause), 64 new
+# tokens, 3 steps, no evaluation but the base model's, one thread, the in-process hf engine.
+TINY: dict[str, object] = {
+    "train.steps": 3,
+    "train.eval_every": 0,
+    "train.threads": 1,
+    "task.max_steps": 6,
+    "task.eval_size": 8,
+    "rollout.batch_groups": 2,
+    "rollout.group_size": 2,
+    "rollout.slots": 8,
+    "rollout.max_new_tokens": 64,
+    "rollout.engine": "hf",
+}
+
+
 def tiny(tmp_path, method: str, **overrides) -> RunConfig:
-    """A few seconds per step: short chains, 2 groups of 2, 8 slots (so partial methods pause)."""
-    settings = {
-        "train.method": method,
-        "train.steps": 3,
-        "train.eval_every": 0,
-        "train.threads": 1,
-        "task.max_steps": 6,
-        "task.eval_size": 8,
-        "rollout.batch_groups": 2,
-        "rollout.group_size": 2,
-        "rollout.slots": 8,
-        "rollout.max_new_tokens": 64,
-        "rollout.engine": "hf",
-        "output": str(tmp_path),
-    }
+    """The tiny run of `method`, writing under tmp_path; overrides: dotted keys (load_config)."""
+    settings = TINY | {"train.method": method, "output": str(tmp_path)}
     return load_config(overrides=settings | overrides)
+
+
+def tiny_file(path: Path, *, leave_out: tuple[str, ...] = (), **overrides) -> Path:
+    """The tiny run as a YAML config file at `path` (for the CLI and `load_config(path)`):
+    TINY with overrides (dotted keys), without the keys in leave_out (their defaults apply,
+    or the command line's options)."""
+    settings = TINY | overrides
+    unknown = set(leave_out) - set(settings)
+    assert not unknown, f"leave_out names keys that are not set: {sorted(unknown)}"
+    nested: dict[str, dict] = {}
+    for key, value in settings.items():
+        if key not in leave_out:
+            section, name = key.split(".")
+            nested.setdefault(section, {})[name] = value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(nested))
+    return path
 
 
 def history(summary) -> dict[str, dict[int, float]]:

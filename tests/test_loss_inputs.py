@@ -220,6 +220,7 @@ def test_the_loss_level_methods_set_their_trl_loss(tmp_path):
     assert (gspo.epsilon, gspo.epsilon_high) == (3e-4, 4e-4)  # GSPO's sequence-level clip
 
 
+@pytest.mark.slow
 def test_the_loss_level_methods_train_differently_from_partial_and_each_other(tmp_path, batches):
     """Same seed, same first rollout: only the loss differs, and with it the weights. The
     trainer TRL built for each holds the loss asked for."""

@@ -14,20 +14,14 @@ from mlflow.tracking import MlflowClient
 
 from rollverify.config import load_config
 from rollverify.training.run import train
-from tests.runs import comparable, history, metric_history
+from tests.runs import comparable, history, metric_history, tiny_file
 
 RVCTL = [sys.executable, "-m", "rvctl.app"]
 
 
 def tiny_config(tmp_path: Path, threads: int = 1) -> Path:
-    """A few seconds per run: short chains, 2 groups of 2, 8 slots, 2 steps, hf engine."""
-    path = tmp_path / "tiny.yaml"
-    path.write_text(
-        "task: {max_steps: 6, eval_size: 8}\n"
-        "rollout: {engine: hf, batch_groups: 2, group_size: 2, slots: 8, max_new_tokens: 64}\n"
-        f"train: {{steps: 2, eval_every: 0, threads: {threads}}}\n"
-    )
-    return path
+    """The tiny run (tests/runs.py) in 2 steps, as a config file: a few seconds per run."""
+    return tiny_file(tmp_path / "tiny.yaml", **{"train.steps": 2, "train.threads": threads})
 
 
 def children(uri: str, parent_run_id: str) -> list:
@@ -43,6 +37,7 @@ def last(uri: str, run_id: str, metric: str) -> float:
     return max(history, key=lambda m: m.step).value
 
 
+@pytest.mark.slow
 def test_compare_runs_every_method_under_one_parent_and_reports_it(tmp_path):
     command = [*RVCTL, "compare", "grpo", "rollverify", "--seeds", "1"]
     command += ["--config", str(tiny_config(tmp_path)), "--output", str(tmp_path), "-f", "json"]
@@ -92,6 +87,8 @@ def test_compare_refuses_an_unknown_method_before_any_work(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
     """A 2 x 1 grid, one trial at a time (each asks for both cores): stop the sweep once the
     first trial finished, resume it, and the first trial is not run again."""

@@ -19,43 +19,33 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from mlflow.tracking import MlflowClient
 
 from rollverify import trace
 from rollverify.checkpoint_files import folder_for, latest
 from rollverify.config import ConfigError, load_config
 from rollverify.training.run import resume, train
+from tests.runs import tiny_file
+
+# Every test trains a run of 3 to 6 steps and resumes it (or needs the reference run): the
+# kill test ~130 s here, the others 13-18 s each.
+pytestmark = pytest.mark.slow
 
 RVCTL = [sys.executable, "-m", "rvctl.app"]
 STEPS = 6
-# Tiny, and with a cache to lose: rollverify, 2 groups of 2 per step, 8 slots (partial
-# rollout pauses trajectories every step), evaluations and checkpoints in the middle.
+# The tiny run (tests/runs.py), with a cache to lose: rollverify (partial rollout pauses
+# trajectories every step), evaluations and checkpoints in the middle.
 SETTINGS = {
-    "task": {"max_steps": 6, "eval_size": 8},
-    "rollout": {
-        "engine": "hf",
-        "batch_groups": 2,
-        "group_size": 2,
-        "slots": 8,
-        "max_new_tokens": 64,
-    },
-    "train": {
-        "method": "rollverify",
-        "steps": STEPS,
-        "eval_every": 3,
-        "checkpoint_every": 2,
-        "threads": 1,
-    },
+    "train.method": "rollverify",
+    "train.steps": STEPS,
+    "train.eval_every": 3,
+    "train.checkpoint_every": 2,
 }
 TIMING = ("_seconds", "cost_")  # wall-clock figures differ between any two runs
 
 
 def config_file(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "tiny.yaml"
-    path.write_text(yaml.safe_dump(SETTINGS))
-    return path
+    return tiny_file(folder / "tiny.yaml", **SETTINGS)
 
 
 def run_cli(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
@@ -177,9 +167,8 @@ def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(tmp_path):
 def test_resume_refuses_a_config_that_breaks_the_run_and_changes_nothing(tmp_path, reference):
     run_dir = Path(reference.run_dir)
     before = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")}
-    changed = dict(SETTINGS, train={**SETTINGS["train"], "learning_rate": 1e-3, "steps": 9})
-    path = tmp_path / "changed.yaml"
-    path.write_text(yaml.safe_dump(changed))
+    changed = SETTINGS | {"train.learning_rate": 1e-3, "train.steps": 9}
+    path = tiny_file(tmp_path / "changed.yaml", **changed)
     with pytest.raises(ConfigError) as error:
         resume(run_dir, config_path=path)
     assert error.value.problems == [

@@ -71,6 +71,7 @@ def test_partial_rollout_keeps_the_slots_busy_and_grpo_waits_for_stragglers():
     assert 0 < result["grpo"]["rollout_share"] <= 1
 
 
+@pytest.mark.slow
 def test_lengths_can_come_from_a_runs_trace(tmp_path):
     summary = train(tiny(tmp_path, "partial"))
     model = lengths_of_run(summary.run_dir)
@@ -79,6 +80,7 @@ def test_lengths_can_come_from_a_runs_trace(tmp_path):
     assert {sampler(g, i) for g in range(50) for i in range(2)} <= set(model.samples)
 
 
+@pytest.mark.slow
 def test_the_cli_prints_the_cost_table_and_refuses_bad_input():
     command = [*RVCTL, "simulate", "--steps", "3", "--context", "512,1024", "-f", "json"]
     result = subprocess.run(command, capture_output=True, text=True)
@@ -108,6 +110,7 @@ def test_exact_and_fast_event_modes_agree(method):
     assert fast == pytest.approx(exact, rel=0.1)
 
 
+@pytest.mark.slow
 def test_acceptance_can_follow_a_runs_curve_and_switches_where_the_run_did(tmp_path):
     """A run whose acceptance collapses (as in test_switching): the simulator fed its measured
     curve, with the run's window, switches at the run's step."""

@@ -118,6 +118,7 @@ def test_bad_counts_are_named():
 # -- end to end: a run whose acceptance collapses ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_collapsing_acceptance_rate_switches_the_run_to_on_policy_for_good(tmp_path):
     """Window 2, a strict ds and a policy that moves fast: acceptance falls, the window fills,
     the run switches. From then on nothing is paused, the cached trajectories are completed in

@@ -10,6 +10,9 @@ from mlflow.tracking import MlflowClient
 
 from rollverify.tracking import MLflowTracker
 
+# Both tests wait out a locked store or writers in subprocesses: ~20 s each here.
+pytestmark = pytest.mark.slow
+
 
 def tracker(tmp_path, name="run", spool=True):
     return MLflowTracker(

@@ -124,6 +124,7 @@ def test_rollverify_keeps_everything_when_the_policy_did_not_move(tmp_path):
     assert all(metrics["ops_cache_before"][s] < 1e-3 for s in verified)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["grpo", "rollverify"])
 def test_seeded_runs_are_reproducible(tmp_path, method):
     first = history(train(tiny(tmp_path / "a", method)))
@@ -131,6 +132,7 @@ def test_seeded_runs_are_reproducible(tmp_path, method):
     assert comparable(first) == comparable(second)
 
 
+@pytest.mark.slow
 def test_partial_that_never_pauses_equals_grpo(tmp_path):
     grpo = history(train(tiny(tmp_path / "grpo", "grpo")))
     partial = history(
@@ -140,6 +142,7 @@ def test_partial_that_never_pauses_equals_grpo(tmp_path):
     assert torch.tensor(list(partial["paused"].values())).eq(0).all()
 
 
+@pytest.mark.slow
 def test_filters_drop_stale_and_off_policy_samples(tmp_path):
     stale = history(
         train(tiny(tmp_path / "s", "staleness-filter", **{"verify.staleness_bound": 0}))

@@ -31,14 +31,17 @@ from rollverify.engines.vllm_plugin import DISABLE_ENV  # noqa: E402
 from rollverify.tasks.chain import ChainProblem  # noqa: E402
 from rollverify.training.run import resume, train  # noqa: E402
 from rollverify.trajectory import Trajectory  # noqa: E402
-from tests.runs import cached, history, tiny, unfinished  # noqa: E402
+from tests.runs import TINY, cached, history, tiny, tiny_file, unfinished  # noqa: E402
 from tests.tiny import teacher_forced_logprobs  # noqa: E402
 
 # One xdist worker runs this whole module (make test: --dist loadfile): one shared engine.
+# Every test starts a sidecar (the module's engine, or rvctl's) in Ray actors: ~12 min here.
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.ray]
 
 MODEL = str(Path(__file__).parents[1] / "rollverify" / "assets" / "models" / "tiny-qwen3-chain")
 RVCTL = [sys.executable, "-m", "rvctl.app"]
-SLOTS, MAX_NEW_TOKENS = 8, 64  # as tests/test_train.py's tiny() config, so runs can share it
+# as the tiny run (tests/runs.py), so its runs can share the engine
+SLOTS, MAX_NEW_TOKENS = TINY["rollout.slots"], TINY["rollout.max_new_tokens"]
 
 
 @pytest.fixture(scope="module")
@@ -251,13 +254,8 @@ def test_a_sidecar_with_weight_prepacking_on_refuses_to_start(engine):
 
 
 def tiny_config_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tiny.yaml"
-    path.write_text(
-        "task: {max_steps: 6, eval_size: 8}\n"
-        "rollout: {batch_groups: 2, group_size: 2, slots: 8, max_new_tokens: 64}\n"
-        "train: {eval_every: 0, threads: 1}\n"
-    )
-    return path
+    """The tiny run (tests/runs.py) as a config file; the engine and steps are rvctl options."""
+    return tiny_file(tmp_path / "tiny.yaml", leave_out=("rollout.engine", "train.steps"))
 
 
 def shared_memory() -> set[str]:

@@ -54,6 +54,9 @@ def gpu_engine():
     stop_ray()
 
 
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.ray
 @needs_gpu
 def test_gpu_engine_samples_log_probs_and_syncs_weights_in_bf16(gpu_engine):
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -84,6 +87,9 @@ def test_gpu_engine_samples_log_probs_and_syncs_weights_in_bf16(gpu_engine):
     assert (after - probe_logprobs_of(moved, probe)).abs().max() < 0.1
 
 
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.ray
 @needs_gpu
 def test_gpu_engine_pause_keeps_partial_tokens_and_resume_continues(gpu_engine):
     from transformers import AutoTokenizer

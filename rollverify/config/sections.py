@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rollverify.config.field import at_least_one, config_field, positive
+from rollverify.data.math_problems import ANSWER_FIELDS, PROMPT_FIELDS
+from rollverify.data.prompts import valid_template
 from rollverify.methods import METHODS
+
+
+def _named(field: str | None) -> bool:
+    return field is None or bool(field.strip())
 
 
 @dataclass
@@ -39,6 +45,34 @@ class TaskConfig:
     )
     eval_file: str = config_field(
         "data/math/math500.json", "math: held-out problems (a path as for model.path)."
+    )
+    prompt_field: str | None = config_field(
+        None,
+        "math: the field of each record that holds its prompt, dotted into nested records "
+        "(extra_info.question): text (put into prompt_template) or chat messages [{role, "
+        f"content}} ...] (used as they are). null: the first a record has of "
+        f"{', '.join(PROMPT_FIELDS)}. Read in the train file and every eval file that has it.",
+        _named,
+        "a field name (dots for nested records), or null",
+    )
+    answer_field: str | None = config_field(
+        None,
+        "math: the field of each record that holds its reference answer, dotted into nested "
+        "records (reward_model.ground_truth): a string, a number, or a list of them (any "
+        "listed answer counts as correct); surrounding whitespace and $ are dropped. null: the "
+        f"first a record has of {', '.join(ANSWER_FIELDS)} (of a worked solution, its "
+        "'#### x' or last \\boxed{x}). `rvctl data check FILE` shows what is read and skipped.",
+        _named,
+        "a field name (dots for nested records), or null",
+    )
+    prompt_template: str = config_field(
+        "boxed",
+        "math: how a plain-text problem is asked. boxed: the problem, then 'Please reason step "
+        "by step, and put your final answer within \\boxed{}.'; dapo: DAPO-Math's, whose "
+        "response ends with a line 'Answer: x' (the reward reads either); or a text of your "
+        "own holding {problem}. Chat-message prompts are used as they are.",
+        valid_template,
+        "boxed, dapo, or a text holding {problem}",
     )
     eval_size: int = config_field(
         256, "Held-out problems in each evaluation.", at_least_one, ">= 1"

@@ -44,7 +44,7 @@ class AnswerCheck:
     file: str
     records: int  # records in the file
     checked: int  # usable records checked
-    skipped: int  # records without a usable answer
+    skipped: int  # records without a usable prompt or answer (MathSet.reasons says why)
     reference_correct: int  # checked records whose own answer scored 1
     perturbed_rejected: int  # checked records whose perturbed answer scored 0
     ms_per_answer: float
@@ -59,14 +59,16 @@ def check_answers(
     start = time.perf_counter()
     correct, accepted = 0, []
     for problem in problems:
-        correct += math_answer_reward(boxed(problem.answer), problem.answer) == 1.0
-        if math_answer_reward(boxed(perturb_answer(problem.answer)), problem.answer) != 0.0:
+        # Several accepted answers: each must score 1; the first one is perturbed.
+        answers = [problem.answer] if isinstance(problem.answer, str) else list(problem.answer)
+        correct += all(math_answer_reward(boxed(a), problem.answer) == 1.0 for a in answers)
+        if math_answer_reward(boxed(perturb_answer(answers[0])), problem.answer) != 0.0:
             accepted.append(problem.index)
         on_record()
     elapsed = time.perf_counter() - start
     return AnswerCheck(
         file=math_set.name,
-        records=len(math_set.problems) + math_set.skipped,
+        records=math_set.records,
         checked=len(problems),
         skipped=math_set.skipped,
         reference_correct=correct,

@@ -1,48 +1,78 @@
-"""Real math (data/math, rllm's MATH / MATH-500 files) as a training task, for GPU configs.
+"""Real math (data/math, or a file of your own in any format rollverify/data/records.py reads)
+as a training task, for GPU configs.
 
-Prompts go through the model's chat template and ask for a \\boxed{} answer; the reward is
-math-verify equivalence with the reference (rollverify.rewards.math_answer).
+A plain problem goes into the prompt template (task.prompt_template: the boxed-answer
+instruction by default, or DAPO-Math's "Answer:" line); a prompt that is chat messages already
+(verl/DAPO Parquet) is used as it is. Either goes through the model's chat template. The reward
+is math-verify equivalence with the reference, any of several (rollverify.rewards.math_answer).
 """
 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import torch
 
 from rollverify.data.math_problems import MathProblem, load_math_set
+from rollverify.data.prompts import INSTRUCTION, render_prompt
 from rollverify.rewards.math_answer import math_answer_reward
 from rollverify.rollout import PromptGroup
 from rollverify.tasks.base import EvalProblem
 
-INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+__all__ = ["INSTRUCTION", "MathTask"]
 
 
 class MathTask:
     def __init__(
-        self, tokenizer, train_file: str, eval_file: str, seed: int, eval_size: int, eval_seed: int
+        self,
+        tokenizer,
+        train_file: str,
+        eval_file: str,
+        seed: int,
+        eval_size: int,
+        eval_seed: int,
+        *,
+        eval_files: dict[str, str] | None = None,
+        prompt_field: str | None = None,
+        answer_field: str | None = None,
+        prompt_template: str = "boxed",
     ) -> None:
-        self.tokenizer = tokenizer
-        self.train = load_math_set(train_file).problems
-        self.eval = load_math_set(eval_file).problems
-        if not self.train or not self.eval:
-            raise ValueError(f"task: no usable problems in {train_file} or {eval_file}")
+        render_prompt(prompt_template, "")  # a bad template fails here, naming the field
+        self.tokenizer, self.prompt_template = tokenizer, prompt_template
+        fields = {"prompt_field": prompt_field, "answer_field": answer_field}
+        # Each file refuses, in one line naming it and its most common reason, if none of its
+        # records is usable. Eval files use the fields where they have them, else the defaults
+        # (the shipped sets beside a training file of your own).
+        self.train = load_math_set(train_file, **fields).require_usable().problems
+        self.eval_files = eval_files or {Path(eval_file).stem: eval_file}
+        self.eval_sets_problems = {
+            name: load_math_set(path, **fields, defaults_if_absent=True).require_usable().problems
+            for name, path in self.eval_files.items()
+        }
+        self.eval = next(iter(self.eval_sets_problems.values()))
         self.seed, self.eval_size, self.eval_seed = seed, eval_size, eval_seed
         self.next_group_id = 0
 
+    def messages(self, problem: MathProblem) -> list[dict[str, str]]:
+        """The chat messages of a problem: its own, or one user turn of the prompt template."""
+        if problem.messages:
+            return [dict(message) for message in problem.messages]
+        return [{"role": "user", "content": render_prompt(self.prompt_template, problem.problem)}]
+
     def _ids(self, problem: MathProblem) -> torch.Tensor:
-        content = f"{problem.problem}\n\n{INSTRUCTION}"
+        messages = self.messages(problem)
         if getattr(self.tokenizer, "chat_template", None):
             # return_dict=True on every transformers version: 5.x returns a BatchEncoding (not
             # a dict) by default, which a dict check missed and torch.tensor cannot read.
             ids = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": content}],
+                messages,
                 add_generation_prompt=True,
                 tokenize=True,
                 return_dict=True,
             )["input_ids"]
-        else:
-            ids = self.tokenizer(content)["input_ids"]
+        else:  # no chat template: the messages' text, one blank line apart
+            ids = self.tokenizer("\n\n".join(m["content"] for m in messages))["input_ids"]
         return torch.tensor(ids, dtype=torch.long)
 
     def _problem(self, index: int) -> MathProblem:
@@ -58,16 +88,22 @@ class MathTask:
         self.next_group_id += 1
         return group
 
-    def eval_problems(self) -> list[EvalProblem]:
-        chosen = random.Random(self.eval_seed).sample(
-            self.eval, min(self.eval_size, len(self.eval))
-        )
+    def _eval_set(self, problems: list[MathProblem]) -> list[EvalProblem]:
+        chosen = random.Random(self.eval_seed).sample(problems, min(self.eval_size, len(problems)))
         return [EvalProblem(self._ids(p), p.answer) for p in chosen]
 
-    def reward(self, response: str, answer: str) -> float:
+    def eval_problems(self) -> list[EvalProblem]:
+        return self._eval_set(self.eval)
+
+    def eval_sets(self) -> dict[str, list[EvalProblem]]:
+        """Every held-out set by name (task.eval_files; else eval_file, named after its file),
+        each eval_size problems drawn with the eval seed."""
+        return {name: self._eval_set(p) for name, p in self.eval_sets_problems.items()}
+
+    def reward(self, response: str, answer: str | tuple[str, ...]) -> float:
         return math_answer_reward(response, answer)
 
-    def reward_tokens(self, token_ids: list[int], answer: str) -> float:
+    def reward_tokens(self, token_ids: list[int], answer: str | tuple[str, ...]) -> float:
         return self.reward(self.tokenizer.decode(token_ids, skip_special_tokens=True), answer)
 
     def state_dict(self) -> dict:

@@ -1,0 +1,349 @@
+"""Math data of your own, in any common local format (rollverify/data/records.py and
+math_problems.py): what loads, what is skipped and why, and the one line a broken file gets,
+through the library and through `rvctl data check` (exit 2, no traceback)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from transformers import AutoTokenizer
+
+from rollverify.config import ConfigError, load_config
+from rollverify.data.math_problems import MATH_DATA_DIR, load_math_set
+from rollverify.data.prompts import DAPO_TEMPLATE, INSTRUCTION
+from rollverify.rewards.math_answer import math_answer_reward
+from rollverify.tasks.math_task import MathTask
+
+ROOT = Path(__file__).resolve().parents[1]
+FLAT = [
+    {"problem": "What is 1 + 1?", "answer": "2"},
+    {"problem": "Halve 1.", "answer": "\\frac{1}{2}"},
+    {"problem": "What is 6 x 7?", "answer": "42"},
+    {"problem": "Write 7 with three digits.", "answer": "007"},  # CSV: not the number 7
+]
+EXPECTED = [(r["problem"], r["answer"]) for r in FLAT]
+# verl / DAPO-Math Parquet: the prompt is chat messages, the answer nested in reward_model.
+VERL = [
+    {
+        "data_source": "math_dapo",
+        "prompt": [{"role": "user", "content": "What is 2 + 2?"}],
+        "reward_model": {"ground_truth": "4", "style": "rule"},
+    },
+    {
+        "data_source": "math_dapo",
+        "prompt": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is 3 + 3?"},
+        ],
+        "reward_model": {"ground_truth": "$6$\n", "style": "rule"},
+    },
+    {
+        "data_source": "math_dapo",
+        "prompt": [],
+        "reward_model": {"ground_truth": "1", "style": "rule"},
+    },
+]
+CHAT_TEMPLATE = (  # Qwen's, reduced to plain turns
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def write(path: Path, records: list[dict]) -> Path:
+    """`records` in the format that the file's name says (a folder: Dataset.save_to_disk)."""
+    if path.suffix == ".json":
+        path.write_text(json.dumps(records))
+    elif path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    elif path.suffix == ".parquet":
+        pq.write_table(pa.Table.from_pylist(records), path)
+    elif path.suffix == ".csv":
+        with path.open("w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(records[0]))
+            writer.writeheader()
+            writer.writerows(records)
+    else:
+        datasets.Dataset.from_list(records).save_to_disk(str(path))
+    return path
+
+
+def loaded(math_set) -> list[tuple]:
+    return [(p.problem, p.answer) for p in math_set.problems]
+
+
+def rvctl(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rvctl.app", *args],
+        cwd=ROOT,  # not tests/: a folder named like a library would shadow it
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("name", ["list.json", "lines.json", "lines.jsonl", "t.parquet", "t.csv"])
+def test_every_format_loads_the_same_problems(tmp_path, name):
+    path = tmp_path / name
+    if name == "lines.json":  # JSON lines under .json, as many exports name them
+        path.write_text("".join(json.dumps(r) + "\n" for r in FLAT))
+    else:
+        write(path, FLAT)
+    math_set = load_math_set(path)
+    assert loaded(math_set) == EXPECTED
+    assert math_set.skipped == 0 and math_set.file == str(path)
+
+
+def test_a_folder_written_by_save_to_disk_loads(tmp_path):
+    assert loaded(load_math_set(write(tmp_path / "saved", FLAT))) == EXPECTED
+    splits = datasets.DatasetDict({"train": datasets.Dataset.from_list(FLAT)})
+    splits.save_to_disk(str(tmp_path / "splits"))
+    assert loaded(load_math_set(tmp_path / "splits")) == EXPECTED
+
+
+def test_verl_parquet_reads_chat_prompts_and_the_nested_ground_truth(tmp_path):
+    math_set = load_math_set(write(tmp_path / "dapo.parquet", VERL))
+    assert loaded(math_set) == [("What is 2 + 2?", "4"), ("What is 3 + 3?", "6")]
+    assert math_set.problems[1].messages == tuple(VERL[1]["prompt"])
+    assert math_set.reasons == {"empty prompt": 1} and math_set.examples == {"empty prompt": 2}
+    assert math_set.fields_used == {
+        "prompt": {"prompt": 2},
+        "answer": {"reward_model.ground_truth": 2},
+    }
+
+
+def test_answers_may_be_lists_numbers_or_text_with_dollars_and_newlines(tmp_path):
+    answers = [
+        ["$1$", " 2\n"],  # several: any counts
+        ["\\frac{1}{2}"],  # one in a list: that one
+        142.0,  # a float where an integer is meant
+        3,
+        2.5,
+        "$\\frac{1}{2}$\n",
+        "  $$x^2$$  ",
+        "$5",  # a lone $ is part of the answer
+        None,
+        "None",
+        "",
+        "$ $",
+        [],
+        True,
+        {"value": 1},
+        [["1"]],
+    ]
+    path = tmp_path / "answers.json"
+    path.write_text(json.dumps([{"problem": f"p{i}", "answer": a} for i, a in enumerate(answers)]))
+    math_set = load_math_set(path)
+    assert [p.answer for p in math_set.problems] == [
+        ("1", "2"),
+        "\\frac{1}{2}",
+        "142",
+        "3",
+        "2.5",
+        "\\frac{1}{2}",
+        "x^2",
+        "$5",
+    ]
+    assert math_set.reasons == {"no answer": 2, "empty answer": 3, "bad answer": 3}
+    assert math_set.examples == {"no answer": 8, "empty answer": 10, "bad answer": 13}
+
+
+def test_the_common_field_names_are_read_without_a_mapping(tmp_path):
+    records = [
+        {"question": "q0", "final_answer": ["$\\sqrt{2}$"]},  # OlympiadBench
+        {"Problem": "q1", "Answer": 7},
+        {"problem": "q2", "solution": "so \\boxed{\\frac{3}{4}} and we are done"},  # MATH
+        {"question": "q3", "answer": "adding, 1,000 + 234 = 1,234\n#### 1,234"},  # gsm8k
+        {"question": "q4", "ground_truth": "9"},
+        {"problem": "q5", "solution": "a worked solution that states no final answer"},
+        {"text": "q6", "answer": "1"},
+    ]
+    math_set = load_math_set(write(tmp_path / "mixed.jsonl", records))
+    assert loaded(math_set) == [
+        ("q0", "\\sqrt{2}"),
+        ("q1", "7"),
+        ("q2", "\\frac{3}{4}"),
+        ("q3", "1234"),
+        ("q4", "9"),
+    ]
+    assert math_set.reasons == {"no answer": 1, "no prompt": 1}
+
+
+def test_named_fields_are_dotted_paths_and_the_only_ones_read(tmp_path):
+    records = [
+        {"extra": {"q": "nested q"}, "gt": {"value": ["5", "five"]}, "answer": "0"},
+        {"extra": {"q": "no gt"}, "answer": "0"},  # `answer` is not the named field
+    ]
+    path = write(tmp_path / "named.parquet", records)
+    math_set = load_math_set(path, prompt_field="extra.q", answer_field="gt.value")
+    assert loaded(math_set) == [("nested q", ("5", "five"))]
+    assert math_set.reasons == {"no answer": 1}
+    # an eval file without the named fields falls back to the defaults, if asked to
+    shipped = load_math_set(MATH_DATA_DIR / "aime24.json", "extra.q", "gt.value", True)
+    assert len(shipped.problems) == 30
+
+
+def test_the_shipped_rllm_files_load_as_before():
+    gsm8k = load_math_set("data/math/gsm8k_test.json")
+    assert len(gsm8k.problems) == 1319 and gsm8k.problems[0].answer == "18"
+    assert gsm8k.fields_used["answer"] == {"solution": 1319}
+    train = load_math_set(MATH_DATA_DIR / "math_train.json")
+    assert train.reasons == {"no answer": 2, "empty answer": 2}
+
+
+BROKEN = {  # file -> (content, what the one line must say)
+    "empty.json": ("", "empty file"),
+    "empty.parquet": ("", "empty file"),
+    "blank.csv": ("\n\n", "empty file"),
+    "none.json": ("[]", "the file has no records"),
+    "header.csv": ("problem,answer\n", "the file has no records"),
+    "broken.json": ('[{"problem": "p", ', "cannot read as JSON"),
+    "object.json": ('{"problem": "p", "answer": "1"}', "expected a JSON list of records"),
+    "parquet.json": (None, "not a JSON file: its content looks like Parquet"),
+    "json.parquet": (json.dumps(FLAT), "not a Parquet file: its content looks like JSON"),
+    "parquet.csv": (None, "not a CSV file: its content looks like Parquet"),
+    "notes.txt": ("problem: 1 + 1", "unknown format '.txt'"),
+    "answerless.json": (
+        json.dumps([{"problem": "p"}, {"problem": "q", "answer": None}, {"text": "r"}]),
+        "most common reason: no answer (2 records, e.g. record 0); fields tried: answer,",
+    ),
+    "promptless.jsonl": (
+        '{"text": "p", "answer": 1}\n',
+        "most common reason: no prompt (1 records, e.g. record 0); fields tried: prompt,",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_a_broken_file_gets_one_line_naming_it_and_why(tmp_path, name):
+    content, reason = BROKEN[name]
+    path = tmp_path / name
+    if content is None:  # a Parquet file under another name
+        write(tmp_path / "real.parquet", FLAT).rename(path)
+    else:
+        path.write_text(content)
+    with pytest.raises(ValueError) as error:
+        load_math_set(path).require_usable()
+    assert str(path) in str(error.value) and reason in str(error.value)
+    assert "\n" not in str(error.value)
+    done = rvctl("data", "check", str(path), "--format", "json")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [f"error: {error.value}"]
+
+
+def test_check_reports_usable_and_skipped_records_by_reason(tmp_path):
+    path = write(tmp_path / "dapo.parquet", VERL)
+    done = rvctl("data", "check", str(path), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert {k: report[k] for k in ("file", "records", "usable", "skipped", "reasons")} == {
+        "file": str(path),
+        "records": 3,
+        "usable": 2,
+        "skipped": 1,
+        "reasons": {"empty prompt": 1},
+    }
+    assert report["examples"] == {"empty prompt": 2}
+    table = rvctl("data", "check", str(path))
+    assert table.returncode == 0 and "3 records, 2 usable, 1 skipped" in table.stdout
+    assert "empty prompt" in table.stdout
+    # a named field that no record has: nothing usable, exit 2, the reason in one line
+    named = rvctl("data", "check", str(path), "--answer-field", "reward_model.answer")
+    assert named.returncode == 2 and "Traceback" not in named.stderr
+    (line,) = named.stderr.splitlines()
+    assert str(path) in line and "no answer" in line and "reward_model.answer" in line
+
+
+@pytest.fixture(scope="module")
+def embedded_tokenizer():
+    """The shipped model's tokenizer: it has no chat template of its own."""
+    tokenizer = AutoTokenizer.from_pretrained(load_config().model_path())
+    assert not tokenizer.chat_template
+    return tokenizer
+
+
+def math_task(tokenizer, train: Path, **options) -> MathTask:
+    return MathTask(tokenizer, str(train), str(train), seed=0, eval_size=4, eval_seed=1, **options)
+
+
+def test_chat_prompts_go_through_the_chat_template_as_they_are(tmp_path, embedded_tokenizer):
+    path = write(tmp_path / "dapo.parquet", VERL)
+    tokenizer = AutoTokenizer.from_pretrained(load_config().model_path())
+    tokenizer.chat_template = CHAT_TEMPLATE
+    for task_tokenizer in (tokenizer, embedded_tokenizer):
+        task = math_task(task_tokenizer, path, prompt_template="dapo")  # not for chat prompts
+        groups = {tuple(task.next_group().prompt_ids.tolist()): None for _ in range(2)}
+        expected = set()
+        for record in VERL[:2]:
+            if task_tokenizer.chat_template:
+                ids = tokenizer.apply_chat_template(
+                    record["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True
+                )["input_ids"]
+            else:  # no chat template: the messages' text, one blank line apart
+                text = "\n\n".join(m["content"] for m in record["prompt"])
+                ids = task_tokenizer(text)["input_ids"]
+            expected.add(tuple(ids))
+        assert set(groups) == expected
+
+
+def test_plain_problems_get_the_prompt_template(tmp_path):
+    from tests.test_math_task import char_tokenizer
+
+    tokenizer, path = char_tokenizer(), write(tmp_path / "flat.json", FLAT[:1])
+    problem = FLAT[0]["problem"]
+    for template, content in [
+        ("boxed", f"{problem}\n\n{INSTRUCTION}"),
+        ("dapo", DAPO_TEMPLATE.replace("{problem}", problem)),
+        ("Q: {problem} A:", f"Q: {problem} A:"),
+    ]:
+        ids = math_task(tokenizer, path, prompt_template=template).next_group().prompt_ids
+        text = f"<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n"
+        assert tokenizer.decode(ids) == text
+    assert "Answer: $Answer" in DAPO_TEMPLATE
+    with pytest.raises(ValueError, match="task.prompt_template"):
+        math_task(tokenizer, path, prompt_template="no placeholder")
+
+
+def test_training_refuses_a_file_without_usable_problems_in_one_line(tmp_path):
+    path = tmp_path / "answerless.json"
+    path.write_text(json.dumps([{"problem": "p", "answer": ""}] * 3 + [{"problem": "q"}]))
+    with pytest.raises(ValueError) as error:
+        math_task(None, path)
+    assert str(error.value).startswith(f"{path}: no usable problems in 4 records")
+    assert "most common reason: empty answer (3 records, e.g. record 0)" in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("response", "answer", "reward"),
+    [
+        ("Let me see.\nAnswer: (1, 2)", "(1,2)", 1.0),  # math-verify alone reads 2
+        ("First 3, then 8.\nAnswer: x^2+1", "x^2+1", 1.0),  # math-verify alone reads 8
+        ("**Answer:** $\\frac{1}{2}$.", "0.5", 1.0),
+        ("Answer: 4", "5", 0.0),
+        ("so \\boxed{7}", ("5", "7"), 1.0),  # any listed answer counts
+        ("so \\boxed{7}", ["5", "6"], 0.0),  # a list, as a checkpoint's JSON gives it back
+        ("Answer: 7", [], 0.0),
+    ],
+)
+def test_the_reward_reads_the_answer_line_and_any_of_several_answers(response, answer, reward):
+    assert math_answer_reward(response, answer) == reward
+
+
+def test_the_config_names_a_bad_template_or_field(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("task: {prompt_template: 'no placeholder', answer_field: ' '}")
+    with pytest.raises(ConfigError) as error:
+        load_config(config)
+    assert any(p.startswith("task.prompt_template:") for p in error.value.problems)
+    assert any(p.startswith("task.answer_field:") for p in error.value.problems)
+    config.write_text("task: {prompt_template: dapo, answer_field: reward_model.ground_truth}")
+    assert load_config(config).task.prompt_template == "dapo"

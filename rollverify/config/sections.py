@@ -10,6 +10,7 @@ from rollverify.config.field import at_least_one, config_field, positive
 from rollverify.data.math_problems import ANSWER_FIELDS, PROMPT_FIELDS
 from rollverify.data.prompts import valid_template
 from rollverify.methods import METHODS
+from rollverify.tasks.custom_reward import is_reward_spec
 
 
 def _named(field: str | None) -> bool:
@@ -84,6 +85,16 @@ class TaskConfig:
         12345,
         "Seed of the held-out set and of eval sampling (fixed, so "
         "every run is scored on the same problems).",
+    )
+    reward: str | None = config_field(
+        None,
+        "Your own reward instead of the task's, in training and evaluation: 'module:function' "
+        "(imported from the working directory, else the installed packages) or "
+        "'path/to/file.py:function'; f(response, answer) -> float, or TRL's "
+        "f(completions, **kwargs) -> list[float] (rollverify/tasks/custom_reward.py says which "
+        "is which). null: the task's own (chain: exact match; math: math-verify).",
+        is_reward_spec,
+        "'module:function' or 'path/to/file.py:function', or null",
     )
 
 

@@ -13,9 +13,15 @@ from rollverify.engines.hf_engine import HFEngine
 from rollverify.engines.protocol import RolloutEngine
 from rollverify.tasks.base import Task
 from rollverify.tasks.chain import ChainTask, ChainTaskConfig
+from rollverify.tasks.custom_reward import with_reward
 
 
 def make_task(config: RunConfig, tokenizer) -> Task:
+    """The configured task, with `task.reward` (where set) in place of its own reward."""
+    return with_reward(_base_task(config, tokenizer), config.task.reward)
+
+
+def _base_task(config: RunConfig, tokenizer) -> Task:
     task = config.task
     if task.name == "chain":
         return ChainTask(

@@ -29,7 +29,8 @@ Which signature (the rule, read from `inspect.signature`):
              takes two positional arguments.
 
 `response` is the decoded completion (special tokens skipped); `answer` is the problem's
-reference answer as the task holds it. A return that is not a finite number (nan, inf, None,
+reference answer as the task holds it (chain: a digit; math: a string, or a tuple of the
+accepted ones where a record lists several). A return that is not a finite number (nan, inf, None,
 a string, a list of the wrong length) stops the run with one line naming the function, the
 value and the response (`RewardError`, a ValueError: rvctl exits 2). An exception raised by
 the function itself propagates with a note naming it.

@@ -97,6 +97,26 @@ def modeled_seconds(phase: str) -> str:
     return f"modeled_{phase}_seconds"
 
 
+# Per eval set (task.eval_sets / task.eval_files), logged with every evaluation.
+EVAL_SET_PATTERNS = ("eval/<set>/avg_at_k", "eval/<set>/pass_at_k")
+
+
+def eval_avg_at_k(eval_set: str) -> str:
+    return f"eval/{eval_set}/avg_at_k"
+
+
+def eval_pass_at_k(eval_set: str) -> str:
+    return f"eval/{eval_set}/pass_at_k"
+
+
+def eval_set_of(name: str) -> str | None:
+    """The set a per-set eval metric is of (eval/<set>/...), else None."""
+    parts = name.split("/")
+    if len(parts) == 3 and parts[0] == "eval" and parts[2] in ("avg_at_k", "pass_at_k"):
+        return parts[1]
+    return None
+
+
 def ledger_names() -> tuple[str, ...]:
     from rollverify.ledger import MEASURE, MODELED_PHASES, PHASES, TOKEN_KINDS
 
@@ -113,10 +133,11 @@ def ledger_names() -> tuple[str, ...]:
 
 
 def all_names() -> tuple[str, ...]:
-    return STEP + ledger_names()
+    """Every fixed name, and the per-set patterns (eval/<set>/...)."""
+    return STEP + ledger_names() + EVAL_SET_PATTERNS
 
 
 def unknown(names: Iterable[str]) -> list[str]:
     """Names not declared here (a test guard: every logged name is documented)."""
     known = set(all_names())
-    return sorted(n for n in names if n not in known)
+    return sorted(n for n in names if n not in known and eval_set_of(n) is None)

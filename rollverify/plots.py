@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rollverify import metrics as m
 
 if TYPE_CHECKING:
-    from rollverify.report import RunRecord
+    from rollverify.report_store import RunRecord
 
 # metric name (docs/metrics.md) -> axis label
 PLOT_METRICS = {

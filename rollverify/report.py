@@ -1,9 +1,8 @@
 """The paper's tables from an MLflow store: what `rvctl report` prints.
 
-Two steps. `load_report` resolves the targets (run ids, or compare/sweep folders holding
-`parent.json`) and reads their training runs into `RunRecord`s: one `get_metric_history` call
-per metric per run (~10 ms each on sqlite; fine for tens of runs). `method_rows`,
-`sweep_rows` and `sweep_grid` are pure: records in, rows (dicts sharing keys) out.
+Two steps. `load_report` (rollverify/report_store.py) reads the targets' training runs from
+MLflow into `RunRecord`s. `method_rows`, `sweep_rows` and `sweep_grid` are pure: records in,
+rows (dicts sharing keys) out.
 
 Only FINISHED runs are averaged; the others are counted in `unfinished`. A number that cannot
 be computed is None (null in json), never 0 or NaN.
@@ -11,193 +10,19 @@ be computed is None (null in json), never 0 or NaN.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rollverify import metrics as m
+from rollverify.report_store import Report, RunRecord
 
-PARENT_KINDS = ("compare", "sweep")
-# The metrics the tables and plots read (names from docs/metrics.md); others are not fetched.
-REPORT_METRICS = (
-    m.EVAL_ACCURACY,
-    m.COST_GPU_DAYS,
-    m.MODELED_GPU_DAYS,
-    m.OPS_MEAN,
-    m.ACCEPTANCE_RATE,
-    m.SWITCHED,
-    m.REWARD_MEAN,
-    m.ENTROPY_MEAN,
-    m.RESPONSE_LENGTH_MEAN,
-)
 # Two-sided 95% Student t quantiles t(0.975, dof), used when scipy is not installed.
 _T95 = {
     1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
     9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980,
 }  # fmt: skip
-
-
-@dataclass
-class RunRecord:
-    """One training run, as the report needs it.
-
-    history: metric name -> {step: value}, NaN dropped. Steps are optimizer steps 1..N;
-    `eval_accuracy` also has step 0 (the base model). Cost metrics are cumulative.
-    """
-
-    run_id: str
-    method: str
-    seed: int | None
-    status: str  # MLflow: FINISHED, RUNNING, KILLED, FAILED, SCHEDULED
-    start_time: int  # ms since the epoch
-    params: dict[str, str]  # the flattened resolved config, e.g. "verify.ds": "0.01"
-    history: dict[str, dict[int, float]]
-
-    @property
-    def finished(self) -> bool:
-        return self.status == "FINISHED"
-
-    def last(self, metric: str) -> float | None:
-        """The value at the largest logged step, or None if never logged."""
-        values = self.history.get(metric)
-        return values[max(values)] if values else None
-
-
-@dataclass
-class Report:
-    tracking_uri: str
-    kind: str  # "compare" or "sweep" (every target was such a parent), else "runs"
-    parent_run_ids: list[str]
-    sweep_params: list[str]  # dotted config keys swept, e.g. ["verify.ds", "verify.dt"]
-    runs: list[RunRecord]  # oldest first
-
-
-# ---- reading MLflow ----------------------------------------------------------------------
-
-
-def load_report(targets: Sequence[str] = (), tracking_uri: str | None = None) -> Report:
-    """Resolve targets and read their training runs.
-
-    A target is a run id (a training run, or a compare/sweep parent: its children), or a
-    folder holding `parent.json` (its `tracking_uri` is used unless `tracking_uri` is given).
-    No target: the newest parent in the store, else every training run in it.
-    """
-    folders = {t: _read_parent_json(Path(t)) for t in targets if _looks_like_path(t)}
-    # MLflow takes ~3 s to import: a bad folder is reported before that.
-    from mlflow.tracking import MlflowClient
-
-    from rollverify.tracking import child_runs, default_tracking_uri
-
-    uri = tracking_uri or next(
-        (rec["tracking_uri"] for rec in folders.values()), default_tracking_uri("runs")
-    )
-    _check_store_exists(uri)
-    client = MlflowClient(tracking_uri=uri)
-    experiment_ids = [e.experiment_id for e in client.search_experiments()]
-    run_ids = [folders[t]["run_id"] if t in folders else t for t in targets]
-    resolved = _resolve(client, experiment_ids, run_ids, targets, uri)
-
-    parents = [r for r in resolved if r.data.tags.get("kind") in PARENT_KINDS]
-    runs = {r.info.run_id: r for r in resolved if _is_training(r)}
-    for parent in parents:
-        children = child_runs(client, parent.info.run_id)
-        runs.update((r.info.run_id, r) for r in children if _is_training(r))
-    if not runs:
-        names = ", ".join(r.info.run_id for r in resolved)
-        raise ValueError(f"{names}: no training runs yet (a parent without children?)")
-
-    kinds = {r.data.tags.get("kind") for r in resolved}
-    kind = kinds.pop() if len(kinds) == 1 and parents else "runs"
-    sweep_params = [p for r in parents for p in r.data.tags.get("sweep_params", "").split(",") if p]
-    records = sorted((_record(client, r) for r in runs.values()), key=lambda r: r.start_time)
-    return Report(
-        uri, kind, [p.info.run_id for p in parents], list(dict.fromkeys(sweep_params)), records
-    )
-
-
-def _resolve(
-    client: Any, experiment_ids: list[str], run_ids: list[str], targets: Sequence[str], uri: str
-) -> list[Any]:
-    """MLflow runs for the targets; none given: the newest parent, else every training run."""
-    from mlflow.exceptions import MlflowException
-
-    if not targets:
-        every = client.search_runs(experiment_ids, order_by=["attributes.start_time DESC"])
-        parents = [r for r in every if r.data.tags.get("kind") in PARENT_KINDS]
-        training = [r for r in every if _is_training(r)]
-        if not parents and not training:
-            raise ValueError(f"no training runs in {uri}; train or compare first, or pass a run id")
-        return parents[:1] or training
-    resolved = []
-    for target, run_id in zip(targets, run_ids, strict=True):
-        try:
-            resolved.append(client.get_run(run_id))
-        except MlflowException:
-            raise ValueError(
-                f"{target}: no such run in {uri}; pass a run id from this store "
-                "(or --tracking-uri), or a compare/sweep output folder with parent.json"
-            ) from None
-    return resolved
-
-
-def _looks_like_path(target: str) -> bool:
-    return Path(target).exists() or "/" in target or target.startswith(".")
-
-
-def _read_parent_json(path: Path) -> dict[str, str]:
-    file = path if path.name == "parent.json" else path / "parent.json"
-    if not path.exists():
-        raise ValueError(f"{path}: no such folder; pass a run id or a compare/sweep output folder")
-    if not file.is_file():
-        raise ValueError(f"{path}: no parent.json here; pass a compare/sweep output folder")
-    try:
-        record = json.loads(file.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{file}: not valid JSON ({error})") from None
-    if not isinstance(record, dict) or not {"run_id", "tracking_uri"} <= record.keys():
-        raise ValueError(f"{file}: needs keys run_id and tracking_uri")
-    return record
-
-
-def _check_store_exists(uri: str) -> None:
-    """Reading must not create an empty sqlite store as a side effect."""
-    if uri.startswith("sqlite:///"):
-        path = Path(uri.removeprefix("sqlite:///"))
-        if not path.is_file():
-            raise ValueError(
-                f"no MLflow store at {path}; train or compare first, or pass --tracking-uri"
-            )
-
-
-def _is_training(run: Any) -> bool:
-    """Training runs carry a `method` tag; parents (a sweep's has one too) carry `kind`."""
-    tags = run.data.tags
-    return "method" in tags and tags.get("kind") not in PARENT_KINDS
-
-
-def _record(client: Any, run: Any) -> RunRecord:
-    history = {}
-    for name in REPORT_METRICS:
-        if name not in run.data.metrics:
-            continue
-        points = sorted(
-            client.get_metric_history(run.info.run_id, name), key=lambda m: (m.step, m.timestamp)
-        )
-        history[name] = {m.step: m.value for m in points if not math.isnan(m.value)}
-    seed = run.data.tags.get("seed", "")
-    return RunRecord(
-        run_id=run.info.run_id,
-        method=run.data.tags["method"],
-        seed=int(seed) if seed.lstrip("-").isdigit() else None,
-        status=run.info.status,
-        start_time=run.info.start_time or 0,
-        params=dict(run.data.params),
-        history=history,
-    )
 
 
 # ---- aggregation -------------------------------------------------------------------------
@@ -221,7 +46,26 @@ def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
     order += ["eval_accuracy_mean", "eval_accuracy_ci95", "gpu_days", "speedup_vs_grpo"]
     order += ["modeled_gpu_days", "modeled_speedup_vs_grpo"]
     order += ["ops_mean", "acceptance_rate_final", "switch_step"]
-    return [_clean({k: row[k] for k in order}) for row in rows]
+    sets = eval_sets(runs)
+    if len(sets) > 1:  # per-set accuracy beside the mean, as the paper's tables
+        position = order.index("eval_accuracy_ci95") + 1
+        order[position:position] = [column for name in sets for column in set_columns(name)]
+    return [_clean({k: row.get(k) for k in order}) for row in rows]
+
+
+def eval_sets(runs: Sequence[RunRecord]) -> list[str]:
+    """The eval sets the runs logged (eval/<set>/...), in order of first appearance."""
+    names: dict[str, None] = {}
+    for run in runs:
+        for metric in run.history:
+            if (name := m.eval_set_of(metric)) is not None:
+                names[name] = None
+    return list(names)
+
+
+def set_columns(name: str) -> tuple[str, str]:
+    """A set's report columns: mean over finished seeds of its last avg@k and pass@k."""
+    return f"{name}_avg_at_k", f"{name}_pass_at_k"
 
 
 def sweep_rows(runs: Sequence[RunRecord], sweep_params: Sequence[str]) -> list[dict[str, Any]]:
@@ -335,6 +179,12 @@ def _summary(group: Sequence[RunRecord]) -> dict[str, Any]:
         "acceptance_rate_final": _mean(r.last(m.ACCEPTANCE_RATE) for r in done),
         # median over the seeds that switched
         "switch_step": statistics.median(switches) if switches else None,
+    } | {
+        column: _mean(r.last(metric(name)) for r in done)
+        for name in eval_sets(group)
+        for column, metric in zip(
+            set_columns(name), (m.eval_avg_at_k, m.eval_pass_at_k), strict=True
+        )
     }
 
 

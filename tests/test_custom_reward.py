@@ -227,7 +227,19 @@ def test_an_exception_of_the_function_itself_carries_its_name(tmp_path):
 )
 def test_the_format_is_checked_when_the_config_loads(value):
     assert is_reward_spec(value)
-    assert load_config(overrides={"task.reward": value}).task.reward == value
+
+
+def test_the_config_finds_the_module_next_to_it_and_names_a_missing_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert load_config(overrides={"task.reward": "math:sqrt"}).task.reward == "math:sqrt"
+    with pytest.raises(ConfigError, match="task.reward: no module 'nowhere_mod'"):
+        load_config(overrides={"task.reward": "nowhere_mod:score"})
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "my_score.py").write_text("def score(response, answer):\n    return 1.0\n")
+    (project / "run.yaml").write_text("task:\n  reward: my_score:score\n")
+    resolved = load_config(project / "run.yaml").task.reward
+    assert resolved == f"{(project / 'my_score.py').resolve()}:score"
 
 
 @pytest.mark.parametrize("value", ["score", "mod:", ":f", "mod:f-1", "my-mod:f", "a..b:f", ".py:f"])

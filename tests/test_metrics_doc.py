@@ -17,7 +17,7 @@ def documented_names(text: str) -> set[str]:
     for line in logged.splitlines():
         cells = line.split("|")
         if line.startswith("|") and len(cells) > 2:
-            names |= set(re.findall(r"`([a-z0-9_]+)`", cells[1]))
+            names |= set(re.findall(r"`([a-z0-9_/<>]+)`", cells[1]))
     return names
 
 

@@ -18,7 +18,8 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from rollverify.plots import plot_metrics
-from rollverify.report import load_report, method_rows, sweep_grid, sweep_rows, t_critical_95
+from rollverify.report import method_rows, sweep_grid, sweep_rows, t_critical_95
+from rollverify.report_store import load_report
 from rvctl.app import app
 
 T_975_DOF2 = 4.302652729911275  # Student t quantile 0.975, 2 dof (statistical tables)

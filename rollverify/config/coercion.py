@@ -65,6 +65,17 @@ def _coerce(value: Any, hint: Any) -> tuple[Any, str | None]:
         near = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
         hint_text = f"; did you mean {near[0]!r}?" if near else ""
         return None, f"must be one of {', '.join(map(str, args))}, got {_show(value)}{hint_text}"
+    if origin is dict:  # dict[str, V]: a mapping of names to values, each checked as V
+        if not isinstance(value, dict):
+            return None, f"must be a mapping of names to values, got {_show(value)}"
+        checked = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or not key.strip():
+                return None, f"names must be non-empty strings, got {_show(key)}"
+            checked[key], problem = _coerce(item, args[1])
+            if problem:
+                return None, f"{key}: {problem}"
+        return checked, None
     if hint is bool:
         return (
             (value, None)

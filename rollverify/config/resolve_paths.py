@@ -1,5 +1,5 @@
-"""The config's paths (model.path, task.train_file, task.eval_file) found where rollverify/paths.py
-looks for them, or reported where found nowhere."""
+"""The config's paths (model.path, task.train_file, task.eval_file, task.eval_files) found
+where rollverify/paths.py looks for them, or reported where found nowhere."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rollverify.config.run_config import RunConfig
 from rollverify.paths import candidates, canonical, locate, searched
+from rollverify.tasks.custom_reward import resolve_reward
 
 
 def resolve_paths(config: RunConfig, folder: Path | None, problems: list[str]) -> None:
@@ -22,6 +23,17 @@ def resolve_paths(config: RunConfig, folder: Path | None, problems: list[str]) -
             "is rebuilt by `python -m rollverify.tiny.build --out "
             "rollverify/assets/models/tiny-qwen3-chain`)"
         )
+    # task.reward: a module or file of the config's folder or the working directory, by path
+    config.task.reward = resolve_reward(config.task.reward, folder, problems)
+    for set_name, given in config.task.eval_files.items():
+        found = locate(given, folder)
+        if found is not None and found.is_file():
+            config.task.eval_files[set_name] = canonical(given, folder)
+        elif config.task.name == "math":
+            problems.append(
+                f"task.eval_files.{set_name}: no file {searched(given, folder)}; point it to a "
+                "file of problems (see rollverify/assets/data/math/PROVENANCE.md)"
+            )
     for name in ("train_file", "eval_file"):
         given = getattr(config.task, name)
         found = locate(given, folder)

@@ -75,11 +75,26 @@ class TaskConfig:
         valid_template,
         "boxed, dapo, or a text holding {problem}",
     )
+    eval_files: dict[str, str] = config_field(
+        {},
+        "math: several held-out sets, name -> file ({aime24: data/math/aime24.json, ...}); "
+        "each logged as eval/<name>/avg_at_k and pass_at_k, eval_accuracy their mean. Empty: "
+        "eval_file alone, named after its file.",
+    )
+    eval_sets: dict[str, int] = config_field(
+        {},
+        "chain: several held-out sets, name -> longest chain (difficulty) of its problems "
+        "({short: 8, long: 32}). Empty: one set, 'chain', drawn as training is (max_steps).",
+    )
     eval_size: int = config_field(
-        256, "Held-out problems in each evaluation.", at_least_one, ">= 1"
+        256, "Held-out problems in each evaluation (per set).", at_least_one, ">= 1"
     )
     eval_samples: int = config_field(
-        1, "Samples per eval problem (accuracy = mean reward).", at_least_one, ">= 1"
+        1,
+        "k: samples per eval problem; avg@k = mean reward, pass@k = share of problems with a "
+        "sample scored 1.",
+        at_least_one,
+        ">= 1",
     )
     eval_seed: int = config_field(
         12345,
@@ -89,7 +104,7 @@ class TaskConfig:
     reward: str | None = config_field(
         None,
         "Your own reward instead of the task's, in training and evaluation: 'module:function' "
-        "(imported from the working directory, else the installed packages) or "
+        "(from the config file's folder, the working directory, else the installed packages) or "
         "'path/to/file.py:function'; f(response, answer) -> float, or TRL's "
         "f(completions, **kwargs) -> list[float] (rollverify/tasks/custom_reward.py says which "
         "is which). null: the task's own (chain: exact match; math: math-verify).",

@@ -1,4 +1,4 @@
-"""What a task gives the training loop: a prompt stream, a fixed eval set, and a reward."""
+"""What a task gives the training loop: a prompt stream, fixed eval sets, and a reward."""
 
 from __future__ import annotations
 
@@ -21,7 +21,10 @@ class Task(Protocol):
         """The next training prompt (a PromptSource)."""
 
     def eval_problems(self) -> list[EvalProblem]:
-        """The held-out set: the same problems for every run of a config."""
+        """The held-out set (the first, if there are several): the same for every run."""
+
+    def eval_sets(self) -> dict[str, list[EvalProblem]]:
+        """Every held-out set by name (task.eval_sets / task.eval_files), in config order."""
 
     def reward(self, response: str, answer: str) -> float:
         """1.0 for a correct final answer, else 0.0."""

@@ -92,13 +92,21 @@ class ChainTask:
     """Training stream and eval set of the chain task, tokenized (rollverify.tasks.base.Task)."""
 
     def __init__(
-        self, tokenizer, config: ChainTaskConfig, seed: int, eval_size: int, eval_seed: int
+        self,
+        tokenizer,
+        config: ChainTaskConfig,
+        seed: int,
+        eval_size: int,
+        eval_seed: int,
+        eval_sets: dict[str, int] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.config = config
         self.rng = random.Random(seed)
         self.next_group_id = 0
         self.eval_size, self.eval_seed = eval_size, eval_seed
+        # name -> longest chain of its problems; by default one set, drawn as training is
+        self.eval_longest = eval_sets or {"chain": config.max_steps}
 
     def _ids(self, text: str) -> torch.Tensor:
         return torch.tensor(self.tokenizer(text)["input_ids"], dtype=torch.long)
@@ -110,8 +118,17 @@ class ChainTask:
         return group
 
     def eval_problems(self) -> list[EvalProblem]:
-        problems = sample_problems(self.eval_size, self.eval_seed, self.config)
-        return [EvalProblem(self._ids(p.prompt), p.answer) for p in problems]
+        return next(iter(self.eval_sets().values()))
+
+    def eval_sets(self) -> dict[str, list[EvalProblem]]:
+        """Each set: eval_size problems of the training distribution cut at its longest chain
+        (the same seed for every set: a harder set holds longer chains, not other starts)."""
+        sets = {}
+        for name, longest in self.eval_longest.items():
+            config = ChainTaskConfig(max_steps=longest, alpha=self.config.alpha)
+            problems = sample_problems(self.eval_size, self.eval_seed, config)
+            sets[name] = [EvalProblem(self._ids(p.prompt), p.answer) for p in problems]
+        return sets
 
     def reward(self, response: str, answer: str) -> float:
         return chain_reward(response, answer)

@@ -4,10 +4,12 @@ sets and everything else stay the task's.
 
 Where the function comes from (`task.reward`, one string):
 
-    my_rewards:score                 a module: from the working directory, else the
-                                     installed packages (these win on a name clash)
+    my_rewards:score                 a module: from the config file's folder, the working
+                                     directory, else the installed packages (these win on a
+                                     name clash)
     pkg.rewards:score                a module of a package (folders with __init__.py)
-    rewards/score.py:score           a Python file (relative: to the working directory),
+    rewards/score.py:score           a Python file (relative: to the config's folder, then
+                                     the working directory),
                                      imported as the module its package folders make it
     my_rewards:Scorer.score          an attribute path after the colon
 

@@ -10,7 +10,7 @@ TRL drives the loop; these are the parts that are ours, each filling its record 
     -- TRL: group advantages -> clipped surrogate with pi/mu_behavior -> optimizer step --
     after_update()   TRL's on_step_end, after each optimizer step:
                        sync_weights()  weights to the engine, checked           -> SyncRecord
-                       check_cache()   verify the cache (rollverify methods), switch if
+                       check_cache     verify the cache (rollverify methods), switch if
                                        acceptance collapsed                    -> CacheCheck
                        book()          the step's phases and modeled cost, in the ledger
                        evaluate()      when due
@@ -41,7 +41,7 @@ from rollverify.checkpoint_files import save as save_checkpoint
 from rollverify.config import RunConfig
 from rollverify.costmodel import GPUS, ModelShape, Pricing
 from rollverify.engines.protocol import RolloutEngine
-from rollverify.evaluation import evaluate
+from rollverify.evaluation import Evaluation, evaluate_sets
 from rollverify.faults import kill_point
 from rollverify.filters import keep_samples, staleness
 from rollverify.guards import require_finite
@@ -56,7 +56,6 @@ from rollverify.tracking import Tracker
 from rollverify.training.cache_check import check_cache, forward_work
 from rollverify.training.records import (
     BatchRecord,
-    CacheCheck,
     RunCounters,
     StepRecords,
     SyncRecord,
@@ -104,9 +103,9 @@ class TrainingLoop:
         engine.take_trace()  # a reused engine's steps were another run's
         self.state = RolloutState()
         self.monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
-        self.eval_problems = task.eval_problems()
+        self.eval_sets = task.eval_sets()
         # A fixed token sequence to compare engine and trainer after each weight sync.
-        self.probe = torch.cat([p.prompt_ids for p in self.eval_problems[:8]])[:64]
+        self.probe = torch.cat([p.prompt_ids for p in task.eval_problems()[:8]])[:64]
         self.records = StepRecords(started=time.perf_counter())  # of the step in progress
         self.counters = RunCounters()  # the run's own running figures
         self.last_metrics: dict[str, float] = {}  # the last step's, as logged
@@ -280,14 +279,17 @@ class TrainingLoop:
         stopping = self.stop.requested and step < self.config.train.steps
         records.sync = self.sync_weights(step, skip=stopping)
         start = time.perf_counter()
-        records.cache = self.check_cache(step)
+        # The cache under the new policy: verified if the method does, else measured.
+        records.cache = check_cache(
+            self.state.cache, self.trainer, self.method, self.config.verify, self.monitor, step
+        )
         self._book_scoring(
             time.perf_counter() - start, used=self.method.verify, work=records.cache.scored
         )
         self.book(step)
         due = self.scheduled(step, self.config.train.eval_every)
         if due and not stopping:
-            records.eval_accuracy = self.evaluate()
+            records.evaluation = self.evaluate()
         self.counters.eval_pending = due and stopping
         if self.run_dir is not None:  # stored with the run, current after every step
             atomic_write_text(
@@ -306,12 +308,6 @@ class TrainingLoop:
             )
             self.trace.add_engine_steps(step, "sync", self.engine.take_trace())  # the probe
         return SyncRecord(seconds=time.perf_counter() - start, gap=gap)
-
-    def check_cache(self, step: int) -> CacheCheck:
-        """The cache under the new policy: verified if the method does, else measured."""
-        return check_cache(
-            self.state.cache, self.trainer, self.method, self.config.verify, self.monitor, step
-        )
 
     def book(self, step: int) -> None:
         """The step's phases and tokens in the ledger, and its work priced on the configured
@@ -333,20 +329,22 @@ class TrainingLoop:
         self.trace.add_engine_steps(step, "rollout", records.batch.engine_steps)
         self.trace.add_trainer_step(step, trainer)
 
-    def evaluate(self) -> float:
+    def evaluate(self) -> Evaluation:
+        """Every eval set at once (rollverify/evaluation.py); its time is the eval phase."""
         start = time.perf_counter()
-        self.counters.last_eval = evaluate(
+        evaluation = evaluate_sets(
             self.engine,
             self.task,
-            self.eval_problems,
+            self.eval_sets,
             samples=self.config.task.eval_samples,
             seed=self.config.task.eval_seed,
         )
+        self.counters.last_eval = evaluation.accuracy
         self.ledger.add_phase("eval", time.perf_counter() - start)
         steps = self.engine.take_trace()
         self.ledger.add_modeled({"eval": self.pricing.engines(steps)})
         self.trace.add_engine_steps(self.version, "eval", steps)
-        return self.counters.last_eval
+        return evaluation
 
     # -- log ----------------------------------------------------------------------------------
 

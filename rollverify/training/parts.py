@@ -30,6 +30,7 @@ def _base_task(config: RunConfig, tokenizer) -> Task:
             seed=config.train.seed,
             eval_size=task.eval_size,
             eval_seed=task.eval_seed,
+            eval_sets=task.eval_sets,
         )
     from rollverify.tasks.math_task import MathTask  # math-verify/sympy: import only if used
 
@@ -40,6 +41,10 @@ def _base_task(config: RunConfig, tokenizer) -> Task:
         seed=config.train.seed,
         eval_size=task.eval_size,
         eval_seed=task.eval_seed,
+        eval_files=task.eval_files,
+        prompt_field=task.prompt_field,
+        answer_field=task.answer_field,
+        prompt_template=task.prompt_template,
     )
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rollverify import metrics as m
+from rollverify.evaluation import Evaluation
 from rollverify.rollout import RolloutResult
 from rollverify.switching import AcceptanceMonitor
 from rollverify.trace import EngineStep, TrainerStep, scoring_work
@@ -104,7 +105,7 @@ class StepRecords:
     train_seconds: float = 0.0
     sync: SyncRecord | None = None
     cache: CacheCheck = field(default_factory=CacheCheck)
-    eval_accuracy: float | None = None  # when an evaluation was due
+    evaluation: Evaluation | None = None  # when an evaluation was due
 
     def trainer_step(self, beta: float, weight_bytes: int) -> TrainerStep:
         """The trainer's work of this step, for the cost model: the batch trained, scoring
@@ -194,11 +195,20 @@ def step_metrics(
     }
     if sync.synced:
         metrics[m.SYNC_LOGPROB_GAP] = sync.gap
-    if records.eval_accuracy is not None:
-        metrics[m.EVAL_ACCURACY] = records.eval_accuracy
+    if records.evaluation is not None:
+        metrics |= evaluation_metrics(records.evaluation)
     if entropy is not None:
         metrics[m.ENTROPY_MEAN] = entropy
     return metrics | ledger
+
+
+def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:
+    """eval_accuracy (the mean over sets of avg@k) and each set's avg@k and pass@k."""
+    metrics = {m.EVAL_ACCURACY: evaluation.accuracy}
+    for name, score in evaluation.sets.items():
+        metrics[m.eval_avg_at_k(name)] = score.avg_at_k
+        metrics[m.eval_pass_at_k(name)] = score.pass_at_k
+    return metrics
 
 
 def _plus(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:

@@ -26,9 +26,11 @@ from rollverify.engines.protocol import RolloutEngine
 from rollverify.faults import describe, kill_point
 from rollverify.methods import METHODS
 from rollverify.metrics import EVAL_ACCURACY, OPS_MEAN, REWARD_MEAN
+from rollverify.tasks.custom_reward import load_reward
 from rollverify.tracking import MLflowTracker, default_tracking_uri
 from rollverify.training.loop import TrainingLoop
 from rollverify.training.parts import check_engine_fits, engine_running, make_engine, make_task
+from rollverify.training.records import evaluation_metrics
 from rollverify.training.run_state import config_changes, restore_loop
 from rollverify.training.stopping import StopRequest
 
@@ -148,6 +150,8 @@ def run(plan: RunPlan) -> RunSummary:
     """setup; train; cleanup. The folder and its config come first, so a run killed at any
     later moment (loading the model, starting engines) can be resumed."""
     config, run_dir = plan.config, plan.run_dir
+    if config.task.reward is not None:  # a user's reward that cannot run: before anything
+        load_reward(config.task.reward)
     run_dir.mkdir(parents=True, exist_ok=True)
     with run_lock(run_dir):
         started = time.perf_counter()
@@ -209,16 +213,17 @@ def _train(plan: RunPlan, engine: RolloutEngine, model, tokenizer) -> TrainingLo
                 start_step=plan.step,
             )
             if checkpoint is None:
-                loop.counters.eval_before = loop.evaluate()
-                tracker.log_metrics({EVAL_ACCURACY: loop.counters.eval_before}, step=0)
-                plan.on_step(0, {EVAL_ACCURACY: loop.counters.eval_before})
+                before = evaluation_metrics(loop.evaluate())
+                loop.counters.eval_before = before[EVAL_ACCURACY]
+                tracker.log_metrics(before, step=0)
+                plan.on_step(0, before)
             else:
                 restore_loop(loop, checkpoint)
                 loop.trainer.resume_from = checkpoint  # read by the trainer's resume hooks
                 if (
                     loop.counters.eval_pending
                 ):  # a stop skipped it; evaluation leaves training's RNG be
-                    tracker.log_metrics({EVAL_ACCURACY: loop.evaluate()}, step=plan.step)
+                    tracker.log_metrics(evaluation_metrics(loop.evaluate()), step=plan.step)
                     loop.counters.eval_pending = False
                 plan.on_step(plan.step, {})
             loop.trainer.train(

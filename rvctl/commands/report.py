@@ -62,8 +62,9 @@ def show_report(
 ) -> None:
     """The report of `targets` (see `report`); compare and sweep end with it."""
     from rollverify.plots import plot_metrics
-    from rollverify.report import load_report, method_rows, run_groups, short_names, sweep_grid
+    from rollverify.report import method_rows, run_groups, short_names, sweep_grid
     from rollverify.report import sweep_rows as grid_point_rows
+    from rollverify.report_store import load_report
 
     found = load_report(targets, tracking_uri)
     what = ", ".join(found.parent_run_ids) or f"{len(found.runs)} runs"

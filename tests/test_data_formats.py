@@ -64,8 +64,9 @@ def write(path: Path, records: list[dict]) -> Path:
         path.write_text(json.dumps(records))
     elif path.suffix == ".jsonl":
         path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    elif path.suffix == ".parquet":
-        pq.write_table(pa.Table.from_pylist(records), path)
+    elif path.suffix == ".parquet":  # columns from every record (pyarrow takes the first's)
+        columns = dict.fromkeys(key for record in records for key in record)
+        pq.write_table(pa.table({c: [r.get(c) for r in records] for c in columns}), path)
     elif path.suffix == ".csv":
         with path.open("w", newline="") as file:
             writer = csv.DictWriter(file, fieldnames=list(records[0]))
@@ -100,6 +101,14 @@ def test_every_format_loads_the_same_problems(tmp_path, name):
     math_set = load_math_set(path)
     assert loaded(math_set) == EXPECTED
     assert math_set.skipped == 0 and math_set.file == str(path)
+
+
+def test_csv_values_stay_text_as_written(tmp_path):
+    path = tmp_path / "numbers.csv"
+    path.write_text("question,answer\nq0,007\nq1,3.50\nq2,1e3\nq3,\n")
+    math_set = load_math_set(path)
+    assert loaded(math_set) == [("q0", "007"), ("q1", "3.50"), ("q2", "1e3")]
+    assert math_set.reasons == {"no answer": 1}
 
 
 def test_a_folder_written_by_save_to_disk_loads(tmp_path):
@@ -180,12 +189,16 @@ def test_the_common_field_names_are_read_without_a_mapping(tmp_path):
 def test_named_fields_are_dotted_paths_and_the_only_ones_read(tmp_path):
     records = [
         {"extra": {"q": "nested q"}, "gt": {"value": ["5", "five"]}, "answer": "0"},
-        {"extra": {"q": "no gt"}, "answer": "0"},  # `answer` is not the named field
+        {"extra": {"q": "no gt"}, "problem": "p", "answer": "0"},  # not the named fields
     ]
     path = write(tmp_path / "named.parquet", records)
     math_set = load_math_set(path, prompt_field="extra.q", answer_field="gt.value")
     assert loaded(math_set) == [("nested q", ("5", "five"))]
     assert math_set.reasons == {"no answer": 1}
+    only_answer = load_math_set(path, answer_field="gt.value")  # the prompt: the defaults
+    assert loaded(only_answer) == [] and only_answer.reasons == {"no prompt": 1, "no answer": 1}
+    only_prompt = load_math_set(path, prompt_field="extra.q")
+    assert loaded(only_prompt) == [("nested q", "0"), ("no gt", "0")]
     # an eval file without the named fields falls back to the defaults, if asked to
     shipped = load_math_set(MATH_DATA_DIR / "aime24.json", "extra.q", "gt.value", True)
     assert len(shipped.problems) == 30
@@ -255,6 +268,8 @@ def test_check_reports_usable_and_skipped_records_by_reason(tmp_path):
     table = rvctl("data", "check", str(path))
     assert table.returncode == 0 and "3 records, 2 usable, 1 skipped" in table.stdout
     assert "empty prompt" in table.stdout
+    shipped = rvctl("data", "check", "data/math/amc.json", "--format", "json")  # found by name
+    assert shipped.returncode == 0 and json.loads(shipped.stdout)["usable"] == 83
     # a named field that no record has: nothing usable, exit 2, the reason in one line
     named = rvctl("data", "check", str(path), "--answer-field", "reward_model.answer")
     assert named.returncode == 2 and "Traceback" not in named.stderr
@@ -312,11 +327,31 @@ def test_plain_problems_get_the_prompt_template(tmp_path):
         math_task(tokenizer, path, prompt_template="no placeholder")
 
 
+def test_eval_files_are_sets_read_with_the_defaults_where_they_lack_the_named_fields(tmp_path):
+    from tests.test_math_task import char_tokenizer
+
+    train = write(tmp_path / "train.parquet", [{"q": "What is 1 + 1?", "gt": ["2"]}])
+    task = MathTask(
+        char_tokenizer(),
+        str(train),
+        "unused.json",
+        seed=0,
+        eval_size=5,
+        eval_seed=1,
+        eval_files={"aime24": "data/math/aime24.json", "mine": str(train)},
+        prompt_field="q",
+        answer_field="gt",
+    )
+    sets = task.eval_sets()
+    assert list(sets) == ["aime24", "mine"] and [len(s) for s in sets.values()] == [5, 1]
+    assert task.next_group().answer == "2" and sets["mine"][0].answer == "2"
+
+
 def test_training_refuses_a_file_without_usable_problems_in_one_line(tmp_path):
     path = tmp_path / "answerless.json"
     path.write_text(json.dumps([{"problem": "p", "answer": ""}] * 3 + [{"problem": "q"}]))
-    with pytest.raises(ValueError) as error:
-        math_task(None, path)
+    with pytest.raises(ValueError) as error:  # the eval file is fine: the training file is not
+        MathTask(None, str(path), "data/math/aime24.json", seed=0, eval_size=4, eval_seed=1)
     assert str(error.value).startswith(f"{path}: no usable problems in 4 records")
     assert "most common reason: empty answer (3 records, e.g. record 0)" in str(error.value)
     assert "\n" not in str(error.value)
@@ -347,3 +382,5 @@ def test_the_config_names_a_bad_template_or_field(tmp_path):
     assert any(p.startswith("task.answer_field:") for p in error.value.problems)
     config.write_text("task: {prompt_template: dapo, answer_field: reward_model.ground_truth}")
     assert load_config(config).task.prompt_template == "dapo"
+    config.write_text("task: {prompt_template: 'Q: {problem} A:'}")
+    assert load_config(config).task.prompt_template == "Q: {problem} A:"

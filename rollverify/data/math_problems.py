@@ -158,12 +158,16 @@ def load_math_set(
     )
 
 
-def load_math_sets(directory: str | Path = MATH_DATA_DIR) -> list[MathSet]:
+def load_math_sets(
+    directory: str | Path = MATH_DATA_DIR,
+    prompt_field: str | None = None,
+    answer_field: str | None = None,
+) -> list[MathSet]:
     """Every *.json file of a folder, in name order."""
     files = sorted(Path(directory).glob("*.json"))
     if not files:
         raise ValueError(f"{directory}: no *.json math files found")
-    return [load_math_set(path) for path in files]
+    return [load_math_set(path, prompt_field, answer_field) for path in files]
 
 
 def reference_answer(record: dict) -> Answer | None:

@@ -12,7 +12,8 @@ import typer
 from rich.progress import Progress
 
 from rollverify.data.math_problems import MATH_DATA_DIR, MathSet, load_math_set, load_math_sets
-from rollverify.data.records import SAVED_DATASET_FILES
+from rollverify.data.records import FORMATS, SAVED_DATASET_FILES
+from rollverify.paths import locate
 from rvctl.options import FormatOption
 from rvctl.output import Format, print_rows, stderr
 
@@ -51,8 +52,10 @@ def check(
 ) -> None:
     """What a data file yields (usable / skipped, by reason), or, for a folder of JSON files,
     the reward on it: every reference answer must score 1, a perturbed one 0."""
-    if path.is_dir() and not any((path / name).is_file() for name in SAVED_DATASET_FILES):
-        _score_folder(path, limit, format)
+    path = locate(path) or path  # data/math/... : the package's data, from any folder
+    saved = any((path / name).is_file() for name in SAVED_DATASET_FILES)
+    if (path.is_dir() and not saved) or (not path.exists() and path.suffix not in FORMATS):
+        _score_folder(path, prompt_field, answer_field, limit, format)
         return
     math_set = load_math_set(path, prompt_field, answer_field)
     _print_report(math_set, format)
@@ -89,10 +92,16 @@ def _print_report(math_set: MathSet, format: Format) -> None:
         print_rows(rows, format, title="skipped records, by reason")
 
 
-def _score_folder(directory: Path, limit: int | None, format: Format) -> None:
+def _score_folder(
+    directory: Path,
+    prompt_field: str | None,
+    answer_field: str | None,
+    limit: int | None,
+    format: Format,
+) -> None:
     from rollverify.data.answer_check import check_answers  # heavy: math-verify, sympy
 
-    math_sets = load_math_sets(directory)
+    math_sets = load_math_sets(directory, prompt_field, answer_field)
     total = sum(len(s.problems[:limit]) for s in math_sets)
     rows = []
     with Progress(console=stderr, transient=True) as progress:

@@ -63,7 +63,8 @@ class MathProblem:
     answer: Answer  # one string, or a tuple of the several accepted ones
     source: str  # file stem, e.g. "math500"
     index: int  # position of the record in its file
-    messages: tuple[dict[str, str], ...] | None = None  # a chat prompt, used as it is
+    # a chat prompt, used as it is (dicts: not hashed, so that a problem stays hashable)
+    messages: tuple[dict[str, str], ...] | None = field(default=None, hash=False)
 
 
 @dataclass(frozen=True)

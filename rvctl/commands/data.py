@@ -54,7 +54,7 @@ def check(
     the reward on it: every reference answer must score 1, a perturbed one 0."""
     path = locate(path) or path  # data/math/... : the package's data, from any folder
     saved = any((path / name).is_file() for name in SAVED_DATASET_FILES)
-    if (path.is_dir() and not saved) or (not path.exists() and path.suffix not in FORMATS):
+    if (path.is_dir() and not saved) or (not path.exists() and path.suffix.lower() not in FORMATS):
         _score_folder(path, prompt_field, answer_field, limit, format)
         return
     math_set = load_math_set(path, prompt_field, answer_field)

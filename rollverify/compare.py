@@ -82,6 +82,7 @@ def compare(
     from rollverify.training.parts import engine_running, make_engine
     from rollverify.training.run import train
 
+    config.check_data()  # before the parent run and the engine: every child needs the data
     children = plan(methods, seeds, config.train.seed)
     parent, folder, uri = open_parent(
         config, "compare", "compare", {"methods": ",".join(methods), "seeds": str(seeds)}

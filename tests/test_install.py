@@ -28,8 +28,8 @@ print(json.dumps({
     "rollverify": rollverify.__file__,
     "rvctl": rvctl.__file__,
     "model": load_config().model_path(),
-    "train_name": math.task.train_file,
-    "train_file": str(locate(math.task.train_file)),
+    "data_name": math.task.eval_files["aime24"],
+    "data_file": str(locate(math.task.eval_files["aime24"])),
     "grid": load_grid(["ds", "dt"], {}).values,
 }))
 """
@@ -67,10 +67,10 @@ def test_a_non_editable_install_trains_the_embedded_default_from_an_empty_folder
     )
     assert probe.returncode == 0, probe.stderr[-3000:]
     found = json.loads(probe.stdout.splitlines()[-1])
-    for name in ("rollverify", "model", "train_file"):
+    for name in ("rollverify", "model", "data_file"):
         assert Path(found[name]).resolve().is_relative_to(site), (name, found[name])
     assert Path(found["rvctl"]).resolve().is_relative_to(site)
-    assert found["train_name"] == "data/math/math_train.json"  # kept by name: found in the site
+    assert found["data_name"] == "data/math/aime24.json"  # kept by name: found in the site
     assert found["grid"]["verify.ds"] == [0.005, 0.01, 0.02, 0.05]  # the shipped ds_dt.yaml
 
     train = [str(site / "bin" / "rvctl"), "train", "--steps", "2", "--engine", "hf"]
@@ -129,8 +129,9 @@ def test_the_shipped_defaults_keep_their_names_and_resolve_to_package_data(tmp_p
 def test_a_missing_path_names_where_it_was_looked_for(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "c.yaml").write_text("task:\n  name: math\n  train_file: absent.json\n")
+    config = load_config(tmp_path / "c.yaml")  # loads: data is needed when training starts
     with pytest.raises(ConfigError) as error:
-        load_config(tmp_path / "c.yaml")
+        config.check_data()
     [problem] = error.value.problems
     assert problem.startswith("task.train_file: no file absent.json in ")
     assert str(tmp_path) in problem and "the package's data" in problem

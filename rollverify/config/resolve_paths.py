@@ -1,5 +1,6 @@
-"""The config's paths (model.path, task.train_file, task.eval_file, task.eval_files) found
-where rollverify/paths.py looks for them, or reported where found nowhere."""
+"""The config's paths (model.path, task.reward, task.train_file, task.eval_file,
+task.eval_files) found where rollverify/paths.py looks for them, or reported where found
+nowhere (data files: when training starts, `missing_data`)."""
 
 from __future__ import annotations
 
@@ -25,25 +26,35 @@ def resolve_paths(config: RunConfig, folder: Path | None, problems: list[str]) -
         )
     # task.reward: a module or file of the config's folder or the working directory, by path
     config.task.reward = resolve_reward(config.task.reward, folder, problems)
+    # Data files: made absolute where found; a missing one is kept as given and reported
+    # when training starts (missing_data), so that a config whose data is elsewhere still
+    # loads for what needs no data (rvctl simulate, report, a look at the config).
     for set_name, given in config.task.eval_files.items():
-        found = locate(given, folder)
-        if found is not None and found.is_file():
-            config.task.eval_files[set_name] = canonical(given, folder)
-        elif config.task.name == "math":
-            problems.append(
-                f"task.eval_files.{set_name}: no file {searched(given, folder)}; point it to a "
-                "file of problems (see rollverify/assets/data/math/PROVENANCE.md)"
-            )
+        config.task.eval_files[set_name] = _found_or_given(given, folder)
     for name in ("train_file", "eval_file"):
-        given = getattr(config.task, name)
-        found = locate(given, folder)
-        if found is not None and found.is_file():
-            setattr(config.task, name, canonical(given, folder))
-        elif config.task.name == "math":
-            problems.append(
-                f"task.{name}: no file {searched(given, folder)}; point it to a JSON list of "
-                "problems (see rollverify/assets/data/math/PROVENANCE.md)"
-            )
+        setattr(config.task, name, _found_or_given(getattr(config.task, name), folder))
+
+
+def missing_data(config: RunConfig) -> list[str]:
+    """One line per data file the config's task needs and nothing holds (math only)."""
+    if config.task.name != "math":
+        return []
+    wanted = {"task.train_file": config.task.train_file}
+    if config.task.eval_files:
+        wanted |= {f"task.eval_files.{n}": path for n, path in config.task.eval_files.items()}
+    else:
+        wanted["task.eval_file"] = config.task.eval_file
+    return [
+        f"{field}: no file {searched(path)}; point it to a file of problems (JSON, JSONL, "
+        "Parquet, CSV or a save_to_disk folder: docs/data.md)"
+        for field, path in wanted.items()
+        if locate(path) is None
+    ]
+
+
+def _found_or_given(given: str, folder: Path | None) -> str:
+    found = locate(given, folder)
+    return canonical(given, folder) if found is not None else given
 
 
 def _is_hub_id(path: str, folder: Path | None = None) -> bool:

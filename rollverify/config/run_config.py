@@ -59,6 +59,16 @@ class RunConfig:
         wanted = {k: v for k, v in overrides.items() if v is not None}
         return load_config(overrides=current | wanted)
 
+    def check_data(self) -> None:
+        """ConfigError naming every data file the task needs that is not there (a config
+        loads without its data: see config/resolve_paths.py)."""
+        from rollverify.config.load import ConfigError
+        from rollverify.config.resolve_paths import missing_data
+
+        problems = missing_data(self)
+        if problems:
+            raise ConfigError(problems)
+
     def device_layout(self):
         """Devices the run holds, for the cost ledger (rollverify/ledger.py)."""
         from rollverify.ledger import DeviceLayout

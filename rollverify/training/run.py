@@ -26,6 +26,7 @@ from rollverify.engines.protocol import RolloutEngine
 from rollverify.faults import describe, kill_point
 from rollverify.methods import METHODS
 from rollverify.metrics import EVAL_ACCURACY, OPS_MEAN, REWARD_MEAN
+from rollverify.tasks.base import Task
 from rollverify.tasks.custom_reward import load_reward
 from rollverify.tracking import MLflowTracker, default_tracking_uri
 from rollverify.training.loop import TrainingLoop
@@ -150,7 +151,8 @@ def run(plan: RunPlan) -> RunSummary:
     """setup; train; cleanup. The folder and its config come first, so a run killed at any
     later moment (loading the model, starting engines) can be resumed."""
     config, run_dir = plan.config, plan.run_dir
-    if config.task.reward is not None:  # a user's reward that cannot run: before anything
+    config.check_data()  # before anything starts: data that is not there, a reward that
+    if config.task.reward is not None:  # cannot run
         load_reward(config.task.reward)
     run_dir.mkdir(parents=True, exist_ok=True)
     with run_lock(run_dir):
@@ -162,6 +164,7 @@ def run(plan: RunPlan) -> RunSummary:
             torch.set_num_threads(config.train.threads)
         torch.manual_seed(config.train.seed)
         tokenizer = AutoTokenizer.from_pretrained(config.model_path())
+        task = make_task(config, tokenizer)  # its data read (or refused) before the model loads
         model = AutoModelForCausalLM.from_pretrained(
             config.model_path(), dtype=getattr(torch, config.model.dtype)
         )
@@ -170,7 +173,7 @@ def run(plan: RunPlan) -> RunSummary:
         with _engine_for(plan, model, tokenizer) as engine:
             engine.pause()  # a reused engine may hold another run's requests
             engine.load_weights(model.state_dict().items(), version=plan.step)
-            loop = _train(plan, engine, model, tokenizer)
+            loop = _train(plan, engine, model, tokenizer, task)
         summary = _summary(plan, loop, time.perf_counter() - started)
     atomic_write_text(run_dir / "summary.json", json.dumps(asdict(summary), indent=2) + "\n")
     return summary
@@ -187,12 +190,11 @@ def _engine_for(plan: RunPlan, model, tokenizer) -> Iterator[RolloutEngine]:
         yield engine
 
 
-def _train(plan: RunPlan, engine: RolloutEngine, model, tokenizer) -> TrainingLoop:
+def _train(plan: RunPlan, engine: RolloutEngine, model, tokenizer, task: Task) -> TrainingLoop:
     """The MLflow run, the loop and its trainer; step 0's evaluation (or a resumed run's
     pending one); then TRL's training loop to the last step."""
     config, checkpoint = plan.config, plan.checkpoint
     method = METHODS[config.train.method]
-    task = make_task(config, tokenizer)
     tracker = _tracker(plan, method.name)
     kill_point("setup", plan.step)  # tests: folder, config and MLflow run made, no checkpoint
     stop = StopRequest()

@@ -1,0 +1,238 @@
+"""The named mutants: each breaks one mechanism of the paper (or a failure path the README
+promises), and the tests named with it must then fail (tests/mutants.py runs them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    breaks: str  # the mechanism, in words
+    path: str  # file, relative to the repository
+    original: str  # exact text, found exactly once
+    mutated: str
+    tests: tuple[str, ...]  # pytest node ids that must fail
+
+
+MUTANTS = [
+    Mutant(
+        "ratio-denominator",
+        "the loss's ratio uses the behavior log-probs (pi/mu), not the current ones (ratio 1)",
+        "rollverify/training/trl_adapter.py",
+        'output["old_per_token_logps"] = output["sampling_per_token_logps"]',
+        "pass",
+        ("tests/test_loss_inputs.py::test_the_ratio_is_pi_over_the_behavior_policy_of_each_token",),
+    ),
+    Mutant(
+        "switch-ignored",
+        "after the switch the run stops pausing (on-policy for good)",
+        "rollverify/training/loop.py",
+        "return self.method.partial and not self.monitor.switched",
+        "return self.method.partial",
+        (
+            "tests/test_switching.py::"
+            "test_a_collapsing_acceptance_rate_switches_the_run_to_on_policy_for_good",
+        ),
+    ),
+    Mutant(
+        "switch-not-restored",
+        "a resumed run keeps the acceptance monitor and its switch",
+        "rollverify/training/loop.py",
+        'self.monitor.load_state_dict(state["monitor"])',
+        "pass",
+        (
+            "tests/test_switching.py::"
+            "test_a_collapsing_acceptance_rate_switches_the_run_to_on_policy_for_good",
+        ),
+    ),
+    Mutant(
+        "trl-overrides-dropped",
+        "gspo, sapo and vespo train with their own TRL loss",
+        "rollverify/training/trl_adapter.py",
+        "settings.update(method.trl_overrides)",
+        "pass",
+        (
+            "tests/test_loss_inputs.py::test_the_loss_level_methods_set_their_trl_loss",
+            "tests/test_loss_inputs.py::"
+            "test_the_loss_level_methods_train_differently_from_partial_and_each_other",
+        ),
+    ),
+    Mutant(
+        "filter-env-mask",
+        "a dropped sample's tokens are out of the loss (env_mask)",
+        "rollverify/training/trl_adapter.py",
+        "    if mask_dropped:",
+        "    if False:",
+        (
+            "tests/test_loss_inputs.py::"
+            "test_a_dropped_sample_gets_no_gradient_and_leaves_the_group_baseline",
+        ),
+    ),
+    Mutant(
+        "filter-none-rewards",
+        "a dropped sample is out of its group's reward baseline (reward None)",
+        "rollverify/training/loop.py",
+        "return [r if k else None for r, k in zip(rewards, keep, strict=True)]",
+        "return rewards",
+        (
+            "tests/test_loss_inputs.py::"
+            "test_a_dropped_sample_gets_no_gradient_and_leaves_the_group_baseline",
+        ),
+    ),
+    Mutant(
+        "filter-staleness-inverted",
+        "the staleness filter drops the stale samples, not the fresh ones",
+        "rollverify/filters.py",
+        "return staleness(versions, mask, current_version) <= bound",
+        "return staleness(versions, mask, current_version) > bound",
+        ("tests/test_train.py::test_filters_drop_stale_and_off_policy_samples",),
+    ),
+    Mutant(
+        "verify-skipped",
+        "rollverify truncates the off-policy suffix of the cache",
+        "rollverify/training/cache_check.py",
+        "            trajectory.truncate(k)",
+        "            pass",
+        ("tests/test_train.py::test_rollverify_truncates_when_the_policy_moved",),
+    ),
+    Mutant(
+        "sync-check-ignored",
+        "a failed weight-sync check stops the run",
+        "rollverify/training/weight_sync.py",
+        "if not gap <= tolerance:",
+        "if False:",
+        ("tests/test_train.py::test_a_failed_weight_sync_check_stops_the_run",),
+    ),
+    Mutant(
+        "second-signal-ignored",
+        "a second SIGINT/SIGTERM stops at once",
+        "rollverify/training/stopping.py",
+        "raise KeyboardInterrupt  # asked twice: stop now",
+        "return",
+        ("tests/test_stopping.py",),
+    ),
+    Mutant(
+        "shared-engine-not-reseeded",
+        "compare's runs on a shared engine are the runs `rvctl train` would make",
+        "rollverify/training/run.py",
+        "with plan.engine.seeded(plan.config.train.seed):  # as if started for this run",
+        "if True:",
+        (
+            "tests/test_orchestration.py::test_compare_runs_every_method_under_one_parent_and_reports_it",
+        ),
+    ),
+    Mutant(
+        "math-chat-template-skipped",
+        "math prompts go through the model's chat template",
+        "rollverify/tasks/math_task.py",
+        'if getattr(self.tokenizer, "chat_template", None):',
+        "if False:",
+        ("tests/test_math_task.py::test_prompts_go_through_the_chat_template",),
+    ),
+    Mutant(
+        "math-order-unseeded",
+        "the math task's order depends on the run's seed",
+        "rollverify/tasks/math_task.py",
+        "random.Random(self.seed * 1_000_003 + epoch).shuffle(order)",
+        "random.Random(epoch).shuffle(order)",
+        (
+            "tests/test_math_task.py::"
+            "test_each_epoch_visits_every_problem_once_in_its_own_seeded_order",
+        ),
+    ),
+    Mutant(
+        "math-reward-reads-special-tokens",
+        "rewards of token ids read the text without special tokens",
+        "rollverify/tasks/math_task.py",
+        "self.tokenizer.decode(token_ids, skip_special_tokens=True)",
+        "self.tokenizer.decode(token_ids)",
+        (
+            "tests/test_math_task.py::test_rewards_of_token_ids_read_the_text_without_special_tokens",
+        ),
+    ),
+    Mutant(
+        "engine-change-refused",
+        "a run may resume on another engine",
+        "rollverify/training/run_state.py",
+        '    "rollout.engine",\n',
+        "",
+        ("tests/test_vllm_engine.py::test_a_run_resumes_on_another_engine",),
+    ),
+    Mutant(
+        "prepacking-check-ignored",
+        "a vLLM sidecar with CPU weight prepacking on refuses to start",
+        "rollverify/engines/vllm_engine.py",
+        'if not all(report["prepacking_disabled"]) and not torch.cuda.is_available():',
+        "if False:",
+        ("tests/test_vllm_engine.py::test_a_sidecar_with_weight_prepacking_on_refuses_to_start",),
+    ),
+    Mutant(
+        "hang-not-detected",
+        "a sidecar that stops answering is taken for dead",
+        "rollverify/engines/vllm_engine.py",
+        "except (RayActorError, GetTimeoutError) as error:",
+        "except RayActorError as error:",
+        (
+            "tests/test_vllm_engine.py::"
+            "test_a_dead_or_hung_sidecar_is_replaced_and_its_trajectories_finish[frozen]",
+        ),
+    ),
+    Mutant(
+        "restart-cap-removed",
+        "a sidecar that keeps dying stops the run after MAX_RESTARTS",
+        "rollverify/engines/vllm_engine.py",
+        "if self.restarts >= MAX_RESTARTS:",
+        "if False:",
+        ("tests/test_vllm_engine.py::test_the_restart_cap_stops_the_run_with_one_line",),
+    ),
+    Mutant(
+        "weight-sync-plugin-off",
+        "vLLM's CPU weight prepacking is turned off, so synced weights take effect (caught "
+        "by the engine's refusal to start: the module's engine fixture errors)",
+        "rollverify/engines/vllm_plugin.py",
+        'if os.environ.get(DISABLE_ENV) == "1":\n        return',
+        "return",
+        ("tests/test_vllm_engine.py::test_weight_sync_makes_the_engine_score_like_the_trainer",),
+    ),
+    Mutant(
+        "measurement-as-cost",
+        "scoring done only for the logs is booked as the method's verification cost",
+        "rollverify/training/loop.py",
+        "            self.ledger.add_measurement(seconds)",
+        '            self.ledger.add_phase("verify", seconds)',
+        ("tests/test_train.py::test_every_method_trains_end_to_end[partial]",),
+    ),
+    Mutant(
+        "decode-roofline-summed",
+        "a decode step costs the larger of its memory and compute times, not their sum",
+        "rollverify/costmodel/roofline.py",
+        "    return max(memory, compute) + overhead",
+        "    return memory + compute + overhead",
+        ("tests/test_costmodel.py",),
+    ),
+    Mutant(
+        "sketch-no-regeneration",
+        "the simulator counts tokens generated again after a truncation",
+        "rollverify/engines/simulated.py",
+        "        start, self.length = self.length, self.length + count\n"
+        "        return self._regenerated(start)",
+        "        start, self.length = self.length, self.length + count\n        return 0",
+        (
+            "tests/test_simulate.py::"
+            "test_acceptance_one_and_zero_bound_rollverify_between_partial_and_grpo",
+        ),
+    ),
+    Mutant(
+        "simulate-acceptance-constant",
+        "rvctl simulate follows an acceptance curve step by step (--acceptance-from)",
+        "rollverify/simulate.py",
+        "acceptance = settings.acceptance[min(step, len(settings.acceptance)) - 1]",
+        "acceptance = settings.acceptance[-1]",
+        (
+            "tests/test_simulate.py::"
+            "test_acceptance_can_follow_a_runs_curve_and_switches_where_the_run_did",
+        ),
+    ),
+]

@@ -235,4 +235,39 @@ MUTANTS = [
             "test_acceptance_can_follow_a_runs_curve_and_switches_where_the_run_did",
         ),
     ),
+    Mutant(
+        "eval-sets-pooled",
+        "eval_accuracy is the mean over eval sets, each weighing the same (not pooled samples)",
+        "rollverify/evaluation.py",
+        "return statistics.fmean(score.avg_at_k for score in self.sets.values())",
+        "return statistics.fmean(\n"
+        "            s.avg_at_k for s in self.sets.values() for _ in range(s.problems)\n"
+        "        )",
+        (
+            "tests/test_evaluation.py::"
+            "test_avg_and_pass_at_k_per_set_with_every_sample_in_one_batch",
+        ),
+    ),
+    Mutant(
+        "custom-reward-ignored",
+        "task.reward replaces the task's reward in training and evaluation",
+        "rollverify/tasks/custom_reward.py",
+        "    return CustomRewardTask(task, load_reward(spec))",
+        "    load_reward(spec)\n    return task",
+        (
+            "tests/test_custom_reward.py::"
+            "test_a_plain_reward_replaces_the_task_reward_in_training_and_evaluation",
+        ),
+    ),
+    Mutant(
+        "list-answer-first-only",
+        "an answer given as a list accepts any of its answers",
+        "rollverify/rewards/math_answer.py",
+        "    answers = [answer] if isinstance(answer, str) else list(answer)",
+        "    answers = [answer] if isinstance(answer, str) else list(answer)[:1]",
+        (
+            "tests/test_data_formats.py::"
+            "test_the_reward_reads_the_answer_line_and_any_of_several_answers",
+        ),
+    ),
 ]

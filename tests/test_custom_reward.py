@@ -296,12 +296,19 @@ def error_lines(done: subprocess.CompletedProcess) -> list[str]:
     return [line for line in done.stderr.splitlines() if line.startswith(("error", "hint"))]
 
 
-@pytest.mark.slow  # ~45 s: two CLI processes, each importing torch and TRL
+@pytest.mark.slow  # ~45 s: CLI processes, each importing torch and TRL
 def test_the_cli_names_a_reward_it_cannot_import_or_that_returns_nan(tmp_path):
+    # A module found nowhere: refused as the config loads.
     assert error_lines(cli_train(tmp_path, "no_such_reward_module:score")) == [
-        "error: task.reward: cannot import 'no_such_reward_module:score' "
-        "(ModuleNotFoundError: No module named 'no_such_reward_module')"
+        "error: task.reward: no module 'no_such_reward_module' for "
+        f"'no_such_reward_module:score' in {tmp_path} or the installed packages; fix the name, "
+        "or give the file: path/to/file.py:function"
     ]
+    # A module that fails as it is imported: refused before anything starts.
+    write(tmp_path, "broken_reward_cli", "1 / 0\ndef score(response, answer): return 1.0")
+    [line] = error_lines(cli_train(tmp_path, "broken_reward_cli:score"))
+    assert line.startswith("error: task.reward: cannot import ")
+    assert "broken_reward_cli.py:score' (ZeroDivisionError: division by zero, at " in line
     write(tmp_path, "nan_reward_cli", "def score(response, answer): return float('nan')")
     [line] = error_lines(cli_train(tmp_path, "nan_reward_cli:score"))
-    assert line.startswith("error: task.reward nan_reward_cli:score returned nan for the response ")
+    assert line.startswith("error: task.reward ") and "nan_reward_cli.py:score returned nan" in line

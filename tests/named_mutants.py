@@ -270,4 +270,15 @@ MUTANTS = [
             "test_the_reward_reads_the_answer_line_and_any_of_several_answers",
         ),
     ),
+    Mutant(
+        "killed-at-start-new-mlflow-run",
+        "a run killed before its first checkpoint resumes in its own MLflow run",
+        "rollverify/training/run.py",
+        "    return json.loads(path.read_text()) if path.is_file() else None",
+        "    return None",
+        (
+            "tests/test_resume.py::"
+            "test_killed_at_three_points_and_resumed_ends_like_an_uninterrupted_run",
+        ),
+    ),
 ]

@@ -33,6 +33,13 @@ def check_links(config: RunConfig, problems: list[str]) -> None:
             f"train.epsilon_high: must be >= train.epsilon ({config.train.epsilon}), got "
             f"{config.train.epsilon_high}"
         )
+    batch = rollout.batch_groups * rollout.group_size
+    micro = config.train.micro_batch_size
+    if micro is not None and batch % micro:
+        problems.append(
+            f"train.micro_batch_size: must divide the step's batch, rollout.batch_groups x "
+            f"rollout.group_size = {batch}, got {micro}; pick a divisor of {batch} or null"
+        )
     unwritable = _unwritable(Path(config.output))
     if unwritable:
         problems.append(

@@ -210,6 +210,14 @@ class TrainConfig:
         0.0, "KL coefficient to the base model (0: no reference model).", lambda x: x >= 0, ">= 0"
     )
     max_grad_norm: float = config_field(1.0, "Gradient clipping.", positive, "> 0")
+    micro_batch_size: int | None = config_field(
+        None,
+        "Sequences per forward/backward pass; the step's B x G sequences are accumulated over "
+        "B x G / micro_batch_size passes (TRL's gradient_accumulation_steps), one optimizer "
+        "step, the same update. null: the whole batch in one pass. Must divide B x G.",
+        lambda x: x is None or x >= 1,
+        ">= 1 or null",
+    )
     threads: int = config_field(
         0, "torch threads (0: leave torch's default).", lambda x: x >= 0, ">= 0"
     )

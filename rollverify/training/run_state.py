@@ -42,6 +42,7 @@ RESUMABLE_CHANGES = (
     "train.steps",
     "train.eval_every",
     "train.threads",
+    "train.micro_batch_size",  # the same update, summed in other passes
     "train.devices",
     "train.checkpoint_every",
     "train.keep_checkpoints",

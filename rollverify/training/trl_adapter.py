@@ -118,8 +118,11 @@ def rollout_output(result: RolloutResult, keep: torch.Tensor, mask_dropped: bool
 
 
 def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfig:
-    """TRL's config from ours: one optimizer step per rollout, B*G completions per step."""
+    """TRL's config from ours: one optimizer step per rollout, B*G completions per step,
+    accumulated in passes of train.micro_batch_size."""
     train, rollout = config.train, config.rollout
+    batch = rollout.batch_groups * rollout.group_size
+    micro = train.micro_batch_size or batch
     settings: dict[str, Any] = {
         "loss_type": train.loss_type,
         "epsilon": train.epsilon,
@@ -130,7 +133,10 @@ def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfi
     return GRPOConfig(
         output_dir=output_dir,
         max_steps=train.steps,
-        per_device_train_batch_size=rollout.batch_groups * rollout.group_size,
+        # One rollout batch of B x G sequences per optimizer step, in passes of micro_batch_size
+        # (TRL then generates once per step: steps_per_generation = gradient_accumulation_steps).
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=batch // micro,
         num_generations=rollout.group_size,
         max_completion_length=rollout.max_new_tokens,
         temperature=rollout.temperature,

@@ -1,5 +1,6 @@
-"""train.micro_batch_size: the step's B x G sequences in passes of m (gradient accumulation,
-TRL's own), one optimizer step: the same update as the whole batch in one pass."""
+"""How a rollout batch is trained: train.micro_batch_size (passes of m sequences, TRL's gradient
+accumulation: the same update as one pass) and train.updates_per_rollout (the batch split
+into optimizer steps, TRL's steps_per_generation: DAPO/verl's mini-batches)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import torch
 from rollverify.checkpoint_files import latest
 from rollverify.config import ConfigError
 from rollverify.methods import METHODS
-from rollverify.training.run import train
+from rollverify.training.run import resume, train
 from rollverify.training.trl_adapter import grpo_config
-from tests.runs import history, tiny
+from tests.runs import cached, history, tiny
 
 BATCH = 4  # the tiny run: 2 groups of 2
 
@@ -57,3 +58,44 @@ def test_trl_gets_passes_of_the_micro_batch_summing_to_the_step(tmp_path):
 def test_a_micro_batch_that_does_not_divide_the_batch_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="train.micro_batch_size: must divide the step's batch"):
         tiny(tmp_path, "grpo", **{"train.micro_batch_size": 3})
+
+
+# -- train.updates_per_rollout: a rollout batch split into optimizer steps (mini-batches) ----
+
+
+def test_trl_generates_once_per_updates_per_rollout_steps(tmp_path):
+    for micro, per_device, accumulated in [(None, 2, 1), (1, 1, 2)]:
+        settings = {"train.updates_per_rollout": 2, "train.micro_batch_size": micro}
+        args = grpo_config(tiny(tmp_path, "grpo", **settings), METHODS["grpo"], str(tmp_path))
+        assert args.per_device_train_batch_size == per_device
+        assert args.gradient_accumulation_steps == accumulated
+        assert args.steps_per_generation == 2 * accumulated  # one rollout per 2 steps
+        assert args.generation_batch_size == BATCH
+    with pytest.raises(ConfigError, match="train.updates_per_rollout: must divide the rollout"):
+        tiny(tmp_path, "grpo", **{"train.updates_per_rollout": 3})
+    with pytest.raises(ConfigError, match=r"train.micro_batch_size: must divide the step's batch"):
+        tiny(tmp_path, "grpo", **{"train.updates_per_rollout": 2, "train.micro_batch_size": 4})
+
+
+@pytest.mark.slow  # three short runs, ~15 s
+def test_each_update_syncs_and_verifies_and_a_rollout_feeds_two(tmp_path):
+    settings = {"train.updates_per_rollout": 2, "train.steps": 4, "train.checkpoint_every": 1}
+    summary = train(tiny(tmp_path / "whole", "partial", **settings))
+    metrics = history(summary)
+    assert sorted(metrics["rollout_seconds"]) == [1, 3]  # a rollout every 2 optimizer steps
+    assert sorted(metrics["tokens_generated"]) == [1, 3]
+    for name in ("sync_seconds", "train_seconds", "cache_tokens_verified", "entropy_mean"):
+        assert sorted(metrics[name]) == [1, 2, 3, 4], name
+    # The policy version advances per optimizer step: the step-3 rollout samples with the
+    # weights synced after step 2 (version 2, not 1).
+    versions = [int(v) for t in cached(summary.run_dir, 4) for v in t.versions.tolist()]
+    assert max(versions) == 2
+    # Checkpoints land between rollouts only (checkpoint_every 1: steps 2 and 4).
+    folders = sorted(p.name for p in (Path(summary.run_dir) / "checkpoints").glob("step-*"))
+    assert folders == ["step-000000", "step-000002", "step-000004"]
+    # A run stopped at a boundary and resumed ends with the same weights.
+    half = train(tiny(tmp_path / "half", "partial", **settings | {"train.steps": 2}))
+    resumed = resume(half.run_dir, {"train.steps": 4})
+    ours = latest(Path(resumed.run_dir) / "checkpoints").tensors["model"]
+    theirs = latest(Path(summary.run_dir) / "checkpoints").tensors["model"]
+    assert all(torch.equal(ours[name], theirs[name]) for name in theirs)

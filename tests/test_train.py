@@ -73,7 +73,7 @@ def test_rewards_are_scored_from_the_real_generations(tmp_path):
     def spy(self, completions, answer, keep, **kwargs):
         rewards = original(self, completions, answer, keep, **kwargs)
         prompts = [
-            self.task.tokenizer.decode(t.prompt_ids) for t in self.last_rollout.trajectories()
+            self.task.tokenizer.decode(t.prompt_ids) for t in self.generation.result.trajectories()
         ]
         batches.append((list(completions), list(answer), rewards, prompts))
         return rewards

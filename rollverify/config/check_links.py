@@ -34,11 +34,18 @@ def check_links(config: RunConfig, problems: list[str]) -> None:
             f"{config.train.epsilon_high}"
         )
     batch = rollout.batch_groups * rollout.group_size
-    micro = config.train.micro_batch_size
-    if micro is not None and batch % micro:
+    updates, micro = config.train.updates_per_rollout, config.train.micro_batch_size
+    if batch % updates:
         problems.append(
-            f"train.micro_batch_size: must divide the step's batch, rollout.batch_groups x "
-            f"rollout.group_size = {batch}, got {micro}; pick a divisor of {batch} or null"
+            f"train.updates_per_rollout: must divide the rollout batch, rollout.batch_groups x "
+            f"rollout.group_size = {batch}, got {updates}; pick a divisor of {batch}"
+        )
+    elif micro is not None and (batch // updates) % micro:
+        step = batch // updates
+        problems.append(
+            f"train.micro_batch_size: must divide the step's batch ({step} sequences: "
+            f"rollout.batch_groups x rollout.group_size / train.updates_per_rollout), got "
+            f"{micro}; pick a divisor of {step} or null"
         )
     unwritable = _unwritable(Path(config.output))
     if unwritable:

@@ -210,11 +210,19 @@ class TrainConfig:
         0.0, "KL coefficient to the base model (0: no reference model).", lambda x: x >= 0, ">= 0"
     )
     max_grad_norm: float = config_field(1.0, "Gradient clipping.", positive, "> 0")
+    updates_per_rollout: int = config_field(
+        1,
+        "Optimizer steps one rollout batch is split into (DAPO/verl's mini-batches: TRL's "
+        "steps_per_generation); each step trains B x G / updates_per_rollout sequences, the "
+        "policy version advancing per step. Checkpoints and stops land between rollouts.",
+        at_least_one,
+        ">= 1",
+    )
     micro_batch_size: int | None = config_field(
         None,
-        "Sequences per forward/backward pass; the step's B x G sequences are accumulated over "
-        "B x G / micro_batch_size passes (TRL's gradient_accumulation_steps), one optimizer "
-        "step, the same update. null: the whole batch in one pass. Must divide B x G.",
+        "Sequences per forward/backward pass; a step's sequences (B x G / updates_per_rollout) "
+        "are accumulated over passes of this many (TRL's gradient_accumulation_steps): the "
+        "same update. null: the step's sequences in one pass. Must divide them.",
         lambda x: x is None or x >= 1,
         ">= 1 or null",
     )

@@ -62,6 +62,7 @@ from rollverify.training.records import (
     step_metrics,
 )
 from rollverify.training.run_state import capture
+from rollverify.training.schedule import Schedule
 from rollverify.training.stopping import RunInterrupted, StopRequest
 from rollverify.training.trl_adapter import (
     BehaviorRatioGRPOTrainer,
@@ -110,6 +111,8 @@ class TrainingLoop:
         self.counters = RunCounters()  # the run's own running figures
         self.last_metrics: dict[str, float] = {}  # the last step's, as logged
         self.checkpointed_step: int | None = None  # the step of the last checkpoint written
+        self.schedule = Schedule(config.train, start_step)  # when to evaluate, checkpoint, stop
+        self.generation: BatchRecord | None = None  # the rollout batch being trained
         self.trainer: BehaviorRatioGRPOTrainer = build_trainer(
             config,
             method,
@@ -130,10 +133,10 @@ class TrainingLoop:
         """Partial rollout until the monitor switches the run to on-policy, for good."""
         return self.method.partial and not self.monitor.switched
 
-    @property
-    def last_rollout(self) -> RolloutResult | None:
-        """The batch being trained (or last trained), for inspection."""
-        return self.records.batch.result if self.records.batch is not None else None
+    def begin_step(self) -> None:
+        """A new optimizer step (TRL's on_step_begin): its records start empty; its rollout,
+        if this step starts one (every train.updates_per_rollout steps), fills them."""
+        self.records = StepRecords(started=time.perf_counter())
 
     # -- the checkpoint contract --------------------------------------------------------------
 
@@ -163,7 +166,6 @@ class TrainingLoop:
 
     def rollout(self, prompts: list, trainer: Any) -> dict[str, list]:
         """TRL's rollout_func (its prompts are ignored: trl_adapter.py says why)."""
-        self.records = StepRecords(started=time.perf_counter())
         result = self._collect()
         trajectories = list(result.trajectories())
         batch = PaddedTrajectories.of(trajectories)
@@ -191,7 +193,7 @@ class TrainingLoop:
             kept=int(lengths[keep].sum()),
             discarded=int(lengths[~keep].sum()),
         )
-        self.records.batch = BatchRecord(
+        self.records.batch = self.generation = BatchRecord(
             result=result,
             trajectories=trajectories,
             keep=keep,
@@ -267,11 +269,9 @@ class TrainingLoop:
     def after_update(self, step: int) -> None:
         records = self.records
         # The update's time: since the rollout began, less the rollout and the batch's scoring.
+        rollout_seconds = records.batch.result.seconds if records.batch is not None else 0.0
         records.train_seconds = (
-            time.perf_counter()
-            - records.started
-            - records.batch.result.seconds
-            - records.scoring.seconds
+            time.perf_counter() - records.started - rollout_seconds - records.scoring.seconds
         )
         # Stopping before the last step: the engine is not needed again (a resumed run syncs
         # it first, and evaluates then if an evaluation was due), and its processes may have
@@ -287,7 +287,7 @@ class TrainingLoop:
             time.perf_counter() - start, used=self.method.verify, work=records.cache.scored
         )
         self.book(step)
-        due = self.scheduled(step, self.config.train.eval_every)
+        due = self.schedule.evaluation_due(step)
         if due and not stopping:
             records.evaluation = self.evaluate()
         self.counters.eval_pending = due and stopping
@@ -317,16 +317,20 @@ class TrainingLoop:
             self.ledger.add_phase(phase, seconds)
         self.ledger.add_tokens(discarded=records.cache.tokens_truncated)
         self.counters.device_seconds += (
-            records.batch.result.seconds
+            (records.batch.result.seconds if records.batch is not None else 0.0)
             + records.train_seconds
             + records.sync.seconds
             + records.scoring.verify_seconds
         )
         trainer = records.trainer_step(
-            beta=self.config.train.beta, weight_bytes=self.pricing.shape.weight_bytes
+            self.generation,
+            self.config.train.updates_per_rollout,
+            beta=self.config.train.beta,
+            weight_bytes=self.pricing.shape.weight_bytes,
         )
-        self.ledger.add_modeled(self.pricing.step(records.batch.engine_steps, trainer))
-        self.trace.add_engine_steps(step, "rollout", records.batch.engine_steps)
+        engine_steps = records.batch.engine_steps if records.batch is not None else []
+        self.ledger.add_modeled(self.pricing.step(engine_steps, trainer))
+        self.trace.add_engine_steps(step, "rollout", engine_steps)
         self.trace.add_trainer_step(step, trainer)
 
     def evaluate(self) -> Evaluation:
@@ -365,10 +369,6 @@ class TrainingLoop:
 
     # -- checkpoint ---------------------------------------------------------------------------
 
-    def scheduled(self, step: int, every: int) -> bool:
-        """Evaluations and checkpoints: every `every` steps (0: never) and at the last."""
-        return step == self.config.train.steps or bool(every and step % every == 0)
-
     def checkpoint(self) -> Path | None:
         """Write a checkpoint of the step just finished (its time is a ledger phase). A write
         that fails (a full disk) is reported and training goes on: the older ones are kept."""
@@ -386,7 +386,7 @@ class TrainingLoop:
             return None
         finally:
             self.ledger.add_phase("checkpoint", time.perf_counter() - start)
-        self.checkpointed_step = step
+        self.checkpointed_step = self.schedule.checkpointed = step
         return folder
 
     def stop_here(self) -> None:

@@ -107,13 +107,17 @@ class StepRecords:
     cache: CacheCheck = field(default_factory=CacheCheck)
     evaluation: Evaluation | None = None  # when an evaluation was due
 
-    def trainer_step(self, beta: float, weight_bytes: int) -> TrainerStep:
-        """The trainer's work of this step, for the cost model: the batch trained, scoring
-        the method used and scoring only logged, and the weights synced (if they were)."""
-        trajectories = self.batch.trajectories
-        trained = scoring_work(
+    def trainer_step(
+        self, generation: BatchRecord, updates: int, beta: float, weight_bytes: int
+    ) -> TrainerStep:
+        """The trainer's work of this step, for the cost model: its share (1 / updates) of the
+        rollout batch trained, scoring the method used and scoring only logged, and the
+        weights synced (if they were). The batch's lengths are traced with its rollout."""
+        trajectories = generation.trajectories
+        tokens, attended = scoring_work(
             [len(t.prompt_ids) for t in trajectories], [len(t) for t in trajectories]
         )
+        trained = (tokens // updates, attended // updates)
         scored = self.scoring.verify_work
         if beta > 0:  # TRL scores the batch under the reference model too
             scored = _plus(scored, trained)
@@ -122,7 +126,7 @@ class StepRecords:
             *scored,
             *self.scoring.measure_work,
             sync_bytes=weight_bytes if self.sync.synced else 0,
-            completions=tuple(len(t) for t in trajectories),
+            completions=tuple(len(t) for t in trajectories) if self.batch is not None else (),
         )
 
 
@@ -158,23 +162,13 @@ def step_metrics(
     ledger: dict[str, float],
 ) -> dict[str, float]:
     """One step's metrics, from its records. `verifies`: the method verifies the cache (the
-    acceptance rate is its figure); `ledger`: the ledger's cumulative figures."""
+    acceptance rate is its figure); `ledger`: the ledger's cumulative figures. A step that
+    started no rollout (train.updates_per_rollout > 1) has no rollout metrics."""
     batch, cache, scoring, sync = records.batch, records.cache, records.scoring, records.sync
-    result, lengths = batch.result, batch.lengths
-    metrics = {
-        m.OPS_MEAN: batch.ops.mean().item(),
-        m.RESPONSE_LENGTH_MEAN: lengths.mean().item(),
-        m.RESPONSE_LENGTH_P99: torch.quantile(lengths, 0.99).item(),
-        m.STALENESS_MEAN: batch.staleness_mean,
-        m.TOKENS_GENERATED: float(result.tokens_generated),
-        m.TOKENS_DISCARDED: batch.tokens_dropped + cache.tokens_truncated,
-        m.SAMPLES_DROPPED: float((~batch.keep).sum().item()),
-        m.RESUMED: float(result.resumed),
-        m.PAUSED: float(result.paused),
-        m.CACHE_SIZE: float(batch.cache_size),
-        m.ENGINE_RESTARTS: float(batch.engine_restarts),
-        m.REWARD_MEAN: records.reward_mean,
-        m.ROLLOUT_SECONDS: result.seconds,
+    metrics = _batch_metrics(records) if batch is not None else {}
+    metrics |= {
+        m.TOKENS_DISCARDED: (batch.tokens_dropped if batch is not None else 0.0)
+        + cache.tokens_truncated,
         m.TRAIN_SECONDS: records.train_seconds,
         m.SYNC_SECONDS: sync.seconds,
         m.VERIFY_SECONDS: scoring.verify_seconds,
@@ -200,6 +194,26 @@ def step_metrics(
     if entropy is not None:
         metrics[m.ENTROPY_MEAN] = entropy
     return metrics | ledger
+
+
+def _batch_metrics(records: StepRecords) -> dict[str, float]:
+    """What the step's rollout batch was: its OPS, lengths, staleness, the rollout."""
+    batch = records.batch
+    result, lengths = batch.result, batch.lengths
+    return {
+        m.OPS_MEAN: batch.ops.mean().item(),
+        m.RESPONSE_LENGTH_MEAN: lengths.mean().item(),
+        m.RESPONSE_LENGTH_P99: torch.quantile(lengths, 0.99).item(),
+        m.STALENESS_MEAN: batch.staleness_mean,
+        m.TOKENS_GENERATED: float(result.tokens_generated),
+        m.SAMPLES_DROPPED: float((~batch.keep).sum().item()),
+        m.RESUMED: float(result.resumed),
+        m.PAUSED: float(result.paused),
+        m.CACHE_SIZE: float(batch.cache_size),
+        m.ENGINE_RESTARTS: float(batch.engine_restarts),
+        m.REWARD_MEAN: records.reward_mean,
+        m.ROLLOUT_SECONDS: result.seconds,
+    }
 
 
 def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:

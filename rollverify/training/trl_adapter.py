@@ -118,11 +118,12 @@ def rollout_output(result: RolloutResult, keep: torch.Tensor, mask_dropped: bool
 
 
 def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfig:
-    """TRL's config from ours: one optimizer step per rollout, B*G completions per step,
-    accumulated in passes of train.micro_batch_size."""
+    """TRL's config from ours: a rollout of B*G completions per train.updates_per_rollout
+    optimizer steps, each step accumulated in passes of train.micro_batch_size."""
     train, rollout = config.train, config.rollout
-    batch = rollout.batch_groups * rollout.group_size
-    micro = train.micro_batch_size or batch
+    step_batch = rollout.batch_groups * rollout.group_size // train.updates_per_rollout
+    micro = train.micro_batch_size or step_batch
+    accumulated = step_batch // micro
     settings: dict[str, Any] = {
         "loss_type": train.loss_type,
         "epsilon": train.epsilon,
@@ -133,10 +134,11 @@ def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfi
     return GRPOConfig(
         output_dir=output_dir,
         max_steps=train.steps,
-        # One rollout batch of B x G sequences per optimizer step, in passes of micro_batch_size
-        # (TRL then generates once per step: steps_per_generation = gradient_accumulation_steps).
+        # A rollout batch of B x G sequences per updates_per_rollout optimizer steps, each in
+        # passes of micro_batch_size: TRL generates once per steps_per_generation passes.
         per_device_train_batch_size=micro,
-        gradient_accumulation_steps=batch // micro,
+        gradient_accumulation_steps=accumulated,
+        steps_per_generation=accumulated * train.updates_per_rollout,
         num_generations=rollout.group_size,
         max_completion_length=rollout.max_new_tokens,
         temperature=rollout.temperature,
@@ -199,6 +201,9 @@ class LoopCallback(TrainerCallback):
         if not self.resuming:  # step 0: a run killed before its first checkpoint resumes too
             self.loop.checkpoint()
 
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.loop.begin_step()
+
     def on_step_end(self, args, state, control, **kwargs):
         kill_point("train", state.global_step)  # tests: optimizer stepped, nothing synced
         self.loop.after_update(state.global_step)
@@ -208,7 +213,9 @@ class LoopCallback(TrainerCallback):
             return
         self.logged_step = state.global_step
         self.loop.log(state.global_step, logs or {})
-        if self.loop.scheduled(state.global_step, self.loop.config.train.checkpoint_every):
+        if not self.loop.schedule.between_rollouts(state.global_step):
+            return
+        if self.loop.schedule.checkpoint_due(state.global_step):
             self.loop.checkpoint()
         if self.loop.stop.requested:
             self.loop.stop_here()

@@ -14,3 +14,17 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def config_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """A config as "section.field" -> value, one level deep: a mapping field (such as
+    task.eval_sets) stays one value, so it can be passed back as an override and compared
+    whole. {"task": {"eval_sets": {"a": 2}}, "output": "runs"} ->
+    {"task.eval_sets": {"a": 2}, "output": "runs"}."""
+    fields: dict[str, Any] = {}
+    for section, values in config.items():
+        if isinstance(values, dict):
+            fields.update({f"{section}.{name}": value for name, value in values.items()})
+        else:
+            fields[section] = values
+    return fields

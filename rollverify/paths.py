@@ -20,7 +20,7 @@ def candidates(path: str | Path, folder: Path | None = None) -> list[Path]:
     path = Path(path)
     if path.is_absolute():
         return [path]
-    return [Path(os.path.normpath(root / path)) for root in [*_roots(folder), ASSETS]]
+    return [Path(os.path.normpath(root / path)) for root in [*roots(folder), ASSETS]]
 
 
 def locate(path: str | Path, folder: Path | None = None) -> Path | None:
@@ -42,11 +42,11 @@ def searched(path: str | Path, folder: Path | None = None) -> str:
     """Where `path` was looked for, for an error message."""
     if Path(path).is_absolute():
         return str(path)
-    roots = ", ".join(str(root) for root in _roots(folder))
-    return f"{path} in {roots} or the package's data ({ASSETS})"
+    places = ", ".join(str(root) for root in roots(folder))
+    return f"{path} in {places} or the package's data ({ASSETS})"
 
 
-def _roots(folder: Path | None) -> list[Path]:
+def roots(folder: Path | None) -> list[Path]:
     """The config's folder (if any), then the working directory; once each."""
     roots = [Path(os.path.abspath(folder))] if folder is not None else []
     return list(dict.fromkeys([*roots, Path.cwd()]))

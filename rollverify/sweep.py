@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from rollverify.config import RunConfig
-from rollverify.dicts import flatten
+from rollverify.dicts import config_fields, flatten
 from rollverify.methods import METHODS
 from rollverify.paths import locate
 
@@ -137,7 +137,7 @@ def sweep(
         run_id, uri = record["run_id"], record["tracking_uri"]
         config, grid = _read_plan(folder)
         parent = MLflowTracker.attach(uri, run_id)
-    base = flatten(config.to_dict()) | {
+    base = config_fields(config.to_dict()) | {
         "model.path": config.model_path(),  # trials run in Tune's folders: absolute paths
         "output": str(folder.resolve()),
         "tracking.uri": uri,
@@ -253,5 +253,5 @@ def _read_plan(folder: Path) -> tuple[RunConfig, Grid]:
     from rollverify.config import load_config
 
     plan = yaml.safe_load((folder / "sweep.yaml").read_text())
-    config = load_config(overrides=flatten(plan["config"]))
+    config = load_config(overrides=config_fields(plan["config"]))
     return config, Grid(**plan["grid"])

@@ -384,3 +384,10 @@ def test_the_config_names_a_bad_template_or_field(tmp_path):
     assert load_config(config).task.prompt_template == "dapo"
     config.write_text("task: {prompt_template: 'Q: {problem} A:'}")
     assert load_config(config).task.prompt_template == "Q: {problem} A:"
+
+
+@pytest.mark.parametrize("name", ["wrong.jsonl", "wrong.csv"])
+def test_records_without_the_known_fields_are_counted_not_lost(tmp_path, name):
+    math_set = load_math_set(write(tmp_path / name, [{"x": "1", "y": "2"}, {"x": "3", "y": "4"}]))
+    assert math_set.problems == [] and math_set.skipped == 2
+    assert math_set.reasons == {"no prompt": 2}

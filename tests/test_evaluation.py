@@ -79,3 +79,19 @@ def test_a_run_logs_every_set_and_their_mean_and_the_report_shows_them(tmp_path)
             metrics_by_name[metrics.eval_avg_at_k(name)][2]
         )
         assert row[f"{name}_pass_at_k"] is not None
+
+
+def test_eval_sets_travel_whole_through_overrides_sweeps_and_resume_checks():
+    from rollverify.config import ConfigError
+    from rollverify.dicts import config_fields
+    from rollverify.training.run_state import config_changes
+
+    config = load_config(overrides={"task.eval_sets": SETS})
+    assert config.with_overrides({"train.steps": 2}).task.eval_sets == SETS
+    assert load_config(overrides=config_fields(config.to_dict())) == config  # a sweep's trial
+    # Adding or changing a set changes what eval_accuracy means: a resumed run refuses it.
+    (problem,) = config_changes(load_config().to_dict(), config.to_dict())
+    assert problem.startswith("task.eval_sets: {} in the checkpoint, {'short': 2, 'long': 32} now")
+    for bad in ({"none": 0}, {"a/b": 3}):
+        with pytest.raises(ConfigError, match="task.eval_sets: must be a mapping of set names"):
+            load_config(overrides={"task.eval_sets": bad})

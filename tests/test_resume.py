@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from mlflow.tracking import MlflowClient
 
 from rollverify import trace
@@ -225,3 +226,16 @@ def test_a_stop_while_a_step_trains_leaves_its_evaluation_to_the_resumed_run(tmp
     }
     assert sorted(history["reward_mean"]) == [1, 2, 3, 4]
     assert MlflowClient(summary.tracking_uri).get_run(summary.run_id).info.status == "FINISHED"
+
+
+def test_a_run_killed_before_its_first_checkpoint_refuses_another_experiment(tmp_path):
+    """Nothing trained yet, but its MLflow run holds the config: a change is refused too."""
+    run_dir = tmp_path / "rollverify-s0-killed"
+    run_dir.mkdir()
+    config = load_config(config_file(tmp_path))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.to_dict()))
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({"train": {"method": "grpo"}}))
+    with pytest.raises(ConfigError, match="train.method: 'rollverify' in the checkpoint, 'grpo'"):
+        resume(run_dir, config_path=other)
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml"]  # nothing started

@@ -47,17 +47,10 @@ class RunConfig:
     def with_overrides(self, overrides: dict[str, Any]) -> RunConfig:
         """A checked copy with dotted fields replaced ({"train.seed": 1}; None: keep)."""
         from rollverify.config.load import load_config  # (load.py imports this module)
+        from rollverify.dicts import config_fields
 
-        # section.field -> value (a mapping field, such as task.eval_sets, stays one value)
-        current = {
-            f"{section}.{name}": value
-            for section, fields in self.to_dict().items()
-            if isinstance(fields, dict)
-            for name, value in fields.items()
-        }
-        current |= {k: v for k, v in self.to_dict().items() if not isinstance(v, dict)}
         wanted = {k: v for k, v in overrides.items() if v is not None}
-        return load_config(overrides=current | wanted)
+        return load_config(overrides=config_fields(self.to_dict()) | wanted)
 
     def check_data(self) -> None:
         """ConfigError naming every data file the task needs that is not there (a config

@@ -3,6 +3,7 @@ means and the rule its value follows."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -15,6 +16,9 @@ from rollverify.tasks.custom_reward import is_reward_spec
 
 def _named(field: str | None) -> bool:
     return field is None or bool(field.strip())
+
+
+_SET_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # it names metrics: eval/<set>/avg_at_k
 
 
 @dataclass
@@ -80,11 +84,15 @@ class TaskConfig:
         "math: several held-out sets, name -> file ({aime24: data/math/aime24.json, ...}); "
         "each logged as eval/<name>/avg_at_k and pass_at_k, eval_accuracy their mean. Empty: "
         "eval_file alone, named after its file.",
+        lambda sets: all(_SET_NAME.fullmatch(name) for name in sets),
+        "a mapping of set names (letters, digits, _ . -) to files",
     )
     eval_sets: dict[str, int] = config_field(
         {},
         "chain: several held-out sets, name -> longest chain (difficulty) of its problems "
         "({short: 8, long: 32}). Empty: one set, 'chain', drawn as training is (max_steps).",
+        lambda sets: all(_SET_NAME.fullmatch(n) and steps >= 1 for n, steps in sets.items()),
+        "a mapping of set names (letters, digits, _ . -) to chain lengths >= 1",
     )
     eval_size: int = config_field(
         256, "Held-out problems in each evaluation (per set).", at_least_one, ">= 1"

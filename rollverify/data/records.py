@@ -159,9 +159,10 @@ def _load(path: Path, kind: str, load, columns: Collection[str] | None) -> list[
     try:
         dataset = load(datasets)
         if columns is not None:
+            rows = len(dataset)  # (a selection of no column has no rows)
             dataset = dataset.select_columns([c for c in dataset.column_names if c in columns])
             if not dataset.column_names:
-                return [{} for _ in range(len(dataset))]
+                return [{} for _ in range(rows)]
         return dataset.to_list()
     except Exception as error:  # datasets and arrow raise many kinds; each is the file's fault
         if "corresponds to no data" in str(error):  # `[]`, a CSV header alone

@@ -4,9 +4,10 @@ sets and everything else stay the task's.
 
 Where the function comes from (`task.reward`, one string):
 
-    my_rewards:score                 a module: from the config file's folder, the working
-                                     directory, else the installed packages (these win on a
-                                     name clash)
+    my_rewards:score                 a module: from the config file's folder, else the
+                                     working directory, else the installed packages (a
+                                     module found in those folders comes first, and is kept
+                                     as the path of its file)
     pkg.rewards:score                a module of a package (folders with __init__.py)
     rewards/score.py:score           a Python file (relative: to the config's folder, then
                                      the working directory),
@@ -96,7 +97,7 @@ def resolve_reward(spec: str | None, folder: Path | None, problems: list[str]) -
     stays as given. Nothing is imported; a module found nowhere is one line in `problems`."""
     if spec is None or not is_reward_spec(spec):
         return spec
-    from rollverify.paths import locate, searched
+    from rollverify.paths import locate, roots, searched
 
     target, _, attr = spec.rpartition(":")
     if _is_path(target):
@@ -105,7 +106,7 @@ def resolve_reward(spec: str | None, folder: Path | None, problems: list[str]) -
             problems.append(f"{FIELD}: no file {searched(target, folder)}; fix the path")
             return spec
         return f"{found.resolve()}:{attr}"
-    for root in _roots(folder):
+    for root in roots(folder):
         found = _module_file(root, target)
         if found is not None:
             return f"{found}:{attr}"
@@ -115,17 +116,12 @@ def resolve_reward(spec: str | None, folder: Path | None, problems: list[str]) -
     except (ImportError, ValueError):
         installed = False
     if not installed:
-        where = ", ".join(str(root) for root in _roots(folder))
+        where = ", ".join(str(root) for root in roots(folder))
         problems.append(
             f"{FIELD}: no module {top!r} for {spec!r} in {where} or the installed packages; "
             "fix the name, or give the file: path/to/file.py:function"
         )
     return spec
-
-
-def _roots(folder: Path | None) -> list[Path]:
-    roots = [Path(os.path.abspath(folder))] if folder is not None else []
-    return list(dict.fromkeys([*roots, Path.cwd()]))
 
 
 def _module_file(root: Path, dotted: str) -> Path | None:

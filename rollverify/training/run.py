@@ -131,6 +131,11 @@ def resume(
             )
         if problems:
             raise ConfigError(problems)
+    else:  # nothing trained yet, but its MLflow run (params, method tag) may exist
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+        problems = config_changes(saved, config.to_dict())
+        if problems:
+            raise ConfigError(problems)
     return run(RunPlan(config, run_dir, checkpoint, None, on_step, engine))
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from rollverify.checkpoint_files import Checkpoint
-from rollverify.tracking import flatten
+from rollverify.dicts import config_fields
 
 if TYPE_CHECKING:
     from rollverify.training.loop import TrainingLoop
@@ -142,8 +142,9 @@ def restore_rng(checkpoint: Checkpoint) -> None:
 
 
 def config_changes(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
-    """One line per field whose change would break a resumed run."""
-    before, after = flatten(saved), flatten(wanted)
+    """One line per field whose change would break a resumed run (a mapping field, such as
+    task.eval_sets, compared whole)."""
+    before, after = config_fields(saved), config_fields(wanted)
     problems = []
     for name in sorted(before.keys() | after.keys()):
         if before.get(name) == after.get(name) or name.startswith(RESUMABLE_CHANGES):

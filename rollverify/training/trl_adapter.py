@@ -63,7 +63,7 @@ class BehaviorRatioGRPOTrainer(GRPOTrainer):
 
     @torch.no_grad()
     def current_logprobs(
-        self, trajectories: list[Trajectory], batch_size: int = 64
+        self, trajectories: list[Trajectory], batch_size: int | None = None
     ) -> torch.Tensor:
         """log pi_theta of each generated token under the current weights: float [B, T].
 
@@ -90,7 +90,8 @@ class BehaviorRatioGRPOTrainer(GRPOTrainer):
                 input_ids.to(device),
                 attention.to(device),
                 width,
-                batch_size=batch_size,
+                # in passes of the training's own micro-batch: what fits for the loss fits here
+                batch_size=batch_size or self.args.per_device_train_batch_size,
             )
         finally:
             self.model.train(was_training)

@@ -178,10 +178,7 @@ def run(plan: RunPlan) -> RunSummary:
         with _engine_for(plan, model, tokenizer) as engine:
             engine.pause()  # a reused engine may hold another run's requests
             engine.load_weights(model.state_dict().items(), version=plan.step)
-            loop = _train(plan, engine, model, tokenizer, task)
-        summary = _summary(plan, loop, time.perf_counter() - started)
-    atomic_write_text(run_dir / "summary.json", json.dumps(asdict(summary), indent=2) + "\n")
-    return summary
+            return _train(plan, engine, model, tokenizer, task, started)
 
 
 @contextmanager
@@ -195,9 +192,12 @@ def _engine_for(plan: RunPlan, model, tokenizer) -> Iterator[RolloutEngine]:
         yield engine
 
 
-def _train(plan: RunPlan, engine: RolloutEngine, model, tokenizer, task: Task) -> TrainingLoop:
+def _train(
+    plan: RunPlan, engine: RolloutEngine, model, tokenizer, task: Task, started: float
+) -> RunSummary:
     """The MLflow run, the loop and its trainer; step 0's evaluation (or a resumed run's
-    pending one); then TRL's training loop to the last step."""
+    pending one); TRL's training loop to the last step; the summary, written before the MLflow
+    run is marked FINISHED (a resumed sweep takes a finished child's summary as done)."""
     config, checkpoint = plan.config, plan.checkpoint
     method = METHODS[config.train.method]
     tracker = _tracker(plan, method.name)
@@ -227,22 +227,24 @@ def _train(plan: RunPlan, engine: RolloutEngine, model, tokenizer, task: Task) -
             else:
                 restore_loop(loop, checkpoint)
                 loop.trainer.resume_from = checkpoint  # read by the trainer's resume hooks
-                if (
-                    loop.counters.eval_pending
-                ):  # a stop skipped it; evaluation leaves training's RNG be
+                if loop.counters.eval_pending:  # a stop skipped it (evaluating leaves the
+                    # training's RNG be)
                     tracker.log_metrics(evaluation_metrics(loop.evaluate()), step=plan.step)
                     loop.counters.eval_pending = False
                 plan.on_step(plan.step, {})
             loop.trainer.train(
                 resume_from_checkpoint=str(checkpoint.folder) if checkpoint is not None else None
             )
+        summary = _summary(plan, loop, time.perf_counter() - started)
+        text = json.dumps(asdict(summary), indent=2) + "\n"
+        atomic_write_text(plan.run_dir / "summary.json", text)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
         tracker.finish(status)
-    return loop
+    return summary
 
 
 def _summary(plan: RunPlan, loop: TrainingLoop, wall_seconds: float) -> RunSummary:

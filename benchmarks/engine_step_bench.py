@@ -98,24 +98,23 @@ def main() -> None:
         for rows in (8, 32, 64)
     ]
 
-    def step(rows, width, lengths):
+    def case(rows, width, lengths):
         return next(
-            c["step_ms"]
-            for c in cases
-            if (c["rows"], c["width"], c["lengths"]) == (rows, width, lengths)
+            c for c in cases if (c["rows"], c["width"], c["lengths"]) == (rows, width, lengths)
         )
+
+    def step(rows, width, lengths):
+        return case(rows, width, lengths)["step_ms"]
+
+    def kernels(rows, width, lengths):
+        found = case(rows, width, lengths)
+        return found["step_ms"] * (found["share"]["attention"] + found["share"]["matmul"])
 
     ratios = {
         f"{lengths} width {width}": step(64, width, lengths) / step(8, width, lengths)
         for lengths in ("equal", "mixed")
         for width in (50, 150, 300)
     }
-
-    def kernels(rows, width, lengths):
-        case = next(
-            c for c in cases if (c["rows"], c["width"], c["lengths"]) == (rows, width, lengths)
-        )
-        return case["step_ms"] * (case["share"]["attention"] + case["share"]["matmul"])
 
     # The kernels' floor: attention and matrix products alone at 64 rows, over the whole step
     # at 8 rows. Above 2, no cut in overhead can meet the goal; only faster kernels can.

@@ -15,8 +15,7 @@ import pytest
 
 from rollverify.config import ConfigError, load_config
 from rollverify.paths import ASSETS
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.mutants import copy_checkout
 
 PROBE = """
 import json, rollverify, rvctl
@@ -35,26 +34,12 @@ print(json.dumps({
 """
 
 
-def _copy_checkout(destination: Path) -> None:
-    """What a clean checkout plus the current edits hold (tracked and untracked, not ignored)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.split(b"\0")
-    for name in filter(None, (n.decode() for n in listed)):
-        if (ROOT / name).is_file():
-            (destination / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, destination / name)
-
-
 @pytest.mark.slow
 def test_a_non_editable_install_trains_the_embedded_default_from_an_empty_folder(tmp_path):
     """`pip install .` (into a folder, no dependencies: they come from this venv), then
     `rvctl train` from an empty working directory, importing the installed copy only."""
     source, site, work = tmp_path / "source", tmp_path / "site", tmp_path / "work"
-    _copy_checkout(source)
+    copy_checkout(source)
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
     pip += ["--no-build-isolation", "--target", str(site), str(source)]
     subprocess.run(pip, check=True, capture_output=True)

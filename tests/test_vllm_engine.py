@@ -204,8 +204,8 @@ def test_each_method_trains_on_the_shared_engine(engine, tmp_path, method):
             rows_decoded = sum(r["decode_rows"] for r in decoded)
             assert sum(r["decode_context"] for r in decoded) > rows_decoded  # prompts included
         if sampled:  # (a step may find its groups complete in the cache: nothing to run)
-            timed = [r["seconds"] for r in iterations if r["seconds"] > 0]
-            assert len(timed) >= len(iterations) / 2, "iterations while requests ran are timed"
+            # every iteration is timed, the first since the submit that woke the engine
+            assert all(r["seconds"] > 0 for r in iterations), "iterations are timed"
     assert metrics["modeled_rollout_seconds"][steps] > 0
     if method == "grpo":  # on-policy: engine and trainer log-probs agree to float rounding
         assert max(metrics["ops_mean"].values()) < 1e-4

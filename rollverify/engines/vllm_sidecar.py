@@ -106,6 +106,8 @@ class VLLMSidecar:
         from vllm.sampling_params import RequestOutputKind
 
         self._mark()
+        if not self.tasks:  # waking from idle: the first iteration is timed from this submit
+            self.last_iteration = time.time()  # (vLLM stamps iterations with time.time())
         for request_id, prompt_ids, max_tokens, seed in requests:
             params = SamplingParams(
                 temperature=temperature,
@@ -200,7 +202,7 @@ class VLLMSidecar:
         attended = int(sum(n * (n + 1) // 2 for n in prompts) * share)
         running = [r for r in self.records.values() if r.tokens]  # started, not finished
         context = sum(r.prompt_length + len(r.tokens) for r in running)
-        # an iteration's time: since the previous one, if requests ran in between (not idle)
+        # an iteration's time: since the previous one, or since the submit that woke the engine
         now, previous, self.last_iteration = stats.iteration_timestamp, self.last_iteration, None
         seconds = now - previous if previous is not None else 0.0
         if self.tasks:

@@ -111,6 +111,14 @@ def latest(root: Path) -> Checkpoint | None:
     return None
 
 
+def newest_step(root: Path) -> int | None:
+    """The step of the newest checkpoint that has its manifest (not checked: for messages)."""
+    steps = [
+        int(p.name.removeprefix("step-")) for p in root.glob("step-*") if (p / MANIFEST).is_file()
+    ]
+    return max(steps, default=None)
+
+
 def check(folder: Path) -> str | None:
     """None if the folder is a whole, unaltered checkpoint; else what is wrong."""
     try:

@@ -1,7 +1,8 @@
 """Comparisons: every (method, seed) pair as a child of one MLflow parent run.
 
 Runs go one after another in this process and share one rollout engine (the vLLM sidecar
-starts once, ~45 s here; each run resets it to the base weights and its own seed). The
+starts once, ~45 s here; each run resets it to the base weights and its own seed); runs of
+several trainer processes (train.processes) start their own, in their rank 0. The
 parent's folder holds `parent.json` (run id, tracking URI), which `rvctl report` reads.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -91,7 +93,11 @@ def compare(
     summaries: list[RunSummary] = []
     status = "FAILED"
     try:
-        with engine_running(make_engine(runs_config), runs_config) as engine:
+        # Several trainer processes: each run's rank 0 starts its own engine (a worker
+        # process cannot use this one's).
+        shared = runs_config.train.processes == 1
+        engines = engine_running(make_engine(runs_config), runs_config) if shared else nullcontext()
+        with engines as engine:
             for child in children:
                 on_progress(child, -1, {})
                 child_config = runs_config.with_overrides(

@@ -8,7 +8,8 @@ Points: setup (the run's folder, config and MLflow run made, model loaded and en
 started, nothing trained or checkpointed: `setup:0`), rollout (in the middle of a step's
 rollout), train (after the optimizer step, before the weight sync), checkpoint-write (the
 step's metrics logged, its checkpoint's tensors written, no manifest yet). The step is the
-one being trained (rollout of step 3: `rollout:3`).
+one being trained (rollout of step 3: `rollout:3`). In a run of several processes,
+`train:2@1` kills rank 1 alone.
 A real SIGKILL: no handler, no cleanup, exactly what a preempted or OOM-killed job sees.
 Unset (always, outside tests), `kill_point` costs one dictionary lookup.
 """
@@ -22,9 +23,13 @@ ENVIRONMENT = "ROLLVERIFY_KILL_AT"
 
 
 def kill_point(point: str, step: int) -> None:
-    """SIGKILL the process if ROLLVERIFY_KILL_AT names this point and step."""
+    """SIGKILL the process if ROLLVERIFY_KILL_AT names this point and step (and, with
+    `@rank`, this process's torch.distributed rank: `train:2@1`)."""
     wanted = os.environ.get(ENVIRONMENT)
-    if wanted and wanted == f"{point}:{step}":
+    if not wanted:
+        return
+    here, _, rank = wanted.partition("@")
+    if here == f"{point}:{step}" and (not rank or rank == os.environ.get("RANK", "0")):
         os.kill(os.getpid(), signal.SIGKILL)
 
 

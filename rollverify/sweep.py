@@ -103,11 +103,13 @@ def _number(text: str) -> Any:
 
 
 def trial_resources(config: RunConfig) -> dict[str, float]:
-    """What one trial holds: its trainer's threads and devices (engines ask for their own)."""
+    """What one trial holds: each of its trainer processes' threads and device (engines ask
+    for their own)."""
     import torch
 
-    gpus = config.train.devices if torch.cuda.is_available() else 0
-    return {"cpu": max(1, config.train.threads), "gpu": gpus}
+    processes = config.train.processes
+    gpus = processes if torch.cuda.is_available() else 0
+    return {"cpu": processes * max(1, config.train.threads), "gpu": gpus}
 
 
 def sweep(

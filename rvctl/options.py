@@ -22,17 +22,28 @@ EngineOption = Annotated[
     str | None, typer.Option(help="Rollout engine: vllm, hf or auto (vllm where it imports).")
 ]
 OutputOption = Annotated[Path | None, typer.Option(help="Output folder for runs.")]
+ProcessesOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Trainer processes (train.processes): torchrun starts them on this machine.",
+    ),
+]
 TrackingOption = Annotated[
     str | None, typer.Option(help="MLflow URI (default: sqlite in the output folder).")
 ]
 
 
 def run_overrides(
-    steps: int | None, engine: str | None, output: Path | None, tracking_uri: str | None
+    steps: int | None,
+    engine: str | None,
+    output: Path | None,
+    tracking_uri: str | None,
+    processes: int | None = None,
 ) -> dict[str, Any]:
     """Config overrides from the shared run options (None: keep the config's value)."""
     return {
         "train.steps": steps,
+        "train.processes": processes,
         "rollout.engine": engine,
         "output": str(output) if output is not None else None,
         "tracking.uri": tracking_uri,

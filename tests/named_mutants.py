@@ -74,8 +74,8 @@ MUTANTS = [
         "filter-none-rewards",
         "a dropped sample is out of its group's reward baseline (reward None)",
         "rollverify/training/loop.py",
-        "return [r if k else None for r, k in zip(rewards, keep, strict=True)]",
-        "return rewards",
+        "return [r if k else None for r, k in zip(reward, keep, strict=True)]",
+        "return reward",
         (
             "tests/test_loss_inputs.py::"
             "test_a_dropped_sample_gets_no_gradient_and_leaves_the_group_baseline",

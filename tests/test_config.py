@@ -76,10 +76,10 @@ def test_missing_file_is_named(tmp_path):
 
 
 def test_the_cost_layout_follows_the_engine_unless_set():
-    hf = load_config(overrides={"rollout.engine": "hf", "train.devices": 2})
+    hf = load_config(overrides={"rollout.engine": "hf", "train.processes": 2})
     assert (hf.cost_layout().kind, hf.cost_layout().gpus) == ("colocated", 2)
     vllm = {"rollout.engine": "vllm", "vllm.engines": 4, "vllm.tensor_parallel_size": 2}
-    vllm |= {"rollout.slots": 64, "train.devices": 4}
+    vllm |= {"rollout.slots": 64, "train.processes": 4}
     assert load_config(overrides=vllm).cost_layout().gpus == 4 + 8
     colocated = load_config(overrides=vllm | {"cost.layout": "colocated"})
     assert colocated.cost_layout().gpus == 8

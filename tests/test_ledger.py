@@ -48,7 +48,7 @@ def test_layout_comes_from_the_config():
             "vllm.engines": 4,
             "vllm.tensor_parallel_size": 2,
             "rollout.slots": 64,
-            "train.devices": 8,
+            "train.processes": 8,
         }
     )
     assert gpu.device_layout() == DeviceLayout(trainer=8, engines=8)

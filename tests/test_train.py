@@ -70,8 +70,8 @@ def test_rewards_are_scored_from_the_real_generations(tmp_path):
     batches = []
     original = loop_module.TrainingLoop.reward
 
-    def spy(self, completions, answer, keep, **kwargs):
-        rewards = original(self, completions, answer, keep, **kwargs)
+    def spy(self, completions, answer, **kwargs):  # TRL's decoded texts beside our rewards
+        rewards = original(self, completions=completions, answer=answer, **kwargs)
         prompts = [
             self.task.tokenizer.decode(t.prompt_ids) for t in self.generation.result.trajectories()
         ]
@@ -203,7 +203,7 @@ def test_the_trace_counts_what_the_engine_and_trainer_did_and_prices_it(tmp_path
         assert trainer[step]["tokens_measured"] > 0  # the batch's OPS, for the logs
     assert {r["phase"] for r in engine if r["step"] == 0} == {"eval"}  # the base model's
     gpus = config.cost_layout().gpus
-    assert gpus == 1  # the in-process engine, colocated on train.devices
+    assert gpus == 1  # the in-process engine, colocated on train.processes
     modeled = metrics["modeled_wall_seconds"]
     assert all(modeled[s] < modeled[s + 1] for s in (1, 2))
     assert metrics["modeled_gpu_days"][3] == pytest.approx(modeled[3] * gpus / 86_400)

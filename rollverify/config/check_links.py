@@ -34,25 +34,47 @@ def check_links(config: RunConfig, problems: list[str]) -> None:
             f"{config.train.epsilon_high}"
         )
     batch = rollout.batch_groups * rollout.group_size
-    updates, micro = config.train.updates_per_rollout, config.train.micro_batch_size
+    updates = config.train.updates_per_rollout
     if batch % updates:
         problems.append(
             f"train.updates_per_rollout: must divide the rollout batch, rollout.batch_groups x "
             f"rollout.group_size = {batch}, got {updates}; pick a divisor of {batch}"
         )
-    elif micro is not None and (batch // updates) % micro:
-        step = batch // updates
-        problems.append(
-            f"train.micro_batch_size: must divide the step's batch ({step} sequences: "
-            f"rollout.batch_groups x rollout.group_size / train.updates_per_rollout), got "
-            f"{micro}; pick a divisor of {step} or null"
-        )
+    else:
+        check_shares(config, problems)
     unwritable = _unwritable(Path(config.output))
     if unwritable:
         problems.append(
             f"output: cannot write runs to {config.output} ({unwritable}); pick a folder you can "
             "write (--output)"
         )
+
+
+def check_shares(config: RunConfig, problems: list[str]) -> None:
+    """Each process trains an equal share of every optimizer step's sequences, in passes of
+    train.micro_batch_size."""
+    train, rollout = config.train, config.rollout
+    step = rollout.batch_groups * rollout.group_size // train.updates_per_rollout
+    if step % train.processes:
+        problems.append(
+            f"train.processes: must divide the step's batch ({step} sequences: "
+            "rollout.batch_groups x rollout.group_size / train.updates_per_rollout), got "
+            f"{train.processes}; pick a divisor of {step}"
+        )
+        return
+    share, micro = step // train.processes, train.micro_batch_size
+    if micro is None or share % micro == 0:
+        return
+    whose = (
+        "the step's batch"
+        if train.processes == 1
+        else f"each process's share of a step ({step} / train.processes {train.processes})"
+    )
+    problems.append(
+        f"train.micro_batch_size: must divide {whose}: {share} sequences (rollout.batch_groups "
+        f"x rollout.group_size / train.updates_per_rollout), got {micro}; pick a divisor of "
+        f"{share} or null"
+    )
 
 
 def _unwritable(folder: Path) -> str | None:

@@ -10,6 +10,9 @@ import types
 import typing
 from typing import Any, Literal
 
+# Fields that were renamed: an old config is told the new name.
+RENAMED = {"train.devices": "train.processes"}
+
 
 def build_section(cls: type, data: Any, prefix: str, problems: list[str]) -> Any:
     if data is None and prefix:  # an empty section ("train:" and nothing under it)
@@ -20,7 +23,9 @@ def build_section(cls: type, data: Any, prefix: str, problems: list[str]) -> Any
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     for key in data:
-        if key not in fields:
+        if f"{prefix}{key}" in RENAMED:
+            problems.append(f"{prefix}{key}: renamed {RENAMED[f'{prefix}{key}']}; use that name")
+        elif key not in fields:
             near = difflib.get_close_matches(str(key), fields, n=1)
             hint = f"; did you mean {prefix}{near[0]}?" if near else f"; known: {', '.join(fields)}"
             name = str(key) if str(key).isprintable() and str(key).strip() else repr(key)

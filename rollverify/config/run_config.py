@@ -67,7 +67,7 @@ class RunConfig:
         from rollverify.ledger import DeviceLayout
 
         engines = self.vllm.engines * self.vllm.tensor_parallel_size
-        return DeviceLayout(self.train.devices, engines if self.engine() == "vllm" else 0)
+        return DeviceLayout(self.train.processes, engines if self.engine() == "vllm" else 0)
 
     def cost_layout(self):
         """The GPUs the cost model prices this run on (rollverify/costmodel/layout.py)."""
@@ -78,9 +78,9 @@ class RunConfig:
             kind = "disaggregated" if self.engine() == "vllm" else "colocated"
         if self.engine() == "vllm":
             return Layout(
-                kind, self.train.devices, self.vllm.engines, self.vllm.tensor_parallel_size
+                kind, self.train.processes, self.vllm.engines, self.vllm.tensor_parallel_size
             )
-        return Layout(kind, self.train.devices)  # the in-process engine: one, on one GPU
+        return Layout(kind, self.train.processes)  # the in-process engine: one, on one GPU
 
     def model_path(self) -> str:
         """The local model folder (a relative one: in the working directory, else the

@@ -237,10 +237,12 @@ class TrainConfig:
     threads: int = config_field(
         0, "torch threads (0: leave torch's default).", lambda x: x >= 0, ">= 0"
     )
-    devices: int = config_field(
+    processes: int = config_field(
         1,
-        "Devices the trainer holds, for the cost ledger (GPUs; on CPU 1, its process). The "
-        "engines hold vllm.engines x vllm.tensor_parallel_size more.",
+        "Trainer processes (torch.distributed world size), one device each: a GPU, or on CPU a "
+        "process; each trains its share of every batch (gradients averaged: N processes x B/N "
+        "equal 1 x B). rvctl starts them through torchrun on this machine; across machines, "
+        "run torchrun yourself (docs/distributed.md). The ledger counts them + the engines'.",
         at_least_one,
         ">= 1",
     )

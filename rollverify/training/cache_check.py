@@ -19,20 +19,25 @@ from rollverify.trajectory import PaddedTrajectories, Trajectory, TrajectoryCach
 from rollverify.verify import verify
 
 
+def cached_unfinished(cache: TrajectoryCache) -> list[Trajectory]:
+    """The trajectories a check scores: paused with tokens to keep or cut."""
+    return [t for t in cache if not t.finished and len(t) > 0]
+
+
 def check_cache(
-    cache: TrajectoryCache,
-    trainer,
+    cached: list[Trajectory],
+    current: torch.Tensor | None,
     method: Method,
     cfg: VerifyConfig,
     monitor: AcceptanceMonitor,
     step: int,
 ) -> CacheCheck:
-    """`trainer.current_logprobs` scores under the weights just updated (trl_adapter.py)."""
-    cached = [t for t in cache if not t.finished and len(t) > 0]
+    """`current`: log pi of `cached`'s tokens under the weights just updated ([B, >= T],
+    trl_adapter.py's current_logprobs; None for an empty cache)."""
     if not cached:
         return CacheCheck()
     batch = PaddedTrajectories.of(cached)
-    current = trainer.current_logprobs(cached)
+    current = current[:, : batch.mask.shape[1]]
     ops = token_ops(current, batch.behavior_logprobs, cfg.ops_metric, mask=batch.mask)
     lengths = batch.mask.sum(-1)
     kept = lengths

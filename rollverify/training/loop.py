@@ -21,6 +21,10 @@ TRL drives the loop; these are the parts that are ours, each filling its record 
 
 A stop request (SIGINT/SIGTERM, training/stopping.py) pauses a rollout at once (its tokens
 kept in the cache) or lets a training step finish; a checkpoint, then RunInterrupted.
+
+In a run of several processes (training/world.py) rank 0 does all of the above but the update;
+the other ranks get their slice of each batch from rank 0 in rollout(), train it, and join
+rank 0 for the checkpoints and the decision to stop.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from rollverify.switching import AcceptanceMonitor
 from rollverify.tasks.base import Task
 from rollverify.trace import StepTrace, drop_after
 from rollverify.tracking import Tracker
-from rollverify.training.cache_check import check_cache, forward_work
+from rollverify.training.cache_check import cached_unfinished, check_cache, forward_work
 from rollverify.training.records import (
     BatchRecord,
     RunCounters,
@@ -61,7 +65,7 @@ from rollverify.training.records import (
     SyncRecord,
     step_metrics,
 )
-from rollverify.training.run_state import capture
+from rollverify.training.run_state import capture, rng_parts
 from rollverify.training.schedule import Schedule
 from rollverify.training.stopping import RunInterrupted, StopRequest
 from rollverify.training.trl_adapter import (
@@ -71,7 +75,8 @@ from rollverify.training.trl_adapter import (
     rollout_output,
 )
 from rollverify.training.weight_sync import check_weight_sync
-from rollverify.trajectory import PaddedTrajectories
+from rollverify.training.world import World
+from rollverify.trajectory import PaddedTrajectories, Trajectory
 
 
 class TrainingLoop:
@@ -83,16 +88,19 @@ class TrainingLoop:
         config: RunConfig,
         method: Method,
         task: Task,
-        engine: RolloutEngine,
-        tracker: Tracker,
+        engine: RolloutEngine | None,
+        tracker: Tracker | None,
         model: PreTrainedModel,
         tokenizer: Any,
         on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None,
         run_dir: Path | None = None,
         stop: StopRequest | None = None,
         start_step: int = 0,
+        world: World = World(),
     ) -> None:
+        """engine and tracker: rank 0's (None on the other ranks of a world)."""
         self.config, self.method, self.task, self.engine = config, method, task, engine
+        self.world = world
         self.tracker, self.on_step, self.run_dir = tracker, on_step, run_dir
         self.stop = stop if stop is not None else StopRequest()
         # What each step's work would cost on GPUs (rollverify/costmodel/): modeled_* metrics.
@@ -101,7 +109,8 @@ class TrainingLoop:
         )
         self.ledger = CostLedger(config.device_layout(), modeled_gpus=self.pricing.layout.gpus)
         self.trace = StepTrace()  # written to RUN/trace/ with each checkpoint
-        engine.take_trace()  # a reused engine's steps were another run's
+        if engine is not None:
+            engine.take_trace()  # a reused engine's steps were another run's
         self.state = RolloutState()
         self.monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
         self.eval_sets = task.eval_sets()
@@ -165,13 +174,32 @@ class TrainingLoop:
     # -- rollout ------------------------------------------------------------------------------
 
     def rollout(self, prompts: list, trainer: Any) -> dict[str, list]:
-        """TRL's rollout_func (its prompts are ignored: trl_adapter.py says why)."""
-        result = self._collect()
-        trajectories = list(result.trajectories())
+        """TRL's rollout_func (its prompts are ignored: trl_adapter.py says why): rank 0 rolls
+        out; every rank scores a part of the batch under the current policy; rank 0 filters
+        and rewards it; every rank trains its slice."""
+        result = self._collect() if self.world.main else None
+        trajectories = list(result.trajectories()) if result is not None else None
+        if not self.world.decide(trajectories is not None):  # stopped: its tokens are cached
+            self.stop_here()
+        start = time.perf_counter()
+        current = self.world.score(trajectories, self.trainer.current_logprobs)
+        batch = self.batch(result, trajectories, current, time.perf_counter() - start)
+        return self.world.share(batch)
+
+    def batch(
+        self,
+        result: RolloutResult | None,
+        trajectories: list[Trajectory] | None,
+        current: torch.Tensor | None,
+        scoring_seconds: float,
+    ) -> dict[str, list] | None:
+        """Rank 0: the batch's OPS, filter and rewards, as TRL's rollout_func returns them
+        (None on the other ranks)."""
+        if not self.world.main:
+            return None
         batch = PaddedTrajectories.of(trajectories)
         require_finite("behavior log-probs from the engine", batch.behavior_logprobs, batch.mask)
-        start = time.perf_counter()
-        current = self.trainer.current_logprobs(trajectories)
+        current = current[:, : batch.mask.shape[1]]
         require_finite("log-probs under the current policy", current, batch.mask)
         ops = token_ops(
             current, batch.behavior_logprobs, self.config.verify.ops_metric, mask=batch.mask
@@ -179,7 +207,7 @@ class TrainingLoop:
         batch_ops = sequence_ops(ops, batch.mask)
         # The OPS filter acts on this score (its cost); every other method only logs it.
         self._book_scoring(
-            time.perf_counter() - start,
+            scoring_seconds,
             used=self.method.sample_filter == "ops",
             work=forward_work(trajectories),
         )
@@ -207,11 +235,12 @@ class TrainingLoop:
             engine_restarts=self.engine.stats.restarts,
             engine_steps=self.engine.take_trace(),
         )
-        # dropped samples (filter methods): no tokens in the loss
-        return rollout_output(result, keep, mask_dropped=self.method.sample_filter is not None)
+        output = rollout_output(result, keep, mask_dropped=self.method.sample_filter is not None)
+        output["reward"] = self._rewards(output["completion_ids"], output["answer"])
+        return output
 
-    def _collect(self) -> RolloutResult:
-        """B complete groups from the engine; a stop request saves and stops the run."""
+    def _collect(self) -> RolloutResult | None:
+        """B complete groups from the engine; None if a stop request paused the rollout."""
         rollout = self.config.rollout
         polls = itertools.count()
 
@@ -240,7 +269,7 @@ class TrainingLoop:
                 generated=interrupted.tokens_generated,
                 regenerated=interrupted.tokens_regenerated,
             )
-            self.stop_here()
+            return None
         self.ledger.add_phase("rollout", result.seconds)
         return result
 
@@ -255,18 +284,25 @@ class TrainingLoop:
 
     # -- reward -------------------------------------------------------------------------------
 
-    def reward(
-        self, completions: list[str], answer: list[str], keep: list[bool], **_: Any
-    ) -> list[float | None]:
-        rewards = [self.task.reward(text, a) for text, a in zip(completions, answer, strict=True)]
+    def _rewards(self, completion_ids: list[list[int]], answers: list[str]) -> list[float]:
+        """The task's verifier on every completion, decoded as TRL decodes them."""
+        texts = self.trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+        rewards = [self.task.reward(text, a) for text, a in zip(texts, answers, strict=True)]
         require_finite("rewards", torch.tensor(rewards, dtype=torch.float64))
         self.records.reward_mean = sum(rewards) / len(rewards)
-        # None = unscorable to TRL: out of the group baseline, advantage 0 (a dropped sample).
-        return [r if k else None for r, k in zip(rewards, keep, strict=True)]
+        return rewards
+
+    def reward(self, reward: list[float], keep: list[bool], **_: Any) -> list[float | None]:
+        """TRL's reward function: this rank's slice of the rewards scored at rollout. None =
+        unscorable to TRL: out of the group baseline, advantage 0 (a dropped sample)."""
+        return [r if k else None for r, k in zip(reward, keep, strict=True)]
 
     # -- after the optimizer step -------------------------------------------------------------
 
     def after_update(self, step: int) -> None:
+        if not self.world.main:  # its part of scoring the cache; the rest is rank 0's
+            self.world.score(None, self.trainer.current_logprobs)
+            return
         records = self.records
         # The update's time: since the rollout began, less the rollout and the batch's scoring.
         rollout_seconds = records.batch.result.seconds if records.batch is not None else 0.0
@@ -280,8 +316,10 @@ class TrainingLoop:
         records.sync = self.sync_weights(step, skip=stopping)
         start = time.perf_counter()
         # The cache under the new policy: verified if the method does, else measured.
+        cached = cached_unfinished(self.state.cache)
+        current = self.world.score(cached, self.trainer.current_logprobs)  # every rank a part
         records.cache = check_cache(
-            self.state.cache, self.trainer, self.method, self.config.verify, self.monitor, step
+            cached, current, self.method, self.config.verify, self.monitor, step
         )
         self._book_scoring(
             time.perf_counter() - start, used=self.method.verify, work=records.cache.scored
@@ -353,7 +391,10 @@ class TrainingLoop:
     # -- log ----------------------------------------------------------------------------------
 
     def log(self, step: int, trl_logs: dict[str, float]) -> None:
-        """The step's metrics, from its records, in one call to the tracker."""
+        """The step's metrics, from its records, in one call to the tracker (TRL's logs are
+        gathered over the ranks already)."""
+        if not self.world.main:
+            return
         values = step_metrics(
             self.records,
             verifies=self.method.verify,
@@ -370,29 +411,37 @@ class TrainingLoop:
     # -- checkpoint ---------------------------------------------------------------------------
 
     def checkpoint(self) -> Path | None:
-        """Write a checkpoint of the step just finished (its time is a ledger phase). A write
-        that fails (a full disk) is reported and training goes on: the older ones are kept."""
+        """Write a checkpoint of the step just finished (its time is a ledger phase), with
+        every rank's RNG. A write that fails (a full disk) is reported and training goes on:
+        the older ones are kept."""
         start = time.perf_counter()
         step = self.trainer.state.global_step
-        try:
-            self.trace.flush(self.run_dir / "trace", step)  # its steps, once: before the save
-            folder = save_checkpoint(
-                self.run_dir / "checkpoints",
-                capture(self, self.tracker.run_id, self.tracker.uri),
-                keep=self.config.train.keep_checkpoints,
-            )
-        except OSError as error:
-            warnings.warn(f"checkpoint of step {step} not written: {error}", stacklevel=2)
-            return None
-        finally:
-            self.ledger.add_phase("checkpoint", time.perf_counter() - start)
-        self.checkpointed_step = self.schedule.checkpointed = step
+        ranks_rng = self.world.gather(rng_parts())
+        folder = None
+        if self.world.main:
+            try:
+                self.trace.flush(self.run_dir / "trace", step)  # its steps, once: before the save
+                folder = save_checkpoint(
+                    self.run_dir / "checkpoints",
+                    capture(self, self.tracker.run_id, self.tracker.uri, ranks_rng),
+                    keep=self.config.train.keep_checkpoints,
+                )
+            except OSError as error:
+                warnings.warn(f"checkpoint of step {step} not written: {error}", stacklevel=2)
+            finally:
+                self.ledger.add_phase("checkpoint", time.perf_counter() - start)
+        if self.world.decide(folder is not None):  # every rank knows what was saved
+            self.checkpointed_step = self.schedule.checkpointed = step
         return folder
+
+    def stop_requested(self) -> bool:
+        """Rank 0's stop request, on every rank: they stop after the same step."""
+        return self.world.decide(self.stop.requested)
 
     def stop_here(self) -> None:
         """Save where the run is (unless just saved) and stop it: RunInterrupted."""
         step = self.trainer.state.global_step
+        if self.checkpointed_step != step:
+            self.checkpoint()
         saved = self.checkpointed_step == step
-        if not saved:
-            saved = self.checkpoint() is not None
         raise RunInterrupted(step, self.run_dir if saved else None)

@@ -2,6 +2,10 @@
 
 rvctl train --method rollverify --steps 60 --seed 0
 rvctl resume runs/rollverify-s0-20261130-031500
+
+With train.processes > 1, `run` starts that many workers through torchrun (launch.py); each
+runs this recipe as one rank of the world (world.py): rank 0 with the engine, MLflow and the
+checkpoints, every rank with the model and its share of each batch.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +38,7 @@ from rollverify.training.parts import check_engine_fits, engine_running, make_en
 from rollverify.training.records import evaluation_metrics
 from rollverify.training.run_state import config_changes, restore_loop
 from rollverify.training.stopping import StopRequest
+from rollverify.training.world import World
 
 MLFLOW_RUN = "mlflow.json"  # in the run folder: its MLflow run, from the moment it exists
 
@@ -105,6 +110,17 @@ def resume(
     on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None,
     engine: RolloutEngine | None = None,
 ) -> RunSummary:
+    """Continue a run from its last good checkpoint (resume_plan says how)."""
+    return run(resume_plan(run_dir, overrides, config_path, on_step, engine))
+
+
+def resume_plan(
+    run_dir: str | Path,
+    overrides: dict[str, Any] | None = None,
+    config_path: str | Path | None = None,
+    on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None,
+    engine: RolloutEngine | None = None,
+) -> RunPlan:
     """Continue a run from its last good checkpoint (or from step 0 if it has none yet), in
     the same folder and MLflow run. `run_dir` may also be an output folder holding one run.
 
@@ -136,7 +152,7 @@ def resume(
         problems = config_changes(saved, config.to_dict())
         if problems:
             raise ConfigError(problems)
-    return run(RunPlan(config, run_dir, checkpoint, None, on_step, engine))
+    return RunPlan(config, run_dir, checkpoint, None, on_step, engine)
 
 
 def find_run(folder: Path) -> Path:
@@ -154,17 +170,28 @@ def find_run(folder: Path) -> Path:
 
 def run(plan: RunPlan) -> RunSummary:
     """setup; train; cleanup. The folder and its config come first, so a run killed at any
-    later moment (loading the model, starting engines) can be resumed."""
-    config, run_dir = plan.config, plan.run_dir
-    config.check_data()  # before anything starts: data that is not there, a reward that
-    if config.task.reward is not None:  # cannot run
-        load_reward(config.task.reward)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with run_lock(run_dir):
-        started = time.perf_counter()
-        atomic_write_text(
-            run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False)
+    later moment (loading the model, starting engines) can be resumed. Every rank of a world
+    runs this with the same plan (worker.py)."""
+    world = World.joined()
+    if world.size == 1 and plan.config.train.processes > 1:
+        from rollverify.training.launch import launch
+
+        return launch(plan, prepare=prepare_folder)
+    if world.size != plan.config.train.processes:
+        raise ConfigError(
+            [
+                f"train.processes: {plan.config.train.processes}, but torchrun started "
+                f"{world.size} processes (--nnodes x --nproc-per-node); make them agree"
+            ]
         )
+    config, run_dir = plan.config, plan.run_dir
+    if world.main:
+        _check_inputs(config)
+        run_dir.mkdir(parents=True, exist_ok=True)
+    with run_lock(run_dir) if world.main else nullcontext():
+        started = time.perf_counter()
+        if world.main:
+            _write_config(plan)
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
         torch.manual_seed(config.train.seed)
@@ -175,10 +202,33 @@ def run(plan: RunPlan) -> RunSummary:
         )
         if plan.checkpoint is not None:
             model.load_state_dict(plan.checkpoint.tensors["model"])
-        with _engine_for(plan, model, tokenizer) as engine:
-            engine.pause()  # a reused engine may hold another run's requests
-            engine.load_weights(model.state_dict().items(), version=plan.step)
-            return _train(plan, engine, model, tokenizer, task, started)
+        with _engine_for(plan, model, tokenizer) if world.main else nullcontext() as engine:
+            if engine is not None:
+                engine.pause()  # a reused engine may hold another run's requests
+                engine.load_weights(model.state_dict().items(), version=plan.step)
+            return _train(plan, engine, model, tokenizer, task, started, world)
+
+
+def prepare_folder(plan: RunPlan) -> None:
+    """A launched run's folder, before its workers start: the inputs checked, config.yaml,
+    and its MLflow run (a child of plan.parent_run_id from the start; rank 0 continues it)."""
+    _check_inputs(plan.config)
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    _write_config(plan)
+    if plan.checkpoint is None:
+        _tracker(plan, METHODS[plan.config.train.method].name)
+
+
+def _check_inputs(config: RunConfig) -> None:
+    """Before anything starts: data that is not there, a reward that cannot run."""
+    config.check_data()
+    if config.task.reward is not None:
+        load_reward(config.task.reward)
+
+
+def _write_config(plan: RunPlan) -> None:
+    text = yaml.safe_dump(plan.config.to_dict(), sort_keys=False)
+    atomic_write_text(plan.run_dir / "config.yaml", text)
 
 
 @contextmanager
@@ -193,14 +243,21 @@ def _engine_for(plan: RunPlan, model, tokenizer) -> Iterator[RolloutEngine]:
 
 
 def _train(
-    plan: RunPlan, engine: RolloutEngine, model, tokenizer, task: Task, started: float
+    plan: RunPlan,
+    engine: RolloutEngine | None,
+    model,
+    tokenizer,
+    task: Task,
+    started: float,
+    world: World,
 ) -> RunSummary:
     """The MLflow run, the loop and its trainer; step 0's evaluation (or a resumed run's
     pending one); TRL's training loop to the last step; the summary, written before the MLflow
-    run is marked FINISHED (a resumed sweep takes a finished child's summary as done)."""
+    run is marked FINISHED (a resumed sweep takes a finished child's summary as done).
+    engine: rank 0's; the other ranks have none, nor an MLflow run."""
     config, checkpoint = plan.config, plan.checkpoint
     method = METHODS[config.train.method]
-    tracker = _tracker(plan, method.name)
+    tracker = _tracker(plan, method.name) if world.main else None
     kill_point("setup", plan.step)  # tests: folder, config and MLflow run made, no checkpoint
     stop = StopRequest()
     status = "FAILED"
@@ -218,32 +275,39 @@ def _train(
                 plan.run_dir,
                 stop,
                 start_step=plan.step,
+                world=world,
             )
-            if checkpoint is None:
+            if not world.main:
+                pass  # the evaluations and the loop's state are rank 0's
+            elif checkpoint is None:
                 before = evaluation_metrics(loop.evaluate())
                 loop.counters.eval_before = before[EVAL_ACCURACY]
                 tracker.log_metrics(before, step=0)
                 plan.on_step(0, before)
             else:
                 restore_loop(loop, checkpoint)
-                loop.trainer.resume_from = checkpoint  # read by the trainer's resume hooks
                 if loop.counters.eval_pending:  # a stop skipped it (evaluating leaves the
                     # training's RNG be)
                     tracker.log_metrics(evaluation_metrics(loop.evaluate()), step=plan.step)
                     loop.counters.eval_pending = False
                 plan.on_step(plan.step, {})
+            loop.trainer.resume_from = checkpoint  # read by the trainer's resume hooks
             loop.trainer.train(
                 resume_from_checkpoint=str(checkpoint.folder) if checkpoint is not None else None
             )
-        summary = _summary(plan, loop, time.perf_counter() - started)
-        text = json.dumps(asdict(summary), indent=2) + "\n"
-        atomic_write_text(plan.run_dir / "summary.json", text)
+        summary = None
+        if world.main:
+            summary = _summary(plan, loop, time.perf_counter() - started)
+            text = json.dumps(asdict(summary), indent=2) + "\n"
+            atomic_write_text(plan.run_dir / "summary.json", text)
+        summary = world.broadcast(summary)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
-        tracker.finish(status)
+        if tracker is not None:
+            tracker.finish(status)
     return summary
 
 

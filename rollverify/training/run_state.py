@@ -4,7 +4,8 @@ A checkpoint is taken at a step boundary, after the step's metrics are logged:
 
     tensors  model          the trainer's weights (the engine gets them by weight sync)
              optimizer      AdamW moments, per parameter index
-             rng            torch (CPU, CUDA), numpy keys, the engine's sampling state
+             rng            torch (CPU, CUDA), numpy keys, the engine's sampling state; in a
+                            world of processes, every other rank's under rank<r>/
              cache          the partial-rollout cache: token ids, behavior log-probs, versions
     state    config, MLflow run id, optimizer groups, scheduler, python/numpy RNG, task
              (data position), answers of groups in play, acceptance monitor, cost ledger,
@@ -43,7 +44,7 @@ RESUMABLE_CHANGES = (
     "train.eval_every",
     "train.threads",
     "train.micro_batch_size",  # the same update, summed in other passes
-    "train.devices",
+    "train.processes",  # the same update, averaged over another world size
     "train.checkpoint_every",
     "train.keep_checkpoints",
     "rollout.engine",
@@ -52,15 +53,18 @@ RESUMABLE_CHANGES = (
 )
 
 
-def capture(loop: TrainingLoop, run_id: str, tracking_uri: str) -> Checkpoint:
-    """Everything needed to continue `loop` and its trainer from the step just finished."""
+def capture(
+    loop: TrainingLoop, run_id: str, tracking_uri: str, ranks_rng: list[tuple] | None = None
+) -> Checkpoint:
+    """Everything needed to continue `loop` and its trainer from the step just finished.
+    ranks_rng: every rank's rng_parts() in rank order (one process: this one's)."""
     trainer = loop.trainer
     step = trainer.state.global_step
     model = trainer.accelerator.unwrap_model(trainer.model)
     optimizer_tensors, optimizer_state = _optimizer_parts(trainer.optimizer)
     owned = loop.state_dict()
     rollout = owned.pop("rollout")
-    rng_tensors, rng_state = _rng_parts()
+    rng_tensors, rng_state = _ranks_rng(ranks_rng or [rng_parts()])
     rng_tensors["engine"] = loop.engine.sampling_state()
     trainer.state.stateful_callbacks["TrainerControl"] = trainer.control.state()
     return Checkpoint(
@@ -122,8 +126,23 @@ def load_optimizer_and_scheduler(optimizer: Any, scheduler: Any, checkpoint: Che
     scheduler.load_state_dict(checkpoint.state["scheduler"])
 
 
-def restore_rng(checkpoint: Checkpoint) -> None:
+def restore_rng(checkpoint: Checkpoint, rank: int = 0) -> None:
+    """This rank's random state as it was (a rank the checkpoint lacks, in a run resumed on
+    more processes, takes rank 0's: the run goes on, not exactly as it would have)."""
     tensors, state = checkpoint.tensors["rng"], checkpoint.state["rng"]
+    if rank > 0:
+        ranks = state.get("ranks", {})
+        if str(rank) not in ranks:
+            warnings.warn(
+                f"the checkpoint has no RNG state of rank {rank} (it was written by "
+                f"{len(ranks) + 1} processes): that rank continues from rank 0's",
+                stacklevel=2,
+            )
+        else:
+            prefix = f"rank{rank}/"
+            mine = [(k, v) for k, v in tensors.items() if k.startswith(prefix)]
+            tensors = {k.removeprefix(prefix): v for k, v in mine}
+            state = ranks[str(rank)]
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     numpy = state["numpy"]
@@ -171,7 +190,19 @@ def _optimizer_parts(optimizer: Any) -> tuple[dict[str, torch.Tensor], dict[str,
     return tensors, {"param_groups": state["param_groups"], "plain": plain}
 
 
-def _rng_parts() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def _ranks_rng(ranks: list[tuple]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Rank 0's RNG at the top (as one process writes it), every other's under rank<r>/."""
+    tensors, state = dict(ranks[0][0]), dict(ranks[0][1])
+    if len(ranks) > 1:
+        state["ranks"] = {}
+        for rank, (rank_tensors, rank_state) in enumerate(ranks[1:], start=1):
+            tensors |= {f"rank{rank}/{name}": t for name, t in rank_tensors.items()}
+            state["ranks"][str(rank)] = rank_state
+    return tensors, state
+
+
+def rng_parts() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """This process's random state: (tensors, JSON-able state)."""
     version, internal, gauss = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     tensors = {

@@ -52,7 +52,7 @@ class BehaviorRatioGRPOTrainer(GRPOTrainer):
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         if checkpoint is not None:
-            restore_rng(self.resume_from)
+            restore_rng(self.resume_from, rank=self.accelerator.process_index)
             self.resume_from.tensors.clear()  # the last reader: free the checkpoint's memory
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -120,11 +120,13 @@ def rollout_output(result: RolloutResult, keep: torch.Tensor, mask_dropped: bool
 
 def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfig:
     """TRL's config from ours: a rollout of B*G completions per train.updates_per_rollout
-    optimizer steps, each step accumulated in passes of train.micro_batch_size."""
+    optimizer steps, each step's sequences shared by train.processes processes, each share
+    accumulated in passes of train.micro_batch_size."""
     train, rollout = config.train, config.rollout
     step_batch = rollout.batch_groups * rollout.group_size // train.updates_per_rollout
-    micro = train.micro_batch_size or step_batch
-    accumulated = step_batch // micro
+    share = step_batch // train.processes
+    micro = train.micro_batch_size or share
+    accumulated = share // micro
     settings: dict[str, Any] = {
         "loss_type": train.loss_type,
         "epsilon": train.epsilon,
@@ -135,8 +137,9 @@ def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfi
     return GRPOConfig(
         output_dir=output_dir,
         max_steps=train.steps,
-        # A rollout batch of B x G sequences per updates_per_rollout optimizer steps, each in
-        # passes of micro_batch_size: TRL generates once per steps_per_generation passes.
+        # A rollout batch of B x G sequences per updates_per_rollout optimizer steps, each
+        # process training its share in passes of micro_batch_size: TRL generates once per
+        # steps_per_generation passes (per_device x processes x steps_per_generation = B x G).
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=accumulated,
         steps_per_generation=accumulated * train.updates_per_rollout,
@@ -158,6 +161,7 @@ def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfi
         use_cpu=not on_gpu,
         gradient_checkpointing=False,  # TRL's default turns it on; pointless for small models
         dataloader_num_workers=0,
+        ddp_find_unused_parameters=False,  # every parameter gets a gradient every step
         **settings,
     )
 
@@ -218,5 +222,5 @@ class LoopCallback(TrainerCallback):
             return
         if self.loop.schedule.checkpoint_due(state.global_step):
             self.loop.checkpoint()
-        if self.loop.stop.requested:
+        if self.loop.stop_requested():
             self.loop.stop_here()

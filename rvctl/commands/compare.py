@@ -16,6 +16,7 @@ from rvctl.options import (
     EngineOption,
     FormatOption,
     OutputOption,
+    ProcessesOption,
     StepsOption,
     TrackingOption,
     run_overrides,
@@ -29,6 +30,7 @@ def compare(
     config: ConfigOption = None,
     steps: StepsOption = None,
     engine: EngineOption = None,
+    processes: ProcessesOption = None,
     output: OutputOption = None,
     tracking_uri: TrackingOption = None,
     plots: Annotated[
@@ -40,7 +42,7 @@ def compare(
     from rollverify.compare import Child, plan
     from rollverify.config import load_config
 
-    run_config = load_config(config, run_overrides(steps, engine, output, tracking_uri))
+    run_config = load_config(config, run_overrides(steps, engine, output, tracking_uri, processes))
     children = plan(methods, seeds, run_config.train.seed)  # bad names fail before any work
     board = Board(children, run_config.train.steps)
 

@@ -14,6 +14,7 @@ from rvctl.options import (
     EngineOption,
     FormatOption,
     OutputOption,
+    ProcessesOption,
     StepsOption,
     TrackingOption,
     run_overrides,
@@ -30,6 +31,7 @@ def sweep(
     config: ConfigOption = None,
     steps: StepsOption = None,
     engine: EngineOption = None,
+    processes: ProcessesOption = None,
     output: OutputOption = None,
     tracking_uri: TrackingOption = None,
     address: Annotated[
@@ -53,7 +55,7 @@ def sweep(
     names, values = words[:first_option], _value_options(words[first_option:])
     if not names:
         raise ValueError("sweep: name the fields to sweep, e.g. rvctl sweep ds dt")
-    run_config = load_config(config, run_overrides(steps, engine, output, tracking_uri))
+    run_config = load_config(config, run_overrides(steps, engine, output, tracking_uri, processes))
     grid = load_grid(names, values)
     folder = sweep_dir or (_latest(Path(run_config.output), names) if resume else None)
 

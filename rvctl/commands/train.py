@@ -19,6 +19,7 @@ from rvctl.options import (
     EngineOption,
     FormatOption,
     OutputOption,
+    ProcessesOption,
     StepsOption,
     TrackingOption,
     run_overrides,
@@ -39,6 +40,7 @@ def train(
     steps: StepsOption = None,
     seed: Annotated[int | None, typer.Option(help="Seed of data, sampling and init.")] = None,
     engine: EngineOption = None,
+    processes: ProcessesOption = None,
     checkpoint_every: CheckpointEveryOption = None,
     tracking_uri: TrackingOption = None,
     output: OutputOption = None,
@@ -49,7 +51,7 @@ def train(
 
     overrides = {"train.method": method, "train.seed": seed}
     overrides |= {"train.checkpoint_every": checkpoint_every}
-    overrides |= run_overrides(steps, engine, output, tracking_uri)
+    overrides |= run_overrides(steps, engine, output, tracking_uri, processes)
     run_config = load_config(config, overrides)
     from rollverify.training.run import train as run_training  # heavy: torch, TRL, MLflow
 
@@ -69,6 +71,7 @@ def resume(
     ] = None,
     steps: Annotated[int | None, typer.Option(help="Train up to this step (extend a run).")] = None,
     engine: EngineOption = None,
+    processes: ProcessesOption = None,
     checkpoint_every: CheckpointEveryOption = None,
     format: FormatOption = Format.table,
 ) -> None:
@@ -78,6 +81,7 @@ def resume(
     overrides = {
         "train.steps": steps,
         "rollout.engine": engine,
+        "train.processes": processes,
         "train.checkpoint_every": checkpoint_every,
     }
     from rollverify.training.run import RunFinished, find_run  # heavy: torch, TRL, MLflow

@@ -1,0 +1,141 @@
+"""Training on several processes: torch.distributed (gloo on CPU), started through torchrun's
+launcher. Two processes with half of each batch train as one process with all of it; the
+cache is scored by both; a rank killed mid-run stops the whole run in one line, and
+`rvctl resume` finishes it exactly as an uninterrupted two-process run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rollverify.checkpoint_files import latest
+from rollverify.compare import compare
+from rollverify.config import ConfigError, load_config
+from rollverify.faults import ENVIRONMENT
+from rollverify.metrics import CACHE_TOKENS_VERIFIED
+from rollverify.training.run import train
+from tests.runs import comparable, history, metric_history, tiny, tiny_file
+
+pytestmark = pytest.mark.slow
+
+RVCTL = [sys.executable, "-m", "rvctl.app"]
+TWO = {"train.processes": 2, "train.checkpoint_every": 1}
+
+
+def final_weights(run_dir) -> dict[str, torch.Tensor]:
+    return latest(Path(run_dir) / "checkpoints").tensors["model"]
+
+
+def modeled(metrics: dict) -> dict:
+    return {k: v for k, v in comparable(metrics).items() if k.startswith("modeled_")}
+
+
+def unmodeled(metrics: dict) -> dict:
+    """What the two layouts must share: all but the GPU cost model's figures, which price the
+    run's own devices (1 or 2 trainer GPUs)."""
+    return {k: v for k, v in comparable(metrics).items() if not k.startswith("modeled_")}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The tiny rollverify run on one process (train) and on two (a child of compare)."""
+    root = tmp_path_factory.mktemp("distributed")
+    one = train(tiny(root / "one", "rollverify", **{"train.checkpoint_every": 1}))
+    comparison = compare(tiny(root / "two", "rollverify", **TWO), ["rollverify"])
+    (two,) = comparison.summaries
+    return one, two
+
+
+def test_two_processes_with_half_the_batch_each_train_as_one(runs):
+    one, two = runs
+    a, b = final_weights(one.run_dir), final_weights(two.run_dir)
+    assert a.keys() == b.keys()
+    gap = max((a[name] - b[name]).abs().max().item() for name in a)
+    assert gap < 1e-6, gap  # gradients averaged over the ranks: the same update
+    assert gap > 0  # (two processes sum in another order: not the same run read twice)
+    one_metrics, two_metrics = history(one), history(two)
+    assert unmodeled(two_metrics).keys() == unmodeled(one_metrics).keys()
+    for name, steps in unmodeled(one_metrics).items():
+        assert two_metrics[name] == pytest.approx(steps, rel=1e-4, abs=1e-6), name
+    # the cache was verified under the new weights, each rank scoring a part of it
+    assert max(two_metrics[CACHE_TOKENS_VERIFIED].values()) > 0
+
+
+def test_the_ledger_and_cost_model_count_the_processes_the_run_holds(runs):
+    one, two = runs
+    ledgers = [json.loads((Path(r.run_dir) / "ledger.json").read_text()) for r in runs]
+    assert [ledger["layout"]["trainer"] for ledger in ledgers] == [1, 2]
+    # the trainer's modeled work is split over its GPUs: half the seconds on two
+    one_modeled, two_modeled = modeled(history(one)), modeled(history(two))
+    for step, seconds in one_modeled["modeled_train_seconds"].items():
+        assert two_modeled["modeled_train_seconds"][step] == pytest.approx(seconds / 2)
+
+
+def test_a_killed_rank_stops_the_run_in_one_line_and_resume_finishes_it(runs, tmp_path):
+    _, two = runs
+    config = tiny_file(tmp_path / "tiny.yaml", **{"train.method": "rollverify", **TWO})
+    command = [*RVCTL, "train", "--config", str(config), "--output", str(tmp_path / "runs")]
+    killed = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env=os.environ | {ENVIRONMENT: "train:2@1"},  # rank 1, after its step-2 update
+        timeout=300,
+    )
+    assert killed.returncode == 1, killed.stderr[-3000:]
+    assert "Traceback" not in killed.stderr
+    errors = [line for line in killed.stderr.splitlines() if "error:" in line]
+    (run_dir,) = (tmp_path / "runs").glob("rollverify-*")
+    assert errors == [
+        f"error: rank 1 was killed (SIGKILL); every rank was stopped; rvctl resume {run_dir} "
+        "continues from step 1"
+    ], killed.stderr[-3000:]
+    resumed = subprocess.run(
+        [*RVCTL, "resume", str(run_dir)], capture_output=True, text=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = final_weights(two.run_dir), final_weights(run_dir)
+    assert all(torch.equal(a[name], b[name]) for name in a)  # exactly: same ranks, same order
+    saved = json.loads((run_dir / "mlflow.json").read_text())
+    after = metric_history(saved["tracking_uri"], saved["run_id"])
+    assert unmodeled(after) == unmodeled(history(two))
+
+
+def test_processes_must_share_each_step_evenly(tmp_path):
+    with pytest.raises(ConfigError, match=r"train.processes: must divide the step's batch"):
+        tiny(tmp_path, "grpo", **{"train.processes": 3})
+    with pytest.raises(ConfigError, match=r"train.micro_batch_size: must divide each process"):
+        tiny(tmp_path, "grpo", **{"train.processes": 2, "train.micro_batch_size": 4})
+    with pytest.raises(ConfigError, match=r"train.devices: renamed train.processes"):
+        load_config(overrides={"train.devices": 2})
+    result = subprocess.run(
+        [*RVCTL, "train", "--processes", "3", "--output", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: train.processes: must divide")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_rank_named_is_the_one_that_failed_first_of_its_own():
+    """A rank killed from outside is the cause, even when a rank that lost its connection to
+    it reported earlier; ranks torchrun stopped (SIGTERM) or that stopped on request never
+    are."""
+    from types import SimpleNamespace as Failure
+
+    from rollverify.training.launch import _cause
+
+    lost = Failure(exitcode=1, timestamp=10)
+    killed = Failure(exitcode=-9, timestamp=11)
+    stopped = Failure(exitcode=-15, timestamp=9)
+    assert _cause({0: lost, 1: killed, 2: stopped}) == (1, killed)
+    raised = Failure(exitcode=1, timestamp=12)
+    assert _cause({0: raised, 1: Failure(exitcode=1, timestamp=13), 2: stopped}) == (0, raised)
+    assert _cause({3: stopped}) == (3, stopped)

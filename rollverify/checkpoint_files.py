@@ -119,6 +119,21 @@ def newest_step(root: Path) -> int | None:
     return max(steps, default=None)
 
 
+def matches_manifest(folder: Path, name: str) -> str | None:
+    """None if the file `name` of a checkpoint matches its manifest entry; else what is
+    wrong (a reader of one file need not hash the others)."""
+    try:
+        expected = json.loads((folder / MANIFEST).read_text())["files"][name]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"is not in a readable manifest ({error})"
+    path = folder / name
+    if not path.exists():
+        return "is missing"
+    if _digest(path) != expected:
+        return "does not match its checksum (truncated or corrupt)"
+    return None
+
+
 def check(folder: Path) -> str | None:
     """None if the folder is a whole, unaltered checkpoint; else what is wrong."""
     try:
@@ -141,7 +156,7 @@ def check(folder: Path) -> str | None:
 
 def load(folder: Path) -> Checkpoint:
     state = json.loads((folder / STATE).read_text())
-    tensors = {p.stem: _load_group(p) for p in sorted(folder.glob("*.safetensors"))}
+    tensors = {p.stem: load_group(p) for p in sorted(folder.glob("*.safetensors"))}
     documents = {
         p.stem: json.loads(p.read_text())
         for p in sorted(folder.glob("*.json"))
@@ -180,7 +195,7 @@ def _without_aliases(
     return unique, aliases
 
 
-def _load_group(path: Path) -> dict[str, torch.Tensor]:
+def load_group(path: Path) -> dict[str, torch.Tensor]:
     with safe_open(str(path), framework="pt") as file:
         tensors = {name: file.get_tensor(name) for name in file.keys()}  # noqa: SIM118
         aliases = json.loads((file.metadata() or {}).get("aliases", "{}"))

@@ -9,7 +9,7 @@ import sys
 import typer
 
 from rollverify.quiet import quiet_environment
-from rvctl.commands import compare, data, methods, report, simulate, sweep, train
+from rvctl.commands import compare, data, export, methods, report, simulate, sweep, train
 
 app = typer.Typer(
     name="rvctl",
@@ -25,6 +25,7 @@ app.command("compare")(compare.compare)
 app.command("sweep", context_settings=sweep.CONTEXT)(sweep.sweep)
 app.command("report")(report.report)
 app.command("simulate")(simulate.simulate)
+app.command("export")(export.export)
 app.add_typer(data.app, name="data")
 
 USAGE_ERROR = 2

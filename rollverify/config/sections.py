@@ -246,6 +246,13 @@ class TrainConfig:
         at_least_one,
         ">= 1",
     )
+    sharding: Literal["none", "fsdp"] = config_field(
+        "none",
+        "none: every process holds the whole model and AdamW state (DDP). fsdp: each holds "
+        "1/train.processes of them (FSDP2 through transformers and accelerate; GPUs only: "
+        "accelerate does not shard on a CPU). Gathered one tensor at a time for weight sync "
+        "and checkpoints (rank 0 writes them whole).",
+    )
     checkpoint_every: int = config_field(
         10,
         "Write a checkpoint every this many steps (also at the end and on SIGINT/SIGTERM); "

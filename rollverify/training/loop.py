@@ -44,7 +44,7 @@ from rollverify.atomic import atomic_write_text
 from rollverify.checkpoint_files import save as save_checkpoint
 from rollverify.config import RunConfig
 from rollverify.costmodel import GPUS, ModelShape, Pricing
-from rollverify.engines.protocol import RolloutEngine
+from rollverify.engines.protocol import RolloutEngine, probe_logprobs_of
 from rollverify.evaluation import Evaluation, evaluate_sets
 from rollverify.faults import kill_point
 from rollverify.filters import keep_samples, staleness
@@ -65,8 +65,9 @@ from rollverify.training.records import (
     SyncRecord,
     step_metrics,
 )
-from rollverify.training.run_state import capture, rng_parts
+from rollverify.training.run_state import capture, rng_parts, whole_state
 from rollverify.training.schedule import Schedule
+from rollverify.training.sharding import full_tensors
 from rollverify.training.stopping import RunInterrupted, StopRequest
 from rollverify.training.trl_adapter import (
     BehaviorRatioGRPOTrainer,
@@ -300,9 +301,6 @@ class TrainingLoop:
     # -- after the optimizer step -------------------------------------------------------------
 
     def after_update(self, step: int) -> None:
-        if not self.world.main:  # its part of scoring the cache; the rest is rank 0's
-            self.world.score(None, self.trainer.current_logprobs)
-            return
         records = self.records
         # The update's time: since the rollout began, less the rollout and the batch's scoring.
         rollout_seconds = records.batch.result.seconds if records.batch is not None else 0.0
@@ -312,12 +310,14 @@ class TrainingLoop:
         # Stopping before the last step: the engine is not needed again (a resumed run syncs
         # it first, and evaluates then if an evaluation was due), and its processes may have
         # the signal too (Ctrl-C reaches the process group).
-        stopping = self.stop.requested and step < self.config.train.steps
+        stopping = self.world.decide(self.stop.requested) and step < self.config.train.steps
         records.sync = self.sync_weights(step, skip=stopping)
         start = time.perf_counter()
         # The cache under the new policy: verified if the method does, else measured.
-        cached = cached_unfinished(self.state.cache)
+        cached = cached_unfinished(self.state.cache) if self.world.main else None
         current = self.world.score(cached, self.trainer.current_logprobs)  # every rank a part
+        if not self.world.main:  # the rest (verification, ledger, evaluation) is rank 0's
+            return
         records.cache = check_cache(
             cached, current, self.method, self.config.verify, self.monitor, step
         )
@@ -335,16 +335,25 @@ class TrainingLoop:
             )
 
     def sync_weights(self, step: int, skip: bool) -> SyncRecord:
-        """The new weights to the engine, then the probe check (skipped: nothing sent)."""
+        """The new weights to the engine, then the probe check (skipped: nothing sent). Every
+        rank takes part: a sharded model's tensors are gathered one at a time as rank 0 sends
+        them, and its probe forward needs every rank too."""
         start = time.perf_counter()
         gap = None
         if not skip:
             model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-            self.engine.load_weights(model.state_dict().items(), version=step)
-            gap = check_weight_sync(
-                self.engine, model, self.probe, self.config.vllm.sync_check_tolerance, step
-            )
-            self.trace.add_engine_steps(step, "sync", self.engine.take_trace())  # the probe
+            tensors = full_tensors(model)
+            if self.world.main:
+                self.engine.load_weights(tensors, version=step)
+            else:
+                for _ in tensors:  # its part of each gather
+                    pass
+            probe = self.probe.tolist()
+            trainer_probe = probe_logprobs_of(model, probe)
+            if self.world.main:
+                tolerance = self.config.vllm.sync_check_tolerance
+                gap = check_weight_sync(self.engine, probe, trainer_probe, tolerance, step)
+                self.trace.add_engine_steps(step, "sync", self.engine.take_trace())  # the probe
         return SyncRecord(seconds=time.perf_counter() - start, gap=gap)
 
     def book(self, step: int) -> None:
@@ -416,14 +425,14 @@ class TrainingLoop:
         the older ones are kept."""
         start = time.perf_counter()
         step = self.trainer.state.global_step
-        ranks_rng = self.world.gather(rng_parts())
+        whole = whole_state(self.trainer, self.world.gather(rng_parts()))  # (collectives)
         folder = None
         if self.world.main:
             try:
                 self.trace.flush(self.run_dir / "trace", step)  # its steps, once: before the save
                 folder = save_checkpoint(
                     self.run_dir / "checkpoints",
-                    capture(self, self.tracker.run_id, self.tracker.uri, ranks_rng),
+                    capture(self, self.tracker.run_id, self.tracker.uri, whole),
                     keep=self.config.train.keep_checkpoints,
                 )
             except OSError as error:

@@ -172,6 +172,13 @@ def run(plan: RunPlan) -> RunSummary:
     """setup; train; cleanup. The folder and its config come first, so a run killed at any
     later moment (loading the model, starting engines) can be resumed. Every rank of a world
     runs this with the same plan (worker.py)."""
+    if plan.config.train.sharding == "fsdp" and not torch.cuda.is_available():
+        raise ConfigError(
+            [
+                "train.sharding: fsdp needs GPUs (accelerate shards CUDA devices only); on a CPU "
+                "set it to none"
+            ]
+        )
     world = World.joined()
     if world.size == 1 and plan.config.train.processes > 1:
         from rollverify.training.launch import launch

@@ -31,6 +31,12 @@ import torch
 
 from rollverify.checkpoint_files import Checkpoint
 from rollverify.dicts import config_fields
+from rollverify.training.sharding import (
+    full_optimizer_state,
+    full_tensors,
+    is_sharded,
+    load_full_optimizer_state,
+)
 
 if TYPE_CHECKING:
     from rollverify.training.loop import TrainingLoop
@@ -45,6 +51,7 @@ RESUMABLE_CHANGES = (
     "train.threads",
     "train.micro_batch_size",  # the same update, summed in other passes
     "train.processes",  # the same update, averaged over another world size
+    "train.sharding",  # the same state, held whole or in shards
     "train.checkpoint_every",
     "train.keep_checkpoints",
     "rollout.engine",
@@ -54,23 +61,24 @@ RESUMABLE_CHANGES = (
 
 
 def capture(
-    loop: TrainingLoop, run_id: str, tracking_uri: str, ranks_rng: list[tuple] | None = None
+    loop: TrainingLoop, run_id: str, tracking_uri: str, whole: WholeState | None = None
 ) -> Checkpoint:
     """Everything needed to continue `loop` and its trainer from the step just finished.
-    ranks_rng: every rank's rng_parts() in rank order (one process: this one's)."""
+    whole: the model and optimizer state whole and every rank's RNG (whole_state(); default:
+    this process's)."""
     trainer = loop.trainer
     step = trainer.state.global_step
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    optimizer_tensors, optimizer_state = _optimizer_parts(trainer.optimizer)
+    whole = whole or whole_state(trainer, [rng_parts()])
+    optimizer_tensors, optimizer_state = _optimizer_parts(whole.optimizer)
     owned = loop.state_dict()
     rollout = owned.pop("rollout")
-    rng_tensors, rng_state = _ranks_rng(ranks_rng or [rng_parts()])
+    rng_tensors, rng_state = _ranks_rng(whole.ranks_rng)
     rng_tensors["engine"] = loop.engine.sampling_state()
     trainer.state.stateful_callbacks["TrainerControl"] = trainer.control.state()
     return Checkpoint(
         step,
         tensors={
-            "model": model.state_dict(),
+            "model": whole.weights,
             "optimizer": optimizer_tensors,
             "rng": rng_tensors,
             "cache": rollout["cache"]["tensors"],
@@ -109,7 +117,38 @@ def restore_loop(loop: TrainingLoop, checkpoint: Checkpoint) -> None:
         )
 
 
-def load_optimizer_and_scheduler(optimizer: Any, scheduler: Any, checkpoint: Checkpoint) -> None:
+@dataclasses.dataclass
+class WholeState:
+    """What a checkpoint needs whole from a (possibly sharded) trainer, on rank 0."""
+
+    weights: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]  # as optimizer.state_dict() of the unsharded model
+    ranks_rng: list[tuple]  # rng_parts() of every rank, in rank order
+
+
+def whole_state(trainer: Any, ranks_rng: list[tuple] | None) -> WholeState | None:
+    """Gathered on every rank at the same moment (collectives when sharded: sharding.py);
+    the state on rank 0 (ranks_rng given), None on the others."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    main = ranks_rng is not None
+    if not is_sharded(model):  # every rank holds it all: rank 0 reads its own
+        return (
+            WholeState(model.state_dict(), trainer.optimizer.state_dict(), ranks_rng)
+            if main
+            else None
+        )
+    weights = {}
+    for name, tensor in full_tensors(model):
+        if main:
+            weights[name] = tensor.cpu()
+    optimizer = full_optimizer_state(model, trainer.optimizer)
+    return WholeState(weights, optimizer, ranks_rng) if main else None
+
+
+def load_optimizer_and_scheduler(
+    model: torch.nn.Module, optimizer: Any, scheduler: Any, checkpoint: Checkpoint
+) -> None:
+    """The optimizer's state back (into this rank's shards when sharded), and the schedule."""
     saved = checkpoint.state["optimizer"]
     per_parameter: dict[int, dict[str, Any]] = {}
     for name, tensor in checkpoint.tensors["optimizer"].items():
@@ -122,7 +161,7 @@ def load_optimizer_and_scheduler(optimizer: Any, scheduler: Any, checkpoint: Che
         {k: tuple(v) if k == "betas" else v for k, v in group.items()}
         for group in saved["param_groups"]
     ]
-    optimizer.load_state_dict({"state": per_parameter, "param_groups": groups})
+    load_full_optimizer_state(model, optimizer, {"state": per_parameter, "param_groups": groups})
     scheduler.load_state_dict(checkpoint.state["scheduler"])
 
 
@@ -178,8 +217,7 @@ def config_changes(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _optimizer_parts(optimizer: Any) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    state = optimizer.state_dict()
+def _optimizer_parts(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     tensors, plain = {}, {}
     for index, values in state["state"].items():
         for key, value in values.items():

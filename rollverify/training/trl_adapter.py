@@ -27,6 +27,7 @@ from rollverify.faults import kill_point
 from rollverify.methods import Method
 from rollverify.rollout import RolloutResult
 from rollverify.training.run_state import load_optimizer_and_scheduler, restore_rng
+from rollverify.training.sharding import FSDP_CONFIG
 from rollverify.trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -48,7 +49,8 @@ class BehaviorRatioGRPOTrainer(GRPOTrainer):
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         if checkpoint is not None:
-            load_optimizer_and_scheduler(self.optimizer, self.lr_scheduler, self.resume_from)
+            model = self.accelerator.unwrap_model(self.model)
+            load_optimizer_and_scheduler(model, self.optimizer, self.lr_scheduler, self.resume_from)
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         if checkpoint is not None:
@@ -133,6 +135,8 @@ def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfi
         "epsilon_high": train.epsilon_high,
     }
     settings.update(method.trl_overrides)  # loss-level methods (gspo, sapo, vespo)
+    if train.sharding == "fsdp":  # parameters, gradients and AdamW state sharded
+        settings.update(fsdp=True, fsdp_config=dict(FSDP_CONFIG))
     on_gpu = torch.cuda.is_available()
     return GRPOConfig(
         output_dir=output_dir,

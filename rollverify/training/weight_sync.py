@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import torch
 
-from rollverify.engines.protocol import RolloutEngine, SyncCheckError, probe_logprobs_of
+from rollverify.engines.protocol import RolloutEngine, SyncCheckError
 
 
 def check_weight_sync(
-    engine: RolloutEngine, model: torch.nn.Module, probe: torch.Tensor, tolerance: float, step: int
+    engine: RolloutEngine,
+    probe: list[int],
+    trainer_logprobs: torch.Tensor,
+    tolerance: float,
+    step: int,
 ) -> float:
-    """The largest gap between engine and trainer log-probs of `probe`; SyncCheckError if it
+    """The largest gap between the engine's log-probs of `probe` and the trainer's
+    (`trainer_logprobs`: probe_logprobs_of the trainer's model, [T-1]); SyncCheckError if it
     exceeds `tolerance` (vllm.sync_check_tolerance: bf16 engines round)."""
-    engine_logprobs = engine.probe_logprobs(probe.tolist())  # [replicas, T-1]
-    trainer_logprobs = probe_logprobs_of(model, probe.tolist())[None]
-    gap = (engine_logprobs - trainer_logprobs).abs().max().item()
+    engine_logprobs = engine.probe_logprobs(probe)  # [replicas, T-1]
+    gap = (engine_logprobs - trainer_logprobs[None]).abs().max().item()
     if not gap <= tolerance:
         raise SyncCheckError(
             f"weight sync check failed after step {step}: engine and trainer log-probs of "

@@ -1,0 +1,86 @@
+"""`rvctl export`: a checkpoint becomes a model folder transformers loads with the trained
+weights, the base model's config and tokenizer; bad input is one line, nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rollverify.checkpoint_files import folder_for, load_group
+from rollverify.training.run import train
+from tests.runs import tiny
+
+RVCTL = [sys.executable, "-m", "rvctl.app"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("export")
+    summary = train(tiny(root, "grpo", **{"train.steps": 2, "train.checkpoint_every": 1}))
+    return Path(summary.run_dir)
+
+
+def export(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*RVCTL, "export", *args], capture_output=True, text=True)
+
+
+def test_the_exported_folder_loads_with_the_checkpoints_weights(run, tmp_path):
+    out = tmp_path / "policy"
+    result = export(str(run), "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    weights = load_group(folder_for(run / "checkpoints", 2) / "model.safetensors")
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    loaded = model.state_dict()
+    assert loaded.keys() == weights.keys()
+    assert all(torch.equal(loaded[name], weights[name]) for name in weights)
+    base = AutoModelForCausalLM.from_pretrained(tiny(tmp_path, "grpo").model_path())
+    assert not torch.equal(base.state_dict()["model.norm.weight"], loaded["model.norm.weight"])
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    base_tokenizer = AutoTokenizer.from_pretrained(tiny(tmp_path, "grpo").model_path())
+    assert tokenizer("3;+4").input_ids == base_tokenizer("3;+4").input_ids
+    assert not list(tmp_path.glob(".policy.export-tmp"))
+
+
+def test_a_step_picks_that_checkpoint(run, tmp_path):
+    result = export(str(run), "--out", str(tmp_path / "step1"), "--step", "1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    weights = load_group(folder_for(run / "checkpoints", 1) / "model.safetensors")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "step1").state_dict()
+    assert all(torch.equal(loaded[name], weights[name]) for name in weights)
+
+
+def test_bad_input_is_one_line_and_writes_nothing(run, tmp_path):
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "note.txt").write_text("keep me")
+    cases = [
+        ([str(run), "--out", str(taken)], "--out"),
+        ([str(run), "--out", str(tmp_path / "x"), "--step", "7"], "--step 7: "),
+        ([str(tmp_path), "--out", str(tmp_path / "y")], "RUN_DIR"),
+    ]
+    for args, field in cases:
+        result = export(*args)
+        assert result.returncode == 2, (args, result.stderr[-2000:])
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: {field}"), lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+    assert (taken / "note.txt").read_text() == "keep me"
+
+
+def test_a_damaged_model_file_falls_back_to_the_last_whole_checkpoint(run, tmp_path):
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    damaged = folder_for(copy / "checkpoints", 2) / "model.safetensors"
+    damaged.write_bytes(damaged.read_bytes()[:-10])
+    result = export(str(copy), "--out", str(tmp_path / "policy"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "step-000001" in result.stderr
+    result = export(str(copy), "--out", str(tmp_path / "other"), "--step", "2")
+    assert result.returncode == 2 and "checksum" in result.stderr

@@ -2,8 +2,9 @@
 
     .venv/bin/python benchmarks/distributed_bench.py [--steps 8] [--repeats 2]
 
-Runs `rvctl train` of the default config (hf engine, one thread per process) with
-train.processes 1 and 2, interleaved run by run, and reports: seconds per step (the run's
+Runs `rvctl train` of the default config (hf engine) with train.processes 1 and 2 on the
+same cores (1 process x all cores' threads, 2 x half each), interleaved run by run, and
+reports: seconds per step (the run's
 ledger: its phases but the evaluations and checkpoints, over its steps), the update's seconds
 (train phase), the weight sync's, and the peak resident memory of each trainer process
 (sampled every 0.1 s over the process tree). On 2 CPU cores two processes are not faster:
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -28,13 +30,14 @@ from provenance import provenance
 
 
 def settings(steps: int, processes: int) -> dict:
+    threads = max(1, (os.cpu_count() or 2) // processes)  # the same cores for every arm
     return {
         "rollout": {"engine": "hf"},
         "train": {
             "steps": steps,
             "eval_every": 0,
             "checkpoint_every": 0,
-            "threads": 1,
+            "threads": threads,
             "processes": processes,
         },
     }

@@ -195,7 +195,9 @@ def run_trial(params: dict[str, Any], base: dict[str, Any], parent_run_id: str) 
     from rollverify.training.run import train
 
     config = load_config(overrides=base | params)
-    done = finished_child(base["tracking.uri"], parent_run_id, params)
+    # the grid point as the run's config holds it (a grid's `--dt 2` is the field's 2.0)
+    resolved = config_fields(config.to_dict())
+    done = finished_child(base["tracking.uri"], parent_run_id, {k: resolved[k] for k in params})
     if done is None:
         done = dataclasses.asdict(train(config, parent_run_id=parent_run_id))
     tune.report({k: v for k, v in done.items() if v is not None})

@@ -281,4 +281,39 @@ MUTANTS = [
             "test_killed_at_three_points_and_resumed_ends_like_an_uninterrupted_run",
         ),
     ),
+    Mutant(
+        "ranks-train-the-whole-batch",
+        "each process trains its own slice of the rollout batch",
+        "rollverify/training/world.py",
+        "        mine = slice(self.rank * share, (self.rank + 1) * share)",
+        "        mine = slice(None)",
+        ("tests/test_distributed.py::test_two_processes_with_half_the_batch_each_train_as_one",),
+    ),
+    Mutant(
+        "scoring-not-split",
+        "every rank scores an equal part of rank 0's trajectories",
+        "rollverify/training/world.py",
+        "        mine = items[self.rank * part : (self.rank + 1) * part]",
+        "        mine = items",
+        ("tests/test_sharding.py::test_rank_0s_items_are_scored_in_equal_parts_by_every_rank",),
+    ),
+    Mutant(
+        "shards-not-reassembled",
+        "a sharded model's AdamW state is gathered whole for a checkpoint",
+        "rollverify/training/sharding.py",
+        "    reshard(model)\n    options = StateDictOptions(full_state_dict=True, cpu_offload",
+        "    options = StateDictOptions(full_state_dict=True, cpu_offload",
+        (
+            "tests/test_sharding.py::"
+            "test_the_optimizer_state_gathers_whole_and_goes_back_into_shards",
+        ),
+    ),
+    Mutant(
+        "dead-rank-misnamed",
+        "the rank named when a run of several processes fails is the one killed",
+        "rollverify/training/launch.py",
+        "    return min(killed or candidates, key=lambda item: item[1].timestamp)",
+        "    return min(candidates, key=lambda item: item[1].timestamp)",
+        ("tests/test_distributed.py::test_the_rank_named_is_the_one_that_failed_first_of_its_own",),
+    ),
 ]

@@ -1,7 +1,8 @@
 """One rank of test_sharding.py's world (torchrun, 2 processes, gloo): the embedded default
 model sharded with FSDP2 as accelerate shards it (each decoder layer, then the root), beside
 an unsharded copy on every rank, trained one AdamW step on the same batch; rank 0 writes
-what sharding.py's gathers gave against the copy as JSON to argv[1]."""
+what sharding.py's gathers gave against the copy as JSON to argv[1]. Also World.score's
+split of rank 0's items (training/world.py), scored through the shards."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from rollverify.training.sharding import (
     is_sharded,
     load_full_optimizer_state,
 )
+from rollverify.training.world import World
 
 
 def shard(model: torch.nn.Module) -> torch.nn.Module:
@@ -39,6 +41,26 @@ def step(model, optimizer, ids: torch.Tensor) -> None:
 
 def gap(a: dict, b: dict) -> float:
     return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+
+
+def split_scoring(model, rank: int, size: int, vocab: int) -> dict:
+    """5 sequences of rank 0's scored by both ranks (3 + 2, the short part padded to 3): what
+    each rank scored, and the whole against one pass over all 5."""
+    rows = torch.randint(3, vocab, (5, 9), generator=torch.Generator().manual_seed(2))
+    seen = []
+
+    @torch.no_grad()
+    def score(items: list) -> torch.Tensor:
+        seen.append(len(items))
+        return torch.stack([probe_logprobs_of(model, row.tolist()) for row in items])
+
+    world = World(rank, size)
+    scored = world.score(list(rows) if rank == 0 else None, score)
+    counts = world.gather(seen[0])
+    alone = score(list(rows))  # every rank: the same forward passes through the shards
+    if rank != 0:
+        return {}
+    return {"scored_per_rank": counts, "split_gap": (scored - alone).abs().max().item()}
 
 
 def main() -> None:
@@ -89,6 +111,7 @@ def main() -> None:
     fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=1e-2)
     load_full_optimizer_state(fresh, fresh_optimizer, state)
     again = full_optimizer_state(fresh, fresh_optimizer)
+    result |= split_scoring(sharded, rank, size, vocab)
     if rank == 0:
         result["optimizer_roundtrip_gap"] = max(
             (again["state"][i][key] - state["state"][i][key]).abs().max().item()

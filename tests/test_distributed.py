@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,6 +107,36 @@ def test_a_killed_rank_stops_the_run_in_one_line_and_resume_finishes_it(runs, tm
     saved = json.loads((run_dir / "mlflow.json").read_text())
     after = metric_history(saved["tracking_uri"], saved["run_id"])
     assert unmodeled(after) == unmodeled(history(two))
+
+
+def test_ctrl_c_stops_every_rank_after_the_same_step_and_resume_finishes_it(runs, tmp_path):
+    """SIGINT to rvctl reaches the workers once (torchrun forwards it): rank 0 finishes the
+    step, every rank stops with it, a checkpoint is written; the resumed run ends as an
+    uninterrupted one."""
+    _, two = runs
+    config = tiny_file(tmp_path / "tiny.yaml", **{"train.method": "rollverify", **TWO})
+    command = [*RVCTL, "train", "--config", str(config), "--output", str(tmp_path / "runs")]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        progress = list((tmp_path / "runs").glob("rollverify-*/progress.jsonl"))
+        if progress and '"step": 1,' in progress[0].read_text():
+            break
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=240)
+    assert process.returncode == 130, stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").glob("rollverify-*")
+    assert f"continue with: rvctl resume {run_dir}" in stderr, stderr[-3000:]
+    assert "Traceback" not in stderr
+    stopped_at = latest(run_dir / "checkpoints").step
+    assert 1 <= stopped_at < 3  # after the step in progress, before the last
+    resumed = subprocess.run(
+        [*RVCTL, "resume", str(run_dir)], capture_output=True, text=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = final_weights(two.run_dir), final_weights(run_dir)
+    assert all(torch.equal(a[name], b[name]) for name in a)
 
 
 def test_processes_must_share_each_step_evenly(tmp_path):

@@ -19,9 +19,9 @@ from tests.runs import comparable, history, metric_history, tiny_file
 RVCTL = [sys.executable, "-m", "rvctl.app"]
 
 
-def tiny_config(tmp_path: Path, threads: int = 1) -> Path:
+def tiny_config(tmp_path: Path, **overrides) -> Path:
     """The tiny run (tests/runs.py) in 2 steps, as a config file: a few seconds per run."""
-    return tiny_file(tmp_path / "tiny.yaml", **{"train.steps": 2, "train.threads": threads})
+    return tiny_file(tmp_path / "tiny.yaml", **{"train.steps": 2} | overrides)
 
 
 def children(uri: str, parent_run_id: str) -> list:
@@ -90,10 +90,11 @@ def test_compare_refuses_an_unknown_method_before_any_work(tmp_path):
 @pytest.mark.slow
 @pytest.mark.ray
 def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
-    """A 2 x 1 grid, one trial at a time (each asks for both cores): stop the sweep once the
-    first trial finished, resume it, and the first trial is not run again."""
-    command = [*RVCTL, "sweep", "ds", "dt", "--ds", "0.01,0.05", "--dt", "2"]
-    command += ["--config", str(tiny_config(tmp_path, threads=2)), "--output", str(tmp_path)]
+    """A 2 x 1 grid of two-process runs, one trial at a time (each holds its 2 processes'
+    CPUs, both cores): stop the sweep once the first trial finished, resume it, and the first
+    trial is not run again."""
+    command = [*RVCTL, "sweep", "ds", "dt", "--ds", "0.01,0.05", "--dt", "2", "--processes", "2"]
+    command += ["--config", str(tiny_config(tmp_path)), "--output", str(tmp_path)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 400
     finished: list = []
@@ -117,6 +118,9 @@ def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
     done = [r for r in runs if r.info.status == "FINISHED"]
     grid_points = sorted(float(r.data.params["verify.ds"]) for r in done)
     assert grid_points == [0.01, 0.05], "each grid point finished exactly once"
+    for run in done:  # each trial trained on two processes
+        ledger = json.loads((Path(run.data.tags["run_dir"]) / "ledger.json").read_text())
+        assert run.data.params["train.processes"] == "2" and ledger["layout"]["trainer"] == 2
     assert first.info.run_id in {r.info.run_id for r in done}
     rows = json.loads(result.stdout)
     assert sorted(row["ds"] for row in rows) == [0.01, 0.05]

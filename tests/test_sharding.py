@@ -45,6 +45,11 @@ def test_the_optimizer_state_gathers_whole_and_goes_back_into_shards(gathered):
     assert gathered["optimizer_roundtrip_gap"] == 0.0  # loaded into fresh shards, unchanged
 
 
+def test_rank_0s_items_are_scored_in_equal_parts_by_every_rank(gathered):
+    assert gathered["scored_per_rank"] == [3, 3]  # 5 items: 3 + 2, the last padded
+    assert gathered["split_gap"] < 1e-6  # the rows in order, as one pass scores them
+
+
 def test_fsdp_on_a_cpu_is_refused_in_one_line(tmp_path):
     with pytest.raises(ConfigError, match="train.sharding: fsdp needs GPUs"):
         train(tiny(tmp_path, "grpo", **{"train.sharding": "fsdp"}))

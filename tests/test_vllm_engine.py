@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -76,6 +77,15 @@ def run_to_end(engine, trajectories):
     while engine.has_work:
         engine.poll()
     return trajectories
+
+
+def test_each_sidecar_runs_in_its_bundle_of_the_engines_placement_group(engine):
+    from ray.util import placement_group_table
+
+    table = placement_group_table(engine._group)
+    assert table["state"] == "CREATED" and table["strategy"] == "PACK"
+    assert list(table["bundles"].values()) == [{"CPU": 1.0}]  # one engine; a CPU each here
+    assert engine.placed == {0: (socket.gethostname(), engine._group.id.hex())}
 
 
 def test_greedy_pause_and_resume_equals_an_uninterrupted_generation(engine, tokenizer):

@@ -305,6 +305,12 @@ class VLLMConfig:
         positive,
         "> 0",
     )
+    placement: Literal["pack", "spread"] = config_field(
+        "pack",
+        "How Ray places the engines (one placement group, a bundle of tensor_parallel_size "
+        "GPUs per engine, each bundle on one node): pack on as few nodes as it can, spread "
+        "one per node where it can (docs/distributed.md).",
+    )
     ray_address: str | None = config_field(
         None, "Ray cluster to join (None: a private local Ray on 127.0.0.1)."
     )

@@ -67,16 +67,54 @@ def stop_ray() -> None:
     _STARTED_HERE = False
 
 
-def sidecar_class(settings: Any):
-    """The VLLMSidecar as a Ray actor, with the resources one engine needs."""
+def engine_bundle(settings: Any) -> dict[str, float]:
+    """What one engine holds: its tensor-parallel GPUs (one node's), or a CPU."""
+    gpus = settings.tensor_parallel_size if _has_gpu() else 0
+    return {"GPU": gpus} if gpus else {"CPU": 1}
+
+
+def engine_placement(settings: Any, timeout: float) -> Any:
+    """One placement group for the engines, a bundle each (a bundle lives on one node, so an
+    engine's tensor-parallel GPUs do): packed on few nodes or spread over many
+    (vllm.placement). Waits until Ray has reserved them; says what is missing if it cannot."""
     import ray
+    from ray.util.placement_group import placement_group
+
+    bundles = [engine_bundle(settings)] * settings.engines
+    strategy = {"pack": "PACK", "spread": "SPREAD"}[settings.placement]
+    group = placement_group(bundles, strategy=strategy)
+    ready, _ = ray.wait([group.ready()], timeout=timeout)
+    if not ready:
+        ray.util.remove_placement_group(group)
+        raise RuntimeError(
+            f"vllm.engines: Ray could not reserve {settings.engines} x {bundles[0]} in "
+            f"{timeout:.0f} s (cluster resources: {ray.available_resources()}); use fewer "
+            "engines or a smaller tensor_parallel_size, or add nodes"
+        )
+    return group
+
+
+def sidecar_class(settings: Any, group: Any = None, bundle: int = 0):
+    """The VLLMSidecar as a Ray actor, with the resources one engine needs, in `bundle` of
+    the engines' placement group (its vLLM workers too)."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from rollverify.engines.vllm_sidecar import VLLMSidecar
 
-    gpus = settings.tensor_parallel_size if _has_gpu() else 0
-    return ray.remote(
-        num_cpus=1 if not gpus else 0, num_gpus=gpus, max_restarts=0, max_concurrency=64
+    needs = engine_bundle(settings)
+    actor = ray.remote(
+        num_cpus=needs.get("CPU", 0),
+        num_gpus=needs.get("GPU", 0),
+        max_restarts=0,
+        max_concurrency=64,
     )(VLLMSidecar)
+    if group is None:
+        return actor
+    strategy = PlacementGroupSchedulingStrategy(
+        group, placement_group_bundle_index=bundle, placement_group_capture_child_tasks=True
+    )
+    return actor.options(scheduling_strategy=strategy)
 
 
 def _has_gpu() -> bool:

@@ -50,6 +50,7 @@ class VLLMSettings:
     enforce_eager: bool = True
     enable_prefix_caching: bool = True
     cpu_kv_cache_gib: int = 1
+    placement: str = "pack"  # the placement group's strategy: pack or spread
 
     def environment(self) -> dict[str, str]:
         """Set in each sidecar before vLLM loads. On CPU, vLLM's automatic KV size and its
@@ -80,7 +81,13 @@ class VLLMSettings:
             # On, for the stat logger that traces each iteration (the cost model's input);
             # vLLM's own logging loggers stay off (VLLM_LOGGING_LEVEL=WARNING).
             "disable_log_stats": False,
-        }
+        } | self._tensor_parallel()
+
+    def _tensor_parallel(self) -> dict[str, Any]:
+        """An engine's tensor-parallel workers: processes beside its sidecar, on the GPUs of
+        its bundle (one node). In a placement group vLLM would pick its Ray executor, which
+        wants a bundle per GPU."""
+        return {"distributed_executor_backend": "mp"} if self.tensor_parallel_size > 1 else {}
 
 
 SIDECAR_TIMEOUT_S = 300.0  # a poll or an abort answers in milliseconds when the sidecar is well
@@ -124,12 +131,17 @@ class VLLMEngine:
         self._death = ""  # what the last one died of
         self._waiting: list[Trajectory] = []  # in flight on a dead sidecar: resubmitted later
         self._weights: Any = None  # ObjectRef of the last synced weights, for restarts
+        self._group: Any = None  # the engines' Ray placement group, while started
+        self.placed: dict[int, tuple[str, str | None]] = {}  # sidecar -> (host, its group)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> dict[str, Any]:
         import ray
 
+        from rollverify.engines.ray_runtime import engine_placement
+
+        self._group = engine_placement(self.settings, START_TIMEOUT_S)
         self._actors = [self._new_actor(i) for i in range(self.settings.engines)]
         reports = ray.get([actor.start.remote() for actor in self._actors])
         for index, report in enumerate(reports):
@@ -137,12 +149,16 @@ class VLLMEngine:
         return {"seconds": max(r["seconds"] for r in reports), "engines": len(self._actors)}
 
     def _new_actor(self, index: int) -> Any:
+        """Sidecar `index`, in its bundle of the engines' placement group (a replacement
+        takes the bundle of the one it replaces)."""
         from rollverify.engines.ray_runtime import sidecar_class
 
         kwargs = self.settings.engine_kwargs(self.seed + index)
-        return sidecar_class(self.settings).remote(kwargs, self.settings.environment())
+        actor = sidecar_class(self.settings, self._group, index)
+        return actor.remote(kwargs, self.settings.environment())
 
     def _check_started(self, index: int, report: dict[str, Any]) -> None:
+        self.placed[index] = (report["host"], report["placement_group"])
         if report["host"] == socket.gethostname():
             self._leftovers[index] = report["shared_memory"]
         if not all(report["prepacking_disabled"]) and not torch.cuda.is_available():
@@ -230,6 +246,10 @@ class VLLMEngine:
             with contextlib.suppress(Exception):
                 ray.kill(actor)
         self._actors, self._weights, self._dead, self._waiting = [], None, set(), []
+        if self._group is not None:  # its GPUs back to the cluster
+            with contextlib.suppress(Exception):
+                ray.util.remove_placement_group(self._group)
+            self._group = None
         for blocks in self._leftovers.values():  # what a sidecar killed mid-shutdown left behind
             unlink_shared_memory(blocks)
         self._leftovers = {}

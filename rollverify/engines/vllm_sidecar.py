@@ -88,10 +88,13 @@ class VLLMSidecar:
         )
         disabled = await self.llm.collective_rpc("rollverify_prepacking_disabled")
         self.shared_memory = shared_memory_of_children()
+        import ray
+
         return {
             "seconds": time.perf_counter() - started,
             "prepacking_disabled": disabled,
             "host": socket.gethostname(),
+            "placement_group": ray.get_runtime_context().get_placement_group_id(),
             "shared_memory": self.shared_memory,
         }
 

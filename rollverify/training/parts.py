@@ -63,6 +63,7 @@ def vllm_settings(config: RunConfig):
         gpu_memory_utilization=vllm.gpu_memory_utilization,
         enforce_eager=vllm.enforce_eager,
         cpu_kv_cache_gib=vllm.cpu_kv_cache_gib,
+        placement=vllm.placement,
     )
 
 

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from rollverify.compare import compare
 from rollverify.config import ConfigError, load_config
 from rollverify.faults import ENVIRONMENT
 from rollverify.metrics import CACHE_TOKENS_VERIFIED
+from rollverify.sweep import trial_resources
 from rollverify.training.run import train
 from tests.runs import comparable, history, metric_history, tiny, tiny_file
 
@@ -46,11 +48,17 @@ def unmodeled(metrics: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The tiny rollverify run on one process (train) and on two (a child of compare)."""
+    """The tiny rollverify run on one process (train) and on two: a child of compare, called
+    from a thread other than the main one, as a sweep's Ray trial calls it (no signal
+    handlers there)."""
     root = tmp_path_factory.mktemp("distributed")
     one = train(tiny(root / "one", "rollverify", **{"train.checkpoint_every": 1}))
-    comparison = compare(tiny(root / "two", "rollverify", **TWO), ["rollverify"])
-    (two,) = comparison.summaries
+    comparisons = []
+    config = tiny(root / "two", "rollverify", **TWO)
+    thread = threading.Thread(target=lambda: comparisons.append(compare(config, ["rollverify"])))
+    thread.start()
+    thread.join()
+    (two,) = comparisons[0].summaries
     return one, two
 
 
@@ -79,40 +87,10 @@ def test_the_ledger_and_cost_model_count_the_processes_the_run_holds(runs):
         assert two_modeled["modeled_train_seconds"][step] == pytest.approx(seconds / 2)
 
 
-def test_a_killed_rank_stops_the_run_in_one_line_and_resume_finishes_it(runs, tmp_path):
-    _, two = runs
-    config = tiny_file(tmp_path / "tiny.yaml", **{"train.method": "rollverify", **TWO})
-    command = [*RVCTL, "train", "--config", str(config), "--output", str(tmp_path / "runs")]
-    killed = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        env=os.environ | {ENVIRONMENT: "train:2@1"},  # rank 1, after its step-2 update
-        timeout=300,
-    )
-    assert killed.returncode == 1, killed.stderr[-3000:]
-    assert "Traceback" not in killed.stderr
-    errors = [line for line in killed.stderr.splitlines() if "error:" in line]
-    (run_dir,) = (tmp_path / "runs").glob("rollverify-*")
-    assert errors == [
-        f"error: rank 1 was killed (SIGKILL); every rank was stopped; rvctl resume {run_dir} "
-        "continues from step 1"
-    ], killed.stderr[-3000:]
-    resumed = subprocess.run(
-        [*RVCTL, "resume", str(run_dir)], capture_output=True, text=True, timeout=300
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    a, b = final_weights(two.run_dir), final_weights(run_dir)
-    assert all(torch.equal(a[name], b[name]) for name in a)  # exactly: same ranks, same order
-    saved = json.loads((run_dir / "mlflow.json").read_text())
-    after = metric_history(saved["tracking_uri"], saved["run_id"])
-    assert unmodeled(after) == unmodeled(history(two))
-
-
-def test_ctrl_c_stops_every_rank_after_the_same_step_and_resume_finishes_it(runs, tmp_path):
-    """SIGINT to rvctl reaches the workers once (torchrun forwards it): rank 0 finishes the
-    step, every rank stops with it, a checkpoint is written; the resumed run ends as an
-    uninterrupted one."""
+def test_a_stopped_then_killed_run_resumes_to_the_uninterrupted_weights(runs, tmp_path):
+    """Ctrl-C reaches the workers once (torchrun forwards it): every rank stops after the same
+    step, with a checkpoint. Resumed, rank 1 is killed: the whole run stops, one line names
+    the rank. Resumed again, it ends exactly as an uninterrupted two-process run."""
     _, two = runs
     config = tiny_file(tmp_path / "tiny.yaml", **{"train.method": "rollverify", **TWO})
     command = [*RVCTL, "train", "--config", str(config), "--output", str(tmp_path / "runs")]
@@ -129,14 +107,32 @@ def test_ctrl_c_stops_every_rank_after_the_same_step_and_resume_finishes_it(runs
     (run_dir,) = (tmp_path / "runs").glob("rollverify-*")
     assert f"continue with: rvctl resume {run_dir}" in stderr, stderr[-3000:]
     assert "Traceback" not in stderr
-    stopped_at = latest(run_dir / "checkpoints").step
-    assert 1 <= stopped_at < 3  # after the step in progress, before the last
+    assert 1 <= latest(run_dir / "checkpoints").step < 3  # after the step in progress
+
+    killed = subprocess.run(
+        [*RVCTL, "resume", str(run_dir)],
+        capture_output=True,
+        text=True,
+        env=os.environ | {ENVIRONMENT: "train:3@1"},  # rank 1, after its last update
+        timeout=300,
+    )
+    assert killed.returncode == 1, killed.stderr[-3000:]
+    assert "Traceback" not in killed.stderr
+    errors = [line for line in killed.stderr.splitlines() if "error:" in line]
+    assert errors == [
+        f"error: rank 1 was killed (SIGKILL); every rank was stopped; rvctl resume {run_dir} "
+        "continues from step 2"
+    ], killed.stderr[-3000:]
+
     resumed = subprocess.run(
         [*RVCTL, "resume", str(run_dir)], capture_output=True, text=True, timeout=300
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a, b = final_weights(two.run_dir), final_weights(run_dir)
-    assert all(torch.equal(a[name], b[name]) for name in a)
+    assert all(torch.equal(a[name], b[name]) for name in a)  # exactly: same ranks, same order
+    saved = json.loads((run_dir / "mlflow.json").read_text())
+    after = metric_history(saved["tracking_uri"], saved["run_id"])
+    assert unmodeled(after) == unmodeled(history(two))
 
 
 def test_processes_must_share_each_step_evenly(tmp_path):
@@ -154,6 +150,16 @@ def test_processes_must_share_each_step_evenly(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("error: train.processes: must divide")
     assert not (tmp_path / "out").exists()
+    # a sweep checks it before Ray starts; each of its trials holds its processes' CPUs
+    result = subprocess.run(
+        [*RVCTL, "sweep", "ds", "--ds", "0.01", "--processes", "3", "--output", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: train.processes: must divide"), result.stderr
+    two = tiny(tmp_path, "grpo", **{"train.processes": 2, "train.threads": 1})
+    assert trial_resources(two) == {"cpu": 2, "gpu": 0}
 
 
 def test_the_rank_named_is_the_one_that_failed_first_of_its_own():

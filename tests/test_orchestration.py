@@ -90,11 +90,12 @@ def test_compare_refuses_an_unknown_method_before_any_work(tmp_path):
 @pytest.mark.slow
 @pytest.mark.ray
 def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
-    """A 2 x 1 grid of two-process runs, one trial at a time (each holds its 2 processes'
-    CPUs, both cores): stop the sweep once the first trial finished, resume it, and the first
-    trial is not run again."""
-    command = [*RVCTL, "sweep", "ds", "dt", "--ds", "0.01,0.05", "--dt", "2", "--processes", "2"]
-    command += ["--config", str(tiny_config(tmp_path)), "--output", str(tmp_path)]
+    """A 2 x 1 grid, one trial at a time (each asks for both cores): stop the sweep once the
+    first trial finished, resume it, and the first trial is not run again. (Its `--dt 2` is
+    the config's 2.0: a resumed trial must still find its finished run.)"""
+    command = [*RVCTL, "sweep", "ds", "dt", "--ds", "0.01,0.05", "--dt", "2"]
+    command += ["--config", str(tiny_config(tmp_path, **{"train.threads": 2}))]
+    command += ["--output", str(tmp_path)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 400
     finished: list = []
@@ -118,9 +119,6 @@ def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
     done = [r for r in runs if r.info.status == "FINISHED"]
     grid_points = sorted(float(r.data.params["verify.ds"]) for r in done)
     assert grid_points == [0.01, 0.05], "each grid point finished exactly once"
-    for run in done:  # each trial trained on two processes
-        ledger = json.loads((Path(run.data.tags["run_dir"]) / "ledger.json").read_text())
-        assert run.data.params["train.processes"] == "2" and ledger["layout"]["trainer"] == 2
     assert first.info.run_id in {r.info.run_id for r in done}
     rows = json.loads(result.stdout)
     assert sorted(row["ds"] for row in rows) == [0.01, 0.05]

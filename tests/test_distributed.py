@@ -21,7 +21,7 @@ from rollverify.checkpoint_files import latest
 from rollverify.compare import compare
 from rollverify.config import ConfigError, load_config
 from rollverify.faults import ENVIRONMENT
-from rollverify.metrics import CACHE_TOKENS_VERIFIED
+from rollverify.metrics import CACHE_TOKENS_VERIFIED, SYNC_LOGPROB_GAP
 from rollverify.sweep import trial_resources
 from rollverify.training.run import train
 from tests.runs import comparable, history, metric_history, tiny, tiny_file
@@ -131,8 +131,12 @@ def test_a_stopped_then_killed_run_resumes_to_the_uninterrupted_weights(runs, tm
     a, b = final_weights(two.run_dir), final_weights(run_dir)
     assert all(torch.equal(a[name], b[name]) for name in a)  # exactly: same ranks, same order
     saved = json.loads((run_dir / "mlflow.json").read_text())
-    after = metric_history(saved["tracking_uri"], saved["run_id"])
-    assert unmodeled(after) == unmodeled(history(two))
+    after = unmodeled(metric_history(saved["tracking_uri"], saved["run_id"]))
+    uninterrupted = unmodeled(history(two))
+    # a stop before the last step skips that step's weight sync (the resumed run syncs first)
+    synced = after.pop(SYNC_LOGPROB_GAP)
+    assert synced.items() <= uninterrupted.pop(SYNC_LOGPROB_GAP).items()
+    assert after == uninterrupted
 
 
 def test_processes_must_share_each_step_evenly(tmp_path):

@@ -15,6 +15,8 @@ from rollverify.checkpoint_files import folder_for, load_group
 from rollverify.training.run import train
 from tests.runs import tiny
 
+pytestmark = pytest.mark.slow  # a training run and a CLI start per test
+
 RVCTL = [sys.executable, "-m", "rvctl.app"]
 
 

@@ -4,9 +4,10 @@ TRL drives the loop; these are the parts that are ours, each filling its record 
 (training/records.py):
 
     rollout()        TRL's rollout_func: resume the cache, collect B complete groups, score
-                     their OPS, filter (filter methods)                        -> BatchRecord
-                     and hand TRL the tokens + behavior log-probs
-    reward()         TRL's reward function: the task's verifier on each completion
+                     their OPS, filter (filter methods), reward them (the task's
+                     verifier)                                                 -> BatchRecord
+                     and hand TRL the tokens + behavior log-probs + rewards
+    reward()         TRL's reward function: those rewards (a dropped sample's: None)
     -- TRL: group advantages -> clipped surrogate with pi/mu_behavior -> optimizer step --
     after_update()   TRL's on_step_end, after each optimizer step:
                        sync_weights()  weights to the engine, checked           -> SyncRecord

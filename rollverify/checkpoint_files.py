@@ -111,12 +111,15 @@ def latest(root: Path) -> Checkpoint | None:
     return None
 
 
+def steps(root: Path) -> list[int]:
+    """The steps of the checkpoints that have their manifest, oldest first (not checked)."""
+    found = [p for p in root.glob("step-*") if (p / MANIFEST).is_file()]
+    return sorted(int(p.name.removeprefix("step-")) for p in found)
+
+
 def newest_step(root: Path) -> int | None:
     """The step of the newest checkpoint that has its manifest (not checked: for messages)."""
-    steps = [
-        int(p.name.removeprefix("step-")) for p in root.glob("step-*") if (p / MANIFEST).is_file()
-    ]
-    return max(steps, default=None)
+    return max(steps(root), default=None)
 
 
 def matches_manifest(folder: Path, name: str) -> str | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from rollverify.checkpoint_files import MANIFEST, folder_for, load_group, matches_manifest
+from rollverify.checkpoint_files import MANIFEST, folder_for, load_group, matches_manifest, steps
 
 
 def export(run_dir: Path, out: Path, step: int | None = None) -> Path:
@@ -50,8 +50,8 @@ def _checkpoint(run_dir: Path, step: int | None) -> Path:
     root = run_dir / "checkpoints"
     if step is not None:
         folder = folder_for(root, step)
-        if not (folder / MANIFEST).is_file():
-            have = sorted(int(p.name.removeprefix("step-")) for p in root.glob("step-*"))
+        have = steps(root)
+        if step not in have:
             raise ValueError(
                 f"--step {step}: {run_dir} has no checkpoint of that step (it has: "
                 f"{', '.join(map(str, have)) or 'none'})"
@@ -60,8 +60,8 @@ def _checkpoint(run_dir: Path, step: int | None) -> Path:
         if problem:
             raise ValueError(f"--step {step}: the checkpoint's model file {problem}")
         return folder
-    for folder in sorted(root.glob("step-*"), reverse=True):
-        if (folder / MANIFEST).is_file() and matches_manifest(folder, "model.safetensors") is None:
+    for folder in [folder_for(root, saved) for saved in reversed(steps(root))]:
+        if matches_manifest(folder, "model.safetensors") is None:
             return folder
     raise ValueError(f"RUN_DIR {run_dir}: no whole checkpoint yet; train it further first")
 

@@ -311,7 +311,7 @@ class TrainingLoop:
         # Stopping before the last step: the engine is not needed again (a resumed run syncs
         # it first, and evaluates then if an evaluation was due), and its processes may have
         # the signal too (Ctrl-C reaches the process group).
-        stopping = self.world.decide(self.stop.requested) and step < self.config.train.steps
+        stopping = self.stop_requested() and step < self.config.train.steps
         records.sync = self.sync_weights(step, skip=stopping)
         start = time.perf_counter()
         # The cache under the new policy: verified if the method does, else measured.

@@ -60,15 +60,11 @@ RESUMABLE_CHANGES = (
 )
 
 
-def capture(
-    loop: TrainingLoop, run_id: str, tracking_uri: str, whole: WholeState | None = None
-) -> Checkpoint:
+def capture(loop: TrainingLoop, run_id: str, tracking_uri: str, whole: WholeState) -> Checkpoint:
     """Everything needed to continue `loop` and its trainer from the step just finished.
-    whole: the model and optimizer state whole and every rank's RNG (whole_state(); default:
-    this process's)."""
+    whole: the model and optimizer state whole and every rank's RNG (whole_state())."""
     trainer = loop.trainer
     step = trainer.state.global_step
-    whole = whole or whole_state(trainer, [rng_parts()])
     optimizer_tensors, optimizer_state = _optimizer_parts(whole.optimizer)
     owned = loop.state_dict()
     rollout = owned.pop("rollout")

@@ -9,7 +9,7 @@ import sys
 import typer
 
 from rollverify.quiet import quiet_environment
-from rvctl.commands import compare, data, export, methods, report, simulate, sweep, train
+from rvctl.commands import compare, config, data, export, methods, report, simulate, sweep, train
 
 app = typer.Typer(
     name="rvctl",
@@ -27,6 +27,7 @@ app.command("report")(report.report)
 app.command("simulate")(simulate.simulate)
 app.command("export")(export.export)
 app.add_typer(data.app, name="data")
+app.add_typer(config.app, name="config")
 
 USAGE_ERROR = 2
 

@@ -31,6 +31,14 @@ ProcessesOption = Annotated[
 TrackingOption = Annotated[
     str | None, typer.Option(help="MLflow URI (default: sqlite in the output folder).")
 ]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Any config field, as key=value with a YAML value (repeatable): --set "
+        "train.learning_rate=1e-6 --set train.micro_batch_size=null. Named options win.",
+    ),
+]
 
 
 def run_overrides(
@@ -39,12 +47,18 @@ def run_overrides(
     output: Path | None,
     tracking_uri: str | None,
     processes: int | None = None,
+    settings: list[str] | None = None,
+    **named: Any,
 ) -> dict[str, Any]:
-    """Config overrides from the shared run options (None: keep the config's value)."""
-    return {
+    """Config overrides from the shared run options, the `--set` items under the named
+    options (`named`: more of them, as dotted fields; None: not given, keep the config's)."""
+    from rollverify.config import parse_settings
+
+    given = named | {
         "train.steps": steps,
         "train.processes": processes,
         "rollout.engine": engine,
         "output": str(output) if output is not None else None,
         "tracking.uri": tracking_uri,
     }
+    return parse_settings(settings) | {k: v for k, v in given.items() if v is not None}

@@ -316,4 +316,23 @@ MUTANTS = [
         "    return min(candidates, key=lambda item: item[1].timestamp)",
         ("tests/test_distributed.py::test_the_rank_named_is_the_one_that_failed_first_of_its_own",),
     ),
+    Mutant(
+        "no-master-weights",
+        "with model.dtype bfloat16 the trainer keeps float32 master weights (train.precision)",
+        "rollverify/config/run_config.py",
+        'return "float32" if self.train.precision == "mixed" else self.model.dtype',
+        "return self.model.dtype",
+        (
+            "tests/test_precision.py::"
+            "test_mixed_precision_moves_weights_that_pure_bfloat16_cannot",
+        ),
+    ),
+    Mutant(
+        "engine-in-master-dtype",
+        "the engines get the compute dtype's weights, not the float32 masters",
+        "rollverify/training/weight_sync.py",
+        "        yield name, tensor.to(wanted) if tensor.is_floating_point() else tensor",
+        "        yield name, tensor",
+        ("tests/test_precision.py::test_the_in_process_engine_serves_the_compute_dtype",),
+    ),
 ]

@@ -11,13 +11,14 @@ The parts:
     sections.py       the sections (model, task, rollout, verify, train, vllm, tracking, cost),
                       each field with its default, its meaning and its rule (field.py)
     run_config.py     RunConfig: the sections together, and what a run derives from them
-    load.py           load_config: defaults <- YAML file <- overrides; ConfigError
+    load.py           load_config: defaults <- YAML file <- overrides; ConfigError;
+                      parse_settings: `--set key=value` items as overrides
     coercion.py       each value checked against its type and rule; unknown keys named
     resolve_paths.py  the config's paths found, or reported
     check_links.py    values linked to each other, checked together
 """
 
-from rollverify.config.load import ConfigError, load_config
+from rollverify.config.load import ConfigError, load_config, parse_settings
 from rollverify.config.run_config import RunConfig
 from rollverify.config.sections import (
     CostConfig,
@@ -42,4 +43,5 @@ __all__ = [
     "VLLMConfig",
     "VerifyConfig",
     "load_config",
+    "parse_settings",
 ]

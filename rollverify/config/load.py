@@ -13,6 +13,10 @@ from rollverify.config.resolve_paths import resolve_paths
 from rollverify.config.run_config import RunConfig
 from rollverify.paths import locate
 
+# An override that sets a field to null (`--set train.micro_batch_size=null`); a plain None in
+# the overrides means "not given: keep the config's value".
+NULL = type("Null", (), {"__repr__": lambda self: "NULL"})()
+
 
 class ConfigError(ValueError):
     """Every problem found in a config, one line each."""
@@ -34,13 +38,8 @@ def load_config(
         data = _read_yaml(path)
         folder = path.parent
     for dotted, value in (overrides or {}).items():
-        if value is None:
-            continue
-        section, _, key = dotted.rpartition(".")
-        target = data.setdefault(section, {}) if section else data
-        if not isinstance(target, dict):
-            raise ConfigError([f"{section}: must be a mapping to set {dotted}"])
-        target[key] = value
+        if value is not None:
+            _put(data, dotted, None if value is NULL else value)
     problems: list[str] = []
     config = build_section(RunConfig, data, "", problems)
     if not problems:
@@ -49,6 +48,40 @@ def load_config(
     if problems:
         raise ConfigError(problems)
     return config
+
+
+def _put(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """data["train"]["steps"] = value for "train.steps"; deeper names reach into a mapping
+    field ("task.eval_sets.short")."""
+    *path, key = dotted.split(".")
+    target = data
+    for depth, name in enumerate(path):
+        target = target.setdefault(name, {})
+        if not isinstance(target, dict):
+            where = ".".join(path[: depth + 1])
+            raise ConfigError([f"{where}: must be a mapping to set {dotted}"])
+    target[key] = value
+
+
+def parse_settings(texts: list[str] | None) -> dict[str, Any]:
+    """`--set key=value` items as overrides: the value is read as YAML (1e-6, true, null,
+    [1, 2], {short: 8}), the key is checked with the rest of the config."""
+    settings: dict[str, Any] = {}
+    for text in texts or []:
+        key, equals, raw = text.partition("=")
+        key = key.strip()
+        if not equals or not key or any(not part for part in key.split(".")):
+            raise ConfigError(
+                [f"--set {text}: expected key=value, e.g. --set train.learning_rate=1e-6"]
+            )
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            raise ConfigError(
+                [f"--set {text}: the value is not valid YAML; quote it or fix the brackets"]
+            ) from None
+        settings[key] = NULL if value is None else value
+    return settings
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

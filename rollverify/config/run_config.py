@@ -52,6 +52,10 @@ class RunConfig:
         wanted = {k: v for k, v in overrides.items() if v is not None}
         return load_config(overrides=config_fields(self.to_dict()) | wanted)
 
+    def master_dtype(self) -> str:
+        """The dtype the trainer holds its weights and AdamW state in (train.precision)."""
+        return "float32" if self.train.precision == "mixed" else self.model.dtype
+
     def check_data(self) -> None:
         """ConfigError naming every data file the task needs that is not there (a config
         loads without its data: see config/resolve_paths.py)."""

@@ -30,7 +30,9 @@ class ModelConfig:
         "the shipped ~0.6M-parameter Qwen3).",
     )
     dtype: Literal["float32", "bfloat16"] = config_field(
-        "float32", "Weights dtype; bfloat16 on GPUs."
+        "float32",
+        "Compute dtype: the trainer's forward and backward, and the engines' weights; "
+        "bfloat16 on GPUs. The trainer's own weights and AdamW state: train.precision.",
     )
 
 
@@ -218,6 +220,15 @@ class TrainConfig:
         0.0, "KL coefficient to the base model (0: no reference model).", lambda x: x >= 0, ">= 0"
     )
     max_grad_norm: float = config_field(1.0, "Gradient clipping.", positive, "> 0")
+    weight_decay: float = config_field(
+        0.0, "AdamW weight decay (decoupled; DAPO and verl use 0.1).", lambda x: x >= 0, ">= 0"
+    )
+    gradient_checkpointing: bool = config_field(
+        False,
+        "Recompute each decoder layer's activations in the backward pass instead of keeping "
+        "them (transformers' gradient checkpointing): ~1/3 more compute, activations of one "
+        "layer instead of all. On for long responses at scale; off for the tiny default.",
+    )
     updates_per_rollout: int = config_field(
         1,
         "Optimizer steps one rollout batch is split into (DAPO/verl's mini-batches: TRL's "
@@ -233,6 +244,14 @@ class TrainConfig:
         "same update. null: the step's sequences in one pass. Must divide them.",
         lambda x: x is None or x >= 1,
         ">= 1 or null",
+    )
+    precision: Literal["mixed", "pure"] = config_field(
+        "mixed",
+        "With model.dtype bfloat16. mixed: float32 master weights and AdamW state, forward and "
+        "backward in bfloat16 (autocast), bfloat16 weights to the engines: what TRL, verl and "
+        "OpenRLHF do. pure: weights and AdamW state in bfloat16 too (less memory, but an update "
+        "smaller than half a weight's rounding step is lost: at lr 1e-6 most weights never "
+        "move). With model.dtype float32 both are float32.",
     )
     threads: int = config_field(
         0, "torch threads (0: leave torch's default).", lambda x: x >= 0, ">= 0"

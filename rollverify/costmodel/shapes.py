@@ -21,6 +21,7 @@ class ModelShape:
     kv_heads: int
     head_dim: int
     bytes_per_parameter: int = 2  # bf16 weights
+    vocab: int = 0  # the logits' width
 
     @property
     def weight_bytes(self) -> int:
@@ -62,6 +63,7 @@ class ModelShape:
             kv_heads=kv_heads,
             head_dim=head_dim,
             bytes_per_parameter=bytes_per_parameter,
+            vocab=vocab,
         )
 
     @classmethod

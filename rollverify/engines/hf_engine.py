@@ -65,10 +65,12 @@ class HFEngine(QueuedSlots):
         seed: int = 0,
         version: int = 0,
         device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         self.device = torch.device(device) if device is not None else model.device
-        # The engine's own copy of the weights, synced by load_weights like a real sidecar's.
-        self.model = copy.deepcopy(model).to(self.device).eval().requires_grad_(False)
+        # The engine's own copy of the weights, synced by load_weights like a real sidecar's,
+        # in the dtype it serves (model.dtype: bfloat16 beside float32 master weights).
+        self.model = copy.deepcopy(model).to(self.device, dtype=dtype).eval().requires_grad_(False)
         self.model.set_attn_implementation(GQA_ATTENTION)
         self.slots = slots
         self.admit_batch = max(1, slots // 8)

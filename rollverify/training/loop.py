@@ -76,7 +76,7 @@ from rollverify.training.trl_adapter import (
     build_trainer,
     rollout_output,
 )
-from rollverify.training.weight_sync import check_weight_sync
+from rollverify.training.weight_sync import check_weight_sync, in_dtype
 from rollverify.training.world import World
 from rollverify.trajectory import PaddedTrajectories, Trajectory
 
@@ -343,7 +343,7 @@ class TrainingLoop:
         gap = None
         if not skip:
             model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-            tensors = full_tensors(model)
+            tensors = in_dtype(full_tensors(model), self.config.model.dtype)
             if self.world.main:
                 self.engine.load_weights(tensors, version=step)
             else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollverify.config import RunConfig
@@ -92,6 +93,7 @@ def make_engine(config: RunConfig, model=None, tokenizer=None) -> RolloutEngine:
         pad_token_id=tokenizer.pad_token_id,
         temperature=rollout.temperature,
         seed=config.train.seed,
+        dtype=getattr(torch, config.model.dtype),
     )
 
 

@@ -30,6 +30,7 @@ from rollverify.engines.protocol import RolloutEngine
 from rollverify.faults import describe, kill_point
 from rollverify.methods import METHODS
 from rollverify.metrics import EVAL_ACCURACY, OPS_MEAN, REWARD_MEAN
+from rollverify.preflight import sharding_problems
 from rollverify.tasks.base import Task
 from rollverify.tasks.custom_reward import load_reward
 from rollverify.tracking import MLflowTracker, default_tracking_uri
@@ -38,6 +39,7 @@ from rollverify.training.parts import check_engine_fits, engine_running, make_en
 from rollverify.training.records import evaluation_metrics
 from rollverify.training.run_state import config_changes, restore_loop
 from rollverify.training.stopping import StopRequest
+from rollverify.training.weight_sync import in_dtype
 from rollverify.training.world import World
 
 MLFLOW_RUN = "mlflow.json"  # in the run folder: its MLflow run, from the moment it exists
@@ -172,13 +174,9 @@ def run(plan: RunPlan) -> RunSummary:
     """setup; train; cleanup. The folder and its config come first, so a run killed at any
     later moment (loading the model, starting engines) can be resumed. Every rank of a world
     runs this with the same plan (worker.py)."""
-    if plan.config.train.sharding == "fsdp" and not torch.cuda.is_available():
-        raise ConfigError(
-            [
-                "train.sharding: fsdp needs GPUs (accelerate shards CUDA devices only); on a CPU "
-                "set it to none"
-            ]
-        )
+    problems = sharding_problems(plan.config)
+    if problems:
+        raise ConfigError(problems)
     world = World.joined()
     if world.size == 1 and plan.config.train.processes > 1:
         from rollverify.training.launch import launch
@@ -205,14 +203,16 @@ def run(plan: RunPlan) -> RunSummary:
         tokenizer = AutoTokenizer.from_pretrained(config.model_path())
         task = make_task(config, tokenizer)  # its data read (or refused) before the model loads
         model = AutoModelForCausalLM.from_pretrained(
-            config.model_path(), dtype=getattr(torch, config.model.dtype)
+            config.model_path(), dtype=getattr(torch, config.master_dtype())
         )
         if plan.checkpoint is not None:
             model.load_state_dict(plan.checkpoint.tensors["model"])
         with _engine_for(plan, model, tokenizer) if world.main else nullcontext() as engine:
             if engine is not None:
                 engine.pause()  # a reused engine may hold another run's requests
-                engine.load_weights(model.state_dict().items(), version=plan.step)
+                engine.load_weights(
+                    in_dtype(model.state_dict().items(), config.model.dtype), version=plan.step
+                )
             return _train(plan, engine, model, tokenizer, task, started, world)
 
 

@@ -135,8 +135,13 @@ def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfi
         "epsilon_high": train.epsilon_high,
     }
     settings.update(method.trl_overrides)  # loss-level methods (gspo, sapo, vespo)
+    checkpointing = train.gradient_checkpointing
     if train.sharding == "fsdp":  # parameters, gradients and AdamW state sharded
-        settings.update(fsdp=True, fsdp_config=dict(FSDP_CONFIG))
+        # FSDP's own activation checkpointing (transformers refuses both; the Trainer's would
+        # gather each layer's weights once more in the backward).
+        fsdp_config = dict(FSDP_CONFIG, activation_checkpointing=checkpointing)
+        settings.update(fsdp=True, fsdp_config=fsdp_config)
+        checkpointing = False
     on_gpu = torch.cuda.is_available()
     return GRPOConfig(
         output_dir=output_dir,
@@ -153,7 +158,7 @@ def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfi
         learning_rate=train.learning_rate,
         lr_scheduler_type="constant_with_warmup",
         warmup_steps=train.warmup_steps,
-        weight_decay=0.0,
+        weight_decay=train.weight_decay,
         max_grad_norm=train.max_grad_norm,
         beta=train.beta,
         seed=train.seed,
@@ -161,9 +166,11 @@ def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfi
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,
-        bf16=on_gpu and config.model.dtype == "bfloat16",
+        # bf16 compute over the weights' own dtype: accelerate runs the model's forward under
+        # autocast (float32 masters with train.precision mixed, bfloat16 ones with pure).
+        bf16=config.model.dtype == "bfloat16",
         use_cpu=not on_gpu,
-        gradient_checkpointing=False,  # TRL's default turns it on; pointless for small models
+        gradient_checkpointing=checkpointing,  # (TRL's default: on)
         dataloader_num_workers=0,
         ddp_find_unused_parameters=False,  # every parameter gets a gradient every step
         **settings,

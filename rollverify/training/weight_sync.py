@@ -4,6 +4,8 @@ pi/mu of the next step would be wrong without anything failing."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 import torch
 
 from rollverify.engines.protocol import RolloutEngine, SyncCheckError
@@ -28,3 +30,13 @@ def check_weight_sync(
             "engine would sample from a policy other than the one being trained"
         )
     return gap
+
+
+def in_dtype(
+    named_tensors: Iterable[tuple[str, torch.Tensor]], dtype: str
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """The trainer's tensors cast, one at a time, to the engines' dtype (model.dtype): float32
+    master weights go out as bfloat16 (half the bytes), as the engines serve them."""
+    wanted = getattr(torch, dtype)
+    for name, tensor in named_tensors:
+        yield name, tensor.to(wanted) if tensor.is_floating_point() else tensor

@@ -17,6 +17,7 @@ from rvctl.options import (
     FormatOption,
     OutputOption,
     ProcessesOption,
+    SetOption,
     StepsOption,
     TrackingOption,
     run_overrides,
@@ -33,6 +34,7 @@ def compare(
     processes: ProcessesOption = None,
     output: OutputOption = None,
     tracking_uri: TrackingOption = None,
+    settings: SetOption = None,
     plots: Annotated[
         bool, typer.Option(help="Also write the report's PNG curves into the compare folder.")
     ] = False,
@@ -42,7 +44,9 @@ def compare(
     from rollverify.compare import Child, plan
     from rollverify.config import load_config
 
-    run_config = load_config(config, run_overrides(steps, engine, output, tracking_uri, processes))
+    run_config = load_config(
+        config, run_overrides(steps, engine, output, tracking_uri, processes, settings)
+    )
     children = plan(methods, seeds, run_config.train.seed)  # bad names fail before any work
     board = Board(children, run_config.train.steps)
 

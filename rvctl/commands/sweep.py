@@ -15,6 +15,7 @@ from rvctl.options import (
     FormatOption,
     OutputOption,
     ProcessesOption,
+    SetOption,
     StepsOption,
     TrackingOption,
     run_overrides,
@@ -34,6 +35,7 @@ def sweep(
     processes: ProcessesOption = None,
     output: OutputOption = None,
     tracking_uri: TrackingOption = None,
+    settings: SetOption = None,
     address: Annotated[
         str | None, typer.Option(help="Ray cluster address (default: a private local Ray).")
     ] = None,
@@ -55,7 +57,9 @@ def sweep(
     names, values = words[:first_option], _value_options(words[first_option:])
     if not names:
         raise ValueError("sweep: name the fields to sweep, e.g. rvctl sweep ds dt")
-    run_config = load_config(config, run_overrides(steps, engine, output, tracking_uri, processes))
+    run_config = load_config(
+        config, run_overrides(steps, engine, output, tracking_uri, processes, settings)
+    )
     grid = load_grid(names, values)
     folder = sweep_dir or (_latest(Path(run_config.output), names) if resume else None)
 

@@ -20,6 +20,7 @@ from rvctl.options import (
     FormatOption,
     OutputOption,
     ProcessesOption,
+    SetOption,
     StepsOption,
     TrackingOption,
     run_overrides,
@@ -44,15 +45,35 @@ def train(
     checkpoint_every: CheckpointEveryOption = None,
     tracking_uri: TrackingOption = None,
     output: OutputOption = None,
+    settings: SetOption = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            help="Check everything (config, data, model, devices, disk) and print the memory "
+            "per GPU and checkpoint size it needs; train nothing."
+        ),
+    ] = False,
     format: FormatOption = Format.table,
 ) -> None:
     """Train with GRPO, partial rollout or RollVerify; log everything to MLflow."""
     from rollverify.config import load_config
 
-    overrides = {"train.method": method, "train.seed": seed}
-    overrides |= {"train.checkpoint_every": checkpoint_every}
-    overrides |= run_overrides(steps, engine, output, tracking_uri, processes)
+    overrides = run_overrides(
+        steps,
+        engine,
+        output,
+        tracking_uri,
+        processes,
+        settings,
+        **{
+            "train.method": method,
+            "train.seed": seed,
+            "train.checkpoint_every": checkpoint_every,
+        },
+    )
     run_config = load_config(config, overrides)
+    if dry_run:
+        return _dry_run(run_config, format)
     from rollverify.training.run import train as run_training  # heavy: torch, TRL, MLflow
 
     summary = _with_progress(
@@ -73,17 +94,21 @@ def resume(
     engine: EngineOption = None,
     processes: ProcessesOption = None,
     checkpoint_every: CheckpointEveryOption = None,
+    settings: SetOption = None,
     format: FormatOption = Format.table,
 ) -> None:
     """Continue a stopped or killed run from its last good checkpoint (or from step 0 if it
     was killed before its first), in its folder and MLflow run. RUN_DIR may be an output
     folder holding one run. A finished run: says so, exit 0."""
-    overrides = {
+    from rollverify.config import parse_settings
+
+    given = {
         "train.steps": steps,
         "rollout.engine": engine,
         "train.processes": processes,
         "train.checkpoint_every": checkpoint_every,
     }
+    overrides = parse_settings(settings) | {k: v for k, v in given.items() if v is not None}
     from rollverify.training.run import RunFinished, find_run  # heavy: torch, TRL, MLflow
     from rollverify.training.run import resume as resume_run
 
@@ -139,6 +164,41 @@ def _with_progress(name: str, steps: int | None, run: Callable[[Callable], Any])
         else:
             print("interrupted: engines stopped, MLflow run marked KILLED", file=sys.stderr)
         raise
+
+
+def _dry_run(run_config: Any, format: Format) -> None:
+    """What the run needs, checked and estimated; its problems as errors (exit 2)."""
+    from rollverify.config import ConfigError
+    from rollverify.memory_estimate import size
+    from rollverify.preflight import preflight
+
+    result = preflight(run_config)
+    rows = [{"part": "check", "item": what, "value": found} for what, found in result.checks]
+    memory = result.estimate
+    if memory is not None:
+        trainer = f"trainer GPU ({memory.gpu.name})"
+        rows += [
+            {"part": trainer, "item": name, "value": size(n)}
+            for name, n in memory.trainer_parts.items()
+        ]
+        rows.append({"part": trainer, "item": "total", "value": size(memory.trainer_bytes)})
+        if run_config.engine() == "vllm":
+            engine = f"engine GPU ({memory.gpu.name})"
+            rows.append({"part": engine, "item": "weights", "value": size(memory.engine_weights)})
+            rows.append(
+                {
+                    "part": engine,
+                    "item": "KV cache",
+                    "value": f"{memory.kv_tokens:,} tokens (wanted: slots x max_model_len "
+                    f"{memory.kv_tokens_wanted:,})",
+                }
+            )
+        rows.append(
+            {"part": "disk", "item": "one checkpoint", "value": size(memory.checkpoint_bytes)}
+        )
+    print_rows(rows, format, title="dry run (estimates; nothing was started)")
+    if result.problems:
+        raise ConfigError(result.problems)
 
 
 def _print_summary(summary: Any, format: Format) -> None:

@@ -1,0 +1,147 @@
+"""The config from the command line: `--set key=value` on the run commands, `rvctl config
+show`, and `rvctl train --dry-run` (checks and a memory estimate, nothing started)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rollverify.checkpoint_files import latest
+from rollverify.config import ConfigError, load_config, parse_settings
+from rollverify.memory_estimate import estimate
+from rollverify.methods import METHODS
+from rollverify.training.run import train
+from rollverify.training.trl_adapter import grpo_config
+from tests.runs import tiny, tiny_file
+from tests.test_cli import rvctl
+
+EIGHT_B = "experiments/qwen3-8b-dapo-math.yaml"
+
+
+def test_set_reads_yaml_values_and_null_sets_a_field_to_null():
+    settings = parse_settings(
+        ["train.learning_rate=1e-6", "train.micro_batch_size=null", "task.eval_sets.short=4"]
+    )
+    config = load_config(EIGHT_B, settings)
+    assert config.train.learning_rate == 1e-6
+    assert config.train.micro_batch_size is None  # the file says 2: null is a value
+    assert config.task.eval_sets == {"short": 4}
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("train.learning_rate", "--set train.learning_rate: expected key=value"),
+        ("=3", "--set =3: expected key=value"),
+        ("train..steps=3", "--set train..steps=3: expected key=value"),
+        ("train.steps=[1,", "--set train.steps=[1,: the value is not valid YAML"),
+    ],
+)
+def test_a_malformed_set_item_is_named(item, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        parse_settings([item])
+
+
+def test_set_on_the_command_line_is_checked_and_named_options_win(tmp_path):
+    shown = rvctl("config", "show", "--set", "train.lerning_rate=1")
+    assert shown.returncode == 2 and "Traceback" not in shown.stderr
+    assert shown.stderr.strip() == (
+        "error: train.lerning_rate: unknown key; did you mean train.learning_rate?"
+    )
+    shown = rvctl("config", "show", "--set", "train.steps=0")
+    assert shown.stderr.strip() == "error: train.steps: must be >= 1, got 0"
+    dry = rvctl(
+        "train",
+        "--dry-run",
+        "--format",
+        "json",
+        "--output",
+        str(tmp_path),
+        "--set",
+        "train.steps=7",
+        "--steps",
+        "9",
+        "--set",
+        "train.seed=5",
+    )
+    assert dry.returncode == 0, dry.stderr
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_config_show_prints_the_resolved_config_a_run_would_use(tmp_path):
+    path = tiny_file(tmp_path / "c.yaml")
+    shown = rvctl("config", "show", "-c", str(path), "--set", "verify.dt=3")
+    assert shown.returncode == 0, shown.stderr
+    written = tmp_path / "resolved.yaml"
+    written.write_text(shown.stdout)
+    expected = load_config(path, {"verify.dt": 3.0}).to_dict()
+    assert load_config(written).to_dict() == expected  # a file to start from, as it is
+    as_json = json.loads(rvctl("config", "show", "-c", str(path), "-f", "json").stdout)
+    assert as_json == load_config(path).to_dict()
+    table = rvctl("config", "show", "-c", str(path), "-f", "table").stdout
+    assert any("rollout.slots" in line and "changed" in line for line in table.splitlines())
+    assert any("verify.ds" in line and "changed" not in line for line in table.splitlines())
+
+
+def test_dry_run_of_the_8b_config_here_names_every_problem_and_starts_nothing(tmp_path):
+    result = rvctl("train", "--dry-run", "-c", EIGHT_B, "--output", str(tmp_path / "runs"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert any(line.startswith("error: task.train_file: no file dapo-math-17k") for line in errors)
+    assert any("train.sharding: fsdp needs GPUs" in line for line in errors)
+    assert not (tmp_path / "runs").exists()
+    assert "checkpoint" in result.stdout and "activations" in result.stdout
+
+
+def test_the_memory_estimate_sees_what_the_8b_config_needs():
+    config = load_config(EIGHT_B)
+    memory = estimate(config)
+    parts = memory.trainer_parts
+    params = parts["weights"] * config.train.processes / 4  # fp32 masters, 4 shards
+    assert 8.0e9 < params < 8.4e9  # Qwen3-8B: 8.19B
+    assert memory.problems() == []  # the config fits an H100 as written
+    # Without gradient checkpointing, 2 x 9K-token sequences per pass would not.
+    unchecked = estimate(config.with_overrides({"train.gradient_checkpointing": False}))
+    assert unchecked.trainer_parts["activations"] > 8 * parts["activations"]
+    assert any("train.gradient_checkpointing" in p for p in unchecked.problems())
+    pure = estimate(config.with_overrides({"train.precision": "pure"}))
+    assert pure.checkpoint_bytes == memory.checkpoint_bytes / 2  # bf16 instead of fp32
+
+
+def test_the_checkpoint_size_estimate_matches_a_real_checkpoint(tmp_path):
+    summary = train(tiny(tmp_path, "grpo", **{"train.steps": 1}))
+    folder = latest(Path(summary.run_dir) / "checkpoints").folder
+    written = sum(p.stat().st_size for p in folder.rglob("*.safetensors"))
+    predicted = estimate(load_config(Path(summary.run_dir) / "config.yaml")).checkpoint_bytes
+    assert 0.9 < written / predicted < 1.1, (written, predicted)
+
+
+def test_trl_gets_gradient_checkpointing_and_weight_decay(tmp_path):
+    config = tiny(
+        tmp_path, "grpo", **{"train.gradient_checkpointing": True, "train.weight_decay": 0.1}
+    )
+    args = grpo_config(config, METHODS["grpo"], str(tmp_path / "trl"))
+    assert args.gradient_checkpointing and args.weight_decay == 0.1
+    sharded = config.with_overrides({"train.sharding": "fsdp"})
+    args = grpo_config(sharded, METHODS["grpo"], str(tmp_path / "trl"))
+    assert not args.gradient_checkpointing  # FSDP's own, where transformers wants it
+    assert args.fsdp_config["activation_checkpointing"] is True
+    assert yaml.safe_dump(config.to_dict())  # plain data
+
+
+@pytest.mark.slow  # two 2-step runs, ~10 s
+def test_gradient_checkpointing_trains_the_same_weights(tmp_path):
+    def weights(**overrides):
+        summary = train(
+            tiny(tmp_path / str(len(overrides)), "grpo", **{"train.steps": 2}, **overrides)
+        )
+        return latest(Path(summary.run_dir) / "checkpoints").tensors["model"]
+
+    import torch
+
+    plain, recomputed = weights(), weights(**{"train.gradient_checkpointing": True})
+    for name, tensor in plain.items():
+        torch.testing.assert_close(recomputed[name], tensor, rtol=1e-5, atol=1e-6, msg=name)

@@ -97,6 +97,34 @@ def modeled_seconds(phase: str) -> str:
     return f"modeled_{phase}_seconds"
 
 
+# Everything TRL logs for a step (the Trainer's loss, grad norm and learning rate; GRPO's
+# clip ratios, KL, completion lengths, rewards, ...), under its own name after "trl/".
+TRL_PREFIX = "trl/"
+TRL_LOSS = "trl/loss"
+TRL_GRAD_NORM = "trl/grad_norm"
+TRL_LEARNING_RATE = "trl/learning_rate"
+TRL_NAMES = (
+    TRL_LOSS,
+    TRL_GRAD_NORM,
+    TRL_LEARNING_RATE,
+    "trl/kl",
+    "trl/entropy",
+    "trl/clip_ratio/<region>",
+    "trl/completions/<stat>",
+    "trl/rewards/<function>/<stat>",
+    "trl/<name>",
+)
+
+
+def trl_metrics(logs: dict[str, object]) -> dict[str, float]:
+    """TRL's numeric logs of a step under trl/<its name>."""
+    return {
+        f"{TRL_PREFIX}{name}": float(value)
+        for name, value in logs.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+
+
 # Per eval set (task.eval_sets / task.eval_files), logged with every evaluation.
 EVAL_SET_PATTERNS = ("eval/<set>/avg_at_k", "eval/<set>/pass_at_k")
 
@@ -134,10 +162,14 @@ def ledger_names() -> tuple[str, ...]:
 
 def all_names() -> tuple[str, ...]:
     """Every fixed name, and the per-set patterns (eval/<set>/...)."""
-    return STEP + ledger_names() + EVAL_SET_PATTERNS
+    return STEP + ledger_names() + EVAL_SET_PATTERNS + TRL_NAMES
 
 
 def unknown(names: Iterable[str]) -> list[str]:
     """Names not declared here (a test guard: every logged name is documented)."""
     known = set(all_names())
-    return sorted(n for n in names if n not in known and eval_set_of(n) is None)
+    return sorted(
+        n
+        for n in names
+        if n not in known and eval_set_of(n) is None and not n.startswith(TRL_PREFIX)
+    )

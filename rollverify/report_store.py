@@ -85,7 +85,7 @@ def load_report(targets: Sequence[str] = (), tracking_uri: str | None = None) ->
     uri = tracking_uri or next(
         (rec["tracking_uri"] for rec in folders.values()), default_tracking_uri("runs")
     )
-    _check_store_exists(uri)
+    check_store_exists(uri)
     client = MlflowClient(tracking_uri=uri)
     experiment_ids = [e.experiment_id for e in client.search_experiments()]
     run_ids = [folders[t]["run_id"] if t in folders else t for t in targets]
@@ -134,16 +134,31 @@ def _resolve(
     return resolved
 
 
+FOLDER_RECORDS = ("parent.json", "mlflow.json")  # compare/sweep folder; run folder (RUN_DIR)
+
+
 def _looks_like_path(target: str) -> bool:
     return Path(target).exists() or "/" in target or target.startswith(".")
 
 
 def _read_parent_json(path: Path) -> dict[str, str]:
-    file = path if path.name == "parent.json" else path / "parent.json"
+    """A compare/sweep folder's parent.json, or a run folder's mlflow.json (the same keys)."""
     if not path.exists():
-        raise ValueError(f"{path}: no such folder; pass a run id or a compare/sweep output folder")
+        raise ValueError(
+            f"{path}: no such folder; pass a run id, a run folder or a compare/sweep folder"
+        )
+    file = (
+        path
+        if path.name in FOLDER_RECORDS
+        else next(
+            (path / n for n in FOLDER_RECORDS if (path / n).is_file()), path / FOLDER_RECORDS[0]
+        )
+    )
     if not file.is_file():
-        raise ValueError(f"{path}: no parent.json here; pass a compare/sweep output folder")
+        raise ValueError(
+            f"{path}: no parent.json or mlflow.json here; pass a run folder or a compare/sweep "
+            "output folder"
+        )
     try:
         record = json.loads(file.read_text())
     except json.JSONDecodeError as error:
@@ -153,7 +168,7 @@ def _read_parent_json(path: Path) -> dict[str, str]:
     return record
 
 
-def _check_store_exists(uri: str) -> None:
+def check_store_exists(uri: str) -> None:
     """Reading must not create an empty sqlite store as a side effect."""
     if uri.startswith("sqlite:///"):
         path = Path(uri.removeprefix("sqlite:///"))
@@ -167,6 +182,14 @@ def _is_training(run: Any) -> bool:
     """Training runs carry a `method` tag; parents (a sweep's has one too) carry `kind`."""
     tags = run.data.tags
     return "method" in tags and tags.get("kind") not in PARENT_KINDS
+
+
+def run_record(tracking_uri: str, run_id: str) -> RunRecord:
+    """One training run's record, read from its store."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    return _record(client, client.get_run(run_id))
 
 
 def _record(client: Any, run: Any) -> RunRecord:

@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from rollverify.atomic import atomic_write_text
 from rollverify.dicts import flatten  # re-exported: `from rollverify.tracking import flatten`
+from rollverify.faults import describe
 
 MAX_PARAM_LENGTH = 6000  # MLflow 3 limit on a param value
 
@@ -121,6 +122,15 @@ class MLflowTracker:
             for batch in self.pending
         ]
         atomic_write_text(self.spool, "\n".join(lines) + "\n")
+
+    def log_artifacts(self, files: list[Path], folder: str | None = None) -> None:
+        """Copy files into the run's artifacts (under `folder`); a store that cannot take
+        them is warned about, training's results are kept in the run folder anyway."""
+        try:
+            for file in files:
+                self.client.log_artifact(self.run_id, str(file), artifact_path=folder)
+        except Exception as error:
+            warnings.warn(f"MLflow artifacts not stored: {describe(error)}", stacklevel=2)
 
     def finish(self, status: str = "FINISHED", retry_seconds: float = 30.0) -> None:
         """Deliver what is pending (retrying a while), then close the run."""

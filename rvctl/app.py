@@ -9,7 +9,18 @@ import sys
 import typer
 
 from rollverify.quiet import quiet_environment
-from rvctl.commands import compare, config, data, export, methods, report, simulate, sweep, train
+from rvctl.commands import (
+    compare,
+    config,
+    data,
+    export,
+    methods,
+    report,
+    simulate,
+    sweep,
+    train,
+    ui,
+)
 
 app = typer.Typer(
     name="rvctl",
@@ -26,6 +37,7 @@ app.command("sweep", context_settings=sweep.CONTEXT)(sweep.sweep)
 app.command("report")(report.report)
 app.command("simulate")(simulate.simulate)
 app.command("export")(export.export)
+app.command("ui")(ui.ui)
 app.add_typer(data.app, name="data")
 app.add_typer(config.app, name="config")
 

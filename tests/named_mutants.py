@@ -322,10 +322,7 @@ MUTANTS = [
         "rollverify/config/run_config.py",
         'return "float32" if self.train.precision == "mixed" else self.model.dtype',
         "return self.model.dtype",
-        (
-            "tests/test_precision.py::"
-            "test_mixed_precision_moves_weights_that_pure_bfloat16_cannot",
-        ),
+        ("tests/test_precision.py::test_mixed_precision_moves_weights_that_pure_bfloat16_cannot",),
     ),
     Mutant(
         "engine-in-master-dtype",

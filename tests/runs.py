@@ -25,7 +25,8 @@ TIMINGS = {
 
 # The tiny run every end-to-end test starts from (each adds what it needs): a few seconds per
 # step on 2 CPU cores. Short chains, 2 groups of 2, 8 slots (so partial methods pause), 64 new
-# tokens, 3 steps, no evaluation but the base model's, one thread, the in-process hf engine.
+# tokens, 3 steps, no evaluation but the base model's, one thread, the in-process hf engine,
+# no PNG curves.
 TINY: dict[str, object] = {
     "train.steps": 3,
     "train.eval_every": 0,
@@ -37,6 +38,7 @@ TINY: dict[str, object] = {
     "rollout.slots": 8,
     "rollout.max_new_tokens": 64,
     "rollout.engine": "hf",
+    "tracking.plots": False,  # matplotlib: ~1 s a run (tests/test_tracking.py draws them)
 }
 
 

@@ -268,7 +268,7 @@ def test_without_parents_every_training_run_is_reported(tmp_path, empty_store):
 def test_bad_targets_are_value_errors_naming_them(store, tmp_path):
     with pytest.raises(ValueError, match=r"^0123abc: no such run in sqlite:///.*--tracking-uri"):
         load_report(["0123abc"], store.uri)
-    with pytest.raises(ValueError, match="no parent.json"):
+    with pytest.raises(ValueError, match="no parent.json or mlflow.json here"):
         load_report([str(tmp_path)], store.uri)
     with pytest.raises(ValueError, match="no MLflow store"):
         load_report([], f"sqlite:///{tmp_path / 'missing' / 'mlflow.db'}")
@@ -346,7 +346,7 @@ def test_cli_bad_target_is_one_line_exit_2(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.splitlines()
     assert lines[0] == (
-        f"error: {missing}: no such folder; pass a run id or a compare/sweep output folder"
+        f"error: {missing}: no such folder; pass a run id, a run folder or a compare/sweep folder"
     )
     # A user error: its one line, no hint to read a traceback (nothing unexpected happened).
     assert len(lines) == 1 and result.stdout == ""

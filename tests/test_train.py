@@ -22,7 +22,8 @@ PROMPT = re.compile(r"Q:(\d)\+(\d)x(\d+)=")
 
 @pytest.mark.parametrize("method", list(METHODS))
 def test_every_method_trains_end_to_end(tmp_path, method):
-    summary = train(tiny(tmp_path, method))
+    config = tiny(tmp_path, method)
+    summary = train(config)
     metrics = history(summary)
     for name in [
         "reward_mean",
@@ -43,6 +44,10 @@ def test_every_method_trains_end_to_end(tmp_path, method):
     ]:
         assert sorted(metrics[name]) == [1, 2, 3], name
     assert declared.unknown(metrics) == [], "every logged name is in rollverify/metrics.py"
+    for name in ["trl/loss", "trl/grad_norm", "trl/learning_rate", "trl/clip_ratio/region_mean"]:
+        assert sorted(metrics[name]) == [1, 2, 3], name  # TRL's own, every step
+    assert all(v > 0 for v in metrics["trl/grad_norm"].values())
+    assert set(metrics["trl/learning_rate"].values()) == {config.train.learning_rate}
     assert sorted(metrics["eval_accuracy"]) == [0, 3]  # base model, and the end
     assert all(0 <= r <= 1 for r in metrics["reward_mean"].values())
     resumed = metrics["resumed"]
@@ -169,8 +174,10 @@ def test_a_failed_weight_sync_check_stops_the_run(tmp_path):
     run stops there with the numbers, its MLflow run FAILED."""
     config = tiny(tmp_path, "grpo")
     tokenizer = AutoTokenizer.from_pretrained(config.model_path())
-    lossy = AutoModelForCausalLM.from_pretrained(config.model_path(), dtype=torch.bfloat16)
-    engine = make_engine(config, lossy, tokenizer)
+    engine = make_engine(
+        config, AutoModelForCausalLM.from_pretrained(config.model_path()), tokenizer
+    )
+    engine.model.to(torch.bfloat16)  # its copy rounded: every sync lands in bfloat16
     with pytest.raises(SyncCheckError, match=r"after step 1: .* differ by .* > vllm.sync_check"):
         train(config, engine=engine)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")

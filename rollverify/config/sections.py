@@ -341,6 +341,12 @@ class TrackingConfig:
         None, "MLflow tracking URI; None: sqlite file in the output folder."
     )
     experiment: str = config_field("rollverify", "MLflow experiment name.")
+    plots: bool = config_field(
+        True,
+        "At the end of a run, its curves (reward, entropy, OPS, acceptance rate, length, "
+        "accuracy) as PNGs in RUN/plots and the MLflow run's artifacts (beside config.yaml, "
+        "ledger.json and summary.json, always stored).",
+    )
 
 
 @dataclass
@@ -352,7 +358,7 @@ class CostConfig:
     )
     layout: Literal["auto", "colocated", "disaggregated"] = config_field(
         "auto",
-        "colocated: the same GPUs roll out, then train (max of train.devices and the engines' "
+        "colocated: the same GPUs roll out, then train (max of train.processes and the engines' "
         "GPUs); disaggregated: the engines' GPUs (vllm.engines x tensor_parallel_size) beside "
         "the trainer's; auto: colocated for the in-process engine, disaggregated for vLLM.",
     )

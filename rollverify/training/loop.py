@@ -52,6 +52,7 @@ from rollverify.filters import keep_samples, staleness
 from rollverify.guards import require_finite
 from rollverify.ledger import CostLedger
 from rollverify.methods import Method
+from rollverify.metrics import trl_metrics
 from rollverify.ops import sequence_ops, token_ops
 from rollverify.rollout import RolloutInterrupted, RolloutResult, RolloutState, collect
 from rollverify.switching import AcceptanceMonitor
@@ -413,6 +414,7 @@ class TrainingLoop:
             entropy=trl_logs.get("entropy"),
             ledger=self.ledger.metrics(),
         )
+        values |= trl_metrics(trl_logs)
         self.tracker.log_metrics(values, step=step)
         self.counters.remember_first(values)
         self.last_metrics = values

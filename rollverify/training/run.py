@@ -314,8 +314,25 @@ def _train(
         raise
     finally:
         if tracker is not None:
+            if world.main:
+                _store_artifacts(plan, tracker)
             tracker.finish(status)
     return summary
+
+
+def _store_artifacts(plan: RunPlan, tracker: MLflowTracker) -> None:
+    """The run folder's results on its MLflow run: config, ledger, summary, and (tracking.
+    plots) the run's curves, drawn from what it logged."""
+    files = [plan.run_dir / n for n in ("config.yaml", "ledger.json", "summary.json")]
+    tracker.log_artifacts([f for f in files if f.is_file()])
+    if plan.config.tracking.plots:
+        from rollverify.plots import plot_metrics
+        from rollverify.report_store import run_record
+
+        record = run_record(tracker.uri, tracker.run_id)
+        tracker.log_artifacts(
+            plot_metrics({record.method: [record]}, plan.run_dir / "plots"), "plots"
+        )
 
 
 def _summary(plan: RunPlan, loop: TrainingLoop, wall_seconds: float) -> RunSummary:

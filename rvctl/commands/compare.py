@@ -74,7 +74,7 @@ def compare(
         stderr.print(f"compare folder: {result.folder}")
         if plots:
             stderr.print(f"plots: {result.folder / 'plots'}")
-        stderr.print(f"MLflow: mlflow ui --backend-store-uri {result.tracking_uri}")
+        stderr.print(f"MLflow: rvctl ui --tracking-uri {result.tracking_uri}")
 
 
 class Board:

@@ -209,7 +209,7 @@ def _print_summary(summary: Any, format: Format) -> None:
         title=f"{summary.method}, seed {summary.seed}",
     )
     if format is Format.table:
-        stderr.print(f"MLflow: mlflow ui --backend-store-uri {summary.tracking_uri}")
+        stderr.print(f"MLflow: rvctl ui --tracking-uri {summary.tracking_uri}")
 
 
 def _live(metrics: dict[str, float]) -> str:

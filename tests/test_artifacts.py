@@ -1,0 +1,33 @@
+"""What a run leaves on its MLflow run beside the metrics: the resolved config, the ledger,
+the summary and its curves as artifacts; and `rvctl report RUN_DIR` reads the run folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from rollverify.training.run import train
+from tests.runs import tiny
+from tests.test_cli import rvctl
+
+
+def test_a_run_stores_its_config_ledger_summary_and_curves_and_reports_from_its_folder(tmp_path):
+    config = tiny(tmp_path, "rollverify", **{"train.steps": 2, "tracking.plots": True})
+    summary = train(config)
+    client = MlflowClient(summary.tracking_uri)
+    stored = {a.path for a in client.list_artifacts(summary.run_id)}
+    assert {"config.yaml", "ledger.json", "summary.json", "plots"} <= stored
+    plots = {Path(a.path).name for a in client.list_artifacts(summary.run_id, "plots")}
+    assert {"reward_mean.png", "eval_accuracy.png", "acceptance_rate.png"} <= plots
+    local = Path(client.download_artifacts(summary.run_id, "ledger.json", str(tmp_path / "dl")))
+    assert json.loads(local.read_text()) == json.loads(
+        (Path(summary.run_dir) / "ledger.json").read_text()
+    )
+    assert (Path(summary.run_dir) / "plots" / "reward_mean.png").stat().st_size > 1000
+
+    report = rvctl("report", summary.run_dir, "--format", "json")
+    assert report.returncode == 0, report.stderr
+    rows = json.loads(report.stdout)
+    assert [row["method"] for row in rows] == ["rollverify"]

@@ -4,6 +4,10 @@ Runs go one after another in this process and share one rollout engine (the vLLM
 starts once, ~45 s here; each run resets it to the base weights and its own seed); runs of
 several trainer processes (train.processes) start their own, in their rank 0. The
 parent's folder holds `parent.json` (run id, tracking URI), which `rvctl report` reads.
+
+A comparison that was stopped (Ctrl-C, preemption, a crash) goes on with `resume_folder`:
+the same parent run; finished pairs are not rerun, unfinished ones resume from their last
+checkpoint in their own folder and MLflow run, the rest start.
 """
 
 from __future__ import annotations
@@ -80,15 +84,17 @@ def compare(
     methods: list[str],
     seeds: int = 1,
     on_progress: ProgressFn = lambda child, step, metrics: None,
+    resume_folder: Path | None = None,
 ) -> Comparison:
     from rollverify.training.parts import engine_running, make_engine
-    from rollverify.training.run import train
 
     config.check_data()  # before the parent run and the engine: every child needs the data
     children = plan(methods, seeds, config.train.seed)
-    parent, folder, uri = open_parent(
-        config, "compare", "compare", {"methods": ",".join(methods), "seeds": str(seeds)}
-    )
+    tags = comparison_tags(methods, seeds)
+    if resume_folder is None:
+        parent, folder, uri = open_parent(config, "compare", "compare", tags)
+    else:
+        parent, folder, uri = reopen_parent(resume_folder, tags)
     runs_config = config.with_overrides({"output": str(folder)})
     summaries: list[RunSummary] = []
     status = "FAILED"
@@ -104,11 +110,12 @@ def compare(
                     {"train.method": child.method, "train.seed": child.seed, "tracking.uri": uri}
                 )
                 summaries.append(
-                    train(
+                    _run_child(
                         child_config,
-                        on_step=lambda step, metrics, c=child: on_progress(c, step, metrics),
-                        parent_run_id=parent.run_id,
-                        engine=engine,
+                        child_folder(folder, child),
+                        lambda step, metrics, c=child: on_progress(c, step, metrics),
+                        parent.run_id,
+                        engine,
                     )
                 )
         status = "FINISHED"
@@ -118,3 +125,74 @@ def compare(
     finally:
         parent.finish(status)
     return Comparison(folder, parent.run_id, uri, summaries)
+
+
+def reopen_parent(folder: Path, tags: dict[str, str]) -> tuple:
+    """A stopped comparison's parent run, RUNNING again; (tracker, folder, uri)."""
+    from rollverify.tracking import MLflowTracker
+
+    record = check_comparison(folder, tags)
+    uri = record["tracking_uri"]
+    return MLflowTracker.attach(uri, record["run_id"]), folder, uri
+
+
+def comparison_tags(methods: list[str], seeds: int) -> dict[str, str]:
+    return {"methods": ",".join(methods), "seeds": str(seeds)}
+
+
+def check_comparison(folder: Path, tags: dict[str, str]) -> dict[str, str]:
+    """A comparison folder's parent.json, checked: it must compare these methods and seeds."""
+    try:
+        record = json.loads((folder / "parent.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        raise ValueError(
+            f"--compare-dir {folder}: no comparison here (no readable parent.json); pass a "
+            "compare folder, or leave --resume out to start one"
+        ) from None
+    if record.get("kind") != "compare":
+        raise ValueError(f"--compare-dir {folder}: a {record.get('kind')} folder, not a comparison")
+    for key, wanted in tags.items():
+        if record.get(key) != wanted:
+            raise ValueError(
+                f"--resume: {folder.name} compares {key} {record.get(key)}, not {wanted}; run "
+                "it with the same methods and --seeds, or leave --resume out"
+            )
+    return record
+
+
+def latest_comparison(output: Path) -> Path:
+    """The newest compare folder in `output` (for --resume)."""
+    found = sorted(p for p in output.glob("compare-*") if (p / "parent.json").is_file())
+    if not found:
+        raise ValueError(f"--resume: no compare-* folder in {output}; run the comparison first")
+    return found[-1]
+
+
+def child_folder(folder: Path, child: Child) -> Path | None:
+    """The run folder of `child` in a comparison's folder, if it was started."""
+    import yaml
+
+    for config_file in sorted(folder.glob("*/config.yaml")):
+        train = (yaml.safe_load(config_file.read_text()) or {}).get("train", {})
+        if train.get("method") == child.method and train.get("seed") == child.seed:
+            return config_file.parent
+    return None
+
+
+def _run_child(config, run_dir, on_step, parent_run_id, engine) -> RunSummary:
+    """A new run of the pair; or its finished run as it is; or its stopped run resumed."""
+    from rollverify.training.run import RunFinished, RunSummary, resume, train
+
+    if run_dir is None:
+        return train(config, on_step=on_step, parent_run_id=parent_run_id, engine=engine)
+    if (run_dir / "summary.json").is_file():
+        summary = RunSummary(**json.loads((run_dir / "summary.json").read_text()))
+        on_step(summary.steps, {})
+        return summary
+    try:
+        return resume(run_dir, on_step=on_step, engine=engine)
+    except RunFinished:  # trained to the end, stopped before its summary: nothing to redo
+        raise ValueError(
+            f"{run_dir}: trained to its last step but has no summary.json; rvctl resume "
+            f"{run_dir} --steps N trains it further, or remove it to rerun the pair"
+        ) from None

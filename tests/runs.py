@@ -20,6 +20,7 @@ TIMINGS = {
     "verify_seconds",
     "measure_seconds",
     "device_seconds",
+    "trl/step_time",  # TRL's own timing of the step
 }
 
 

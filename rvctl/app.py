@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import warnings
 
 import typer
 
@@ -48,6 +49,7 @@ def main() -> None:
     """Entry point: a bad input prints one line, exit code 2, no traceback. A run failure
     that explains itself prints its line and a hint: RVCTL_DEBUG=1 shows the traceback."""
     quiet_environment()
+    warnings.formatwarning = _one_line  # "warning: <what>", not the source line that warned
     # SIGTERM (kill, a scheduler's preemption) unwinds like Ctrl-C: the engine sidecars, Ray
     # and the MLflow run are closed by the context managers on the way out.
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
@@ -72,6 +74,10 @@ def _fail(error: Exception, code: int) -> None:
     if code != USAGE_ERROR:  # the user's input is fine: the traceback may help
         print("hint: RVCTL_DEBUG=1 shows the traceback", file=sys.stderr)
     sys.exit(code)
+
+
+def _one_line(message, category, filename, lineno, line=None) -> str:
+    return f"warning: {message}\n"
 
 
 def _raise_keyboard_interrupt(signum, frame) -> None:

@@ -332,4 +332,31 @@ MUTANTS = [
         "        yield name, tensor",
         ("tests/test_precision.py::test_the_in_process_engine_serves_the_compute_dtype",),
     ),
+    Mutant(
+        "hf-engine-needs-vllm",
+        "a laptop without vLLM trains with the hf engine (nothing imports vllm on its path)",
+        "rollverify/training/parts.py",
+        "from rollverify.engines.hf_engine import HFEngine\n",
+        "import vllm  # noqa: F401\n\nfrom rollverify.engines.hf_engine import HFEngine\n",
+        ("tests/test_compare_resume.py::test_a_killed_comparison_goes_on_where_it_stopped",),
+    ),
+    Mutant(
+        "grace-ignored",
+        "train.stop_grace_seconds: a checkpoint the grace cannot cover is skipped",
+        "rollverify/training/loop.py",
+        "self.stop.seconds_left() > 1.5 * self.checkpoint_seconds + 1",
+        "True",
+        (
+            "tests/test_stopping.py::"
+            "test_a_checkpoint_the_grace_cannot_cover_is_skipped_and_the_last_one_resumes",
+        ),
+    ),
+    Mutant(
+        "set-null-dropped",
+        "--set key=null sets the field to null (not: keep the file's value)",
+        "rollverify/config/load.py",
+        "        settings[key] = NULL if value is None else value",
+        "        settings[key] = value",
+        ("tests/test_config_cli.py::test_set_reads_yaml_values_and_null_sets_a_field_to_null",),
+    ),
 ]

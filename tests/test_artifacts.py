@@ -1,5 +1,6 @@
 """What a run leaves on its MLflow run beside the metrics: the resolved config, the ledger,
-the summary and its curves as artifacts; and `rvctl report RUN_DIR` reads the run folder."""
+the summary and its curves as artifacts; and `rvctl report RUN_DIR` reads the run folder
+(the command line's own path through load_report is tested with compare folders)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from rollverify.report_store import load_report
 from rollverify.training.run import train
 from tests.runs import tiny
-from tests.test_cli import rvctl
 
 
 def test_a_run_stores_its_config_ledger_summary_and_curves_and_reports_from_its_folder(tmp_path):
@@ -27,7 +28,5 @@ def test_a_run_stores_its_config_ledger_summary_and_curves_and_reports_from_its_
     )
     assert (Path(summary.run_dir) / "plots" / "reward_mean.png").stat().st_size > 1000
 
-    report = rvctl("report", summary.run_dir, "--format", "json")
-    assert report.returncode == 0, report.stderr
-    rows = json.loads(report.stdout)
-    assert [row["method"] for row in rows] == ["rollverify"]
+    report = load_report([summary.run_dir])  # what `rvctl report RUN_DIR` reads
+    assert [run.run_id for run in report.runs] == [summary.run_id]

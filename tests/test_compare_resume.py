@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from rollverify.compare import Child, child_folder, compare
 from rollverify.config import load_config
+from tests.laptop import python_without_vllm
 from tests.runs import tiny_file
 from tests.test_cli import rvctl
 
@@ -29,7 +31,15 @@ def test_a_killed_comparison_goes_on_where_it_stopped(tmp_path):
     assert grpo is not None and not (grpo / "summary.json").exists()
     assert child_folder(folder, PARTIAL) is None
 
-    resumed = rvctl(*command, "--resume", "--format", "json")
+    # A laptop's install: no vLLM at all. The hf engine's runs do not need it.
+    python = python_without_vllm(tmp_path / "laptop")
+    probe = "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is not None)"
+    assert subprocess.run([python, "-c", probe]).returncode == 0, "vLLM is still seen"
+    resumed = subprocess.run(
+        [python, "-m", "rvctl.app", *command, "--resume", "--format", "json"],
+        capture_output=True,
+        text=True,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert sorted(row["method"] for row in json.loads(resumed.stdout)) == ["grpo", "partial"]
     assert child_folder(folder, Child("grpo", 0)) == grpo  # its own folder, continued

@@ -4,6 +4,7 @@ show`, and `rvctl train --dry-run` (checks and a memory estimate, nothing starte
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import yaml
 
 from rollverify.checkpoint_files import latest
 from rollverify.config import ConfigError, load_config, parse_settings
+from rollverify.config.tiny_defaults import TINY_DEFAULTS, TinyDefaultWarning
 from rollverify.memory_estimate import estimate
 from rollverify.methods import METHODS
 from rollverify.training.run import train
@@ -145,3 +147,21 @@ def test_gradient_checkpointing_trains_the_same_weights(tmp_path):
     plain, recomputed = weights(), weights(**{"train.gradient_checkpointing": True})
     for name, tensor in plain.items():
         torch.testing.assert_close(recomputed[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_large_model_config_is_warned_of_each_tiny_default_it_leaves(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("model:\n  path: Qwen/Qwen3-8B-Base\n  dtype: bfloat16\n")
+    with pytest.warns(TinyDefaultWarning) as caught:
+        load_config(path)
+    warned = {str(w.message).split(":")[0] for w in caught}
+    assert warned == set(TINY_DEFAULTS) - {"model.dtype"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TinyDefaultWarning)
+        load_config(EIGHT_B)  # spells them all out
+        load_config()  # the tiny model itself
+    shown = rvctl("config", "show", "-c", str(path))
+    assert shown.returncode == 0
+    assert "warning: train.learning_rate: 0.0005 is the tiny model's default, for a 8.2B model" in (
+        shown.stderr
+    )

@@ -12,10 +12,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollverify.checkpoint_files import folder_for, load_group
+from rollverify.export import export as export_model
 from rollverify.training.run import train
 from tests.runs import tiny
 
-pytestmark = pytest.mark.slow  # a training run and a CLI start per test
+pytestmark = pytest.mark.slow  # a training run; the CLI started twice, the rest in-process
 
 RVCTL = [sys.executable, "-m", "rvctl.app"]
 
@@ -49,8 +50,7 @@ def test_the_exported_folder_loads_with_the_checkpoints_weights(run, tmp_path):
 
 
 def test_a_step_picks_that_checkpoint(run, tmp_path):
-    result = export(str(run), "--out", str(tmp_path / "step1"), "--step", "1")
-    assert result.returncode == 0, result.stderr[-2000:]
+    export_model(run, tmp_path / "step1", step=1)
     weights = load_group(folder_for(run / "checkpoints", 1) / "model.safetensors")
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "step1").state_dict()
     assert all(torch.equal(loaded[name], weights[name]) for name in weights)
@@ -60,16 +60,18 @@ def test_bad_input_is_one_line_and_writes_nothing(run, tmp_path):
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "note.txt").write_text("keep me")
+    result = export(str(run), "--out", str(taken))  # the command line's one-line error
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --out"), lines
     cases = [
-        ([str(run), "--out", str(taken)], "--out"),
-        ([str(run), "--out", str(tmp_path / "x"), "--step", "7"], "--step 7: "),
-        ([str(tmp_path), "--out", str(tmp_path / "y")], "RUN_DIR"),
+        ((run, tmp_path / "x", 7), "--step 7: "),
+        ((tmp_path, tmp_path / "y", None), "RUN_DIR"),
     ]
-    for args, field in cases:
-        result = export(*args)
-        assert result.returncode == 2, (args, result.stderr[-2000:])
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"error: {field}"), lines
+    for (run_dir, out, step), field in cases:
+        with pytest.raises(ValueError) as refused:
+            export_model(run_dir, out, step)
+        assert str(refused.value).startswith(field) and "\n" not in str(refused.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
     assert (taken / "note.txt").read_text() == "keep me"
 
@@ -81,8 +83,6 @@ def test_a_damaged_model_file_falls_back_to_the_last_whole_checkpoint(run, tmp_p
     shutil.copytree(run, copy)
     damaged = folder_for(copy / "checkpoints", 2) / "model.safetensors"
     damaged.write_bytes(damaged.read_bytes()[:-10])
-    result = export(str(copy), "--out", str(tmp_path / "policy"))
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "step-000001" in result.stderr
-    result = export(str(copy), "--out", str(tmp_path / "other"), "--step", "2")
-    assert result.returncode == 2 and "checksum" in result.stderr
+    assert export_model(copy, tmp_path / "policy").name == "step-000001"
+    with pytest.raises(ValueError, match="checksum"):
+        export_model(copy, tmp_path / "other", step=2)

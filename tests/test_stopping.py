@@ -3,8 +3,10 @@ once (rollverify/training/stopping.py). Real signals, delivered to this process.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -50,3 +52,49 @@ def test_outside_the_main_thread_signals_keep_their_meaning():
     thread.start()
     thread.join()
     assert seen["handler"] is before
+
+
+@needs_main_thread
+def test_when_the_grace_runs_out_the_run_is_stopped_at_once():
+    stop = StopRequest(grace=0.3)
+    assert stop.seconds_left() == float("inf")  # nothing asked yet
+    with stop.listening():
+        signal.raise_signal(signal.SIGTERM)
+        assert 0 < stop.seconds_left() <= 0.3
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            time.sleep(10)  # a step that would outlast the grace
+    assert time.monotonic() - started < 3 and stop.grace_expired
+
+
+@needs_main_thread
+def test_without_a_grace_a_request_waits_for_the_safe_point():
+    stop = StopRequest()
+    with stop.listening():
+        signal.raise_signal(signal.SIGTERM)
+        time.sleep(0.5)  # no interrupt
+        assert stop.requested and not stop.grace_expired
+        assert stop.seconds_left() == float("inf")
+
+
+@needs_main_thread
+def test_a_checkpoint_the_grace_cannot_cover_is_skipped_and_the_last_one_resumes(tmp_path):
+    """SIGTERM after step 1 with 0.5 s of grace: the last checkpoint took longer than that
+    leaves (with its margin), so the run stops without writing one, from step 0's."""
+    from rollverify.checkpoint_files import latest
+    from rollverify.training.run import find_run, resume, train
+    from rollverify.training.stopping import RunInterrupted
+    from tests.runs import tiny
+
+    def preempt(step: int, metrics: dict) -> None:
+        if step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    config = tiny(tmp_path, "rollverify", **{"train.stop_grace_seconds": 0.5})
+    with pytest.raises(RunInterrupted) as stopped:
+        train(config, on_step=preempt)
+    assert stopped.value.step == 0 and "without its checkpoint" in stopped.value.note
+    run_dir = find_run(tmp_path)
+    assert stopped.value.run_dir == run_dir
+    assert latest(run_dir / "checkpoints").step == 0  # nothing half-written in its place
+    assert resume(run_dir).steps == 3

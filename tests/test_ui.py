@@ -47,13 +47,3 @@ def test_ui_serves_the_store_on_loopback_only(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
-
-
-def test_ui_of_a_missing_store_is_one_line(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "rvctl.app", "ui", "--output", str(tmp_path / "none")],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.startswith("error: no MLflow store at ")

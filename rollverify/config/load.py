@@ -11,6 +11,8 @@ from rollverify.config.check_links import check_links
 from rollverify.config.coercion import build_section
 from rollverify.config.resolve_paths import resolve_paths
 from rollverify.config.run_config import RunConfig
+from rollverify.config.tiny_defaults import warn_tiny_defaults
+from rollverify.dicts import config_fields
 from rollverify.paths import locate
 
 # An override that sets a field to null (`--set train.micro_batch_size=null`); a plain None in
@@ -47,6 +49,7 @@ def load_config(
         check_links(config, problems)
     if problems:
         raise ConfigError(problems)
+    warn_tiny_defaults(config, set(config_fields(data)))
     return config
 
 

@@ -272,6 +272,16 @@ class TrainConfig:
         "accelerate does not shard on a CPU). Gathered one tensor at a time for weight sync "
         "and checkpoints (rank 0 writes them whole).",
     )
+    stop_grace_seconds: float | None = config_field(
+        None,
+        "After SIGTERM/SIGINT: the time a scheduler gives before SIGKILL (Slurm's --signal "
+        "lead, Kubernetes' terminationGracePeriodSeconds), less a margin. The run stops at "
+        "the next safe point, skips that checkpoint if the last one took longer than what is "
+        "left, and stops at once when it runs out; the last good checkpoint resumes. null: "
+        "finish the step and its checkpoint however long they take.",
+        lambda x: x is None or x > 0,
+        "> 0 or null",
+    )
     checkpoint_every: int = config_field(
         10,
         "Write a checkpoint every this many steps (also at the end and on SIGINT/SIGTERM); "

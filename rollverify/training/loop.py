@@ -123,6 +123,7 @@ class TrainingLoop:
         self.counters = RunCounters()  # the run's own running figures
         self.last_metrics: dict[str, float] = {}  # the last step's, as logged
         self.checkpointed_step: int | None = None  # the step of the last checkpoint written
+        self.checkpoint_seconds = 0.0  # how long the last one took to write (rank 0)
         self.schedule = Schedule(config.train, start_step)  # when to evaluate, checkpoint, stop
         self.generation: BatchRecord | None = None  # the rollout batch being trained
         self.trainer: BehaviorRatioGRPOTrainer = build_trainer(
@@ -441,7 +442,8 @@ class TrainingLoop:
             except OSError as error:
                 warnings.warn(f"checkpoint of step {step} not written: {error}", stacklevel=2)
             finally:
-                self.ledger.add_phase("checkpoint", time.perf_counter() - start)
+                self.checkpoint_seconds = time.perf_counter() - start
+                self.ledger.add_phase("checkpoint", self.checkpoint_seconds)
         if self.world.decide(folder is not None):  # every rank knows what was saved
             self.checkpointed_step = self.schedule.checkpointed = step
         return folder
@@ -451,9 +453,20 @@ class TrainingLoop:
         return self.world.decide(self.stop.requested)
 
     def stop_here(self) -> None:
-        """Save where the run is (unless just saved) and stop it: RunInterrupted."""
+        """Save where the run is (unless just saved, or the stop's grace would not cover the
+        write) and stop it: RunInterrupted."""
         step = self.trainer.state.global_step
         if self.checkpointed_step != step:
-            self.checkpoint()
+            # Rank 0's call: the last write's time, with a margin, against the grace left.
+            if self.world.decide(self.stop.seconds_left() > 1.5 * self.checkpoint_seconds + 1):
+                self.checkpoint()
+            elif self.checkpointed_step is not None:
+                raise RunInterrupted(
+                    self.checkpointed_step,
+                    self.run_dir,
+                    f"stopped after step {step} without its checkpoint (the last took "
+                    f"{self.checkpoint_seconds:.0f} s, more than train.stop_grace_seconds "
+                    f"left); steps after {self.checkpointed_step} are trained again",
+                )
         saved = self.checkpointed_step == step
         raise RunInterrupted(step, self.run_dir if saved else None)

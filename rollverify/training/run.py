@@ -38,7 +38,7 @@ from rollverify.training.loop import TrainingLoop
 from rollverify.training.parts import check_engine_fits, engine_running, make_engine, make_task
 from rollverify.training.records import evaluation_metrics
 from rollverify.training.run_state import config_changes, restore_loop
-from rollverify.training.stopping import StopRequest
+from rollverify.training.stopping import RunInterrupted, StopRequest
 from rollverify.training.weight_sync import in_dtype
 from rollverify.training.world import World
 
@@ -266,8 +266,8 @@ def _train(
     method = METHODS[config.train.method]
     tracker = _tracker(plan, method.name) if world.main else None
     kill_point("setup", plan.step)  # tests: folder, config and MLflow run made, no checkpoint
-    stop = StopRequest()
-    status = "FAILED"
+    stop = StopRequest(config.train.stop_grace_seconds)
+    status, loop = "FAILED", None
     try:
         with stop.listening():
             loop = TrainingLoop(
@@ -309,12 +309,20 @@ def _train(
             atomic_write_text(plan.run_dir / "summary.json", text)
         summary = world.broadcast(summary)
         status = "FINISHED"
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         status = "KILLED"
+        saved = loop.checkpointed_step if loop is not None else None
+        if stop.grace_expired and not isinstance(interrupt, RunInterrupted) and saved is not None:
+            raise RunInterrupted(
+                saved,
+                plan.run_dir,
+                f"train.stop_grace_seconds ({stop.grace:g} s) ran out in the middle of a step; "
+                f"the run continues from its checkpoint of step {saved}",
+            ) from None
         raise
     finally:
         if tracker is not None:
-            if world.main:
+            if world.main and status == "FINISHED":  # a stop's grace is not spent on them
                 _store_artifacts(plan, tracker)
             tracker.finish(status)
     return summary

@@ -155,7 +155,14 @@ def _with_progress(name: str, steps: int | None, run: Callable[[Callable], Any])
     except KeyboardInterrupt as interrupt:
         # Plain print: a path to copy must not be wrapped by rich.
         run_dir = getattr(interrupt, "run_dir", None)
-        if run_dir is not None:
+        note = getattr(interrupt, "note", None)
+        if run_dir is not None and note:
+            print(
+                f"interrupted: {note}; engines stopped, MLflow run KILLED; continue with: "
+                f"rvctl resume {run_dir}",
+                file=sys.stderr,
+            )
+        elif run_dir is not None:
             print(
                 f"interrupted after step {interrupt.step}: checkpoint saved, engines stopped, "
                 f"MLflow run KILLED; continue with: rvctl resume {run_dir}",

@@ -25,4 +25,5 @@ def ui(
     check_store_exists(uri)
     print(f"MLflow UI of {uri}: http://127.0.0.1:{port} (Ctrl-C stops it)", file=sys.stderr)
     command = [sys.executable, "-m", "mlflow", "ui", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--workers", "1"]  # one user on this machine: not 4 processes
     os.execv(sys.executable, [*command, "--backend-store-uri", uri])  # its Ctrl-C, its exit

@@ -109,7 +109,7 @@ MUTANTS = [
         "second-signal-ignored",
         "a second SIGINT/SIGTERM stops at once",
         "rollverify/training/stopping.py",
-        "raise KeyboardInterrupt  # asked twice: stop now",
+        "raise KeyboardInterrupt  # asked twice (or the grace ran out): stop now",
         "return",
         ("tests/test_stopping.py",),
     ),

@@ -134,7 +134,7 @@ def test_trl_gets_gradient_checkpointing_and_weight_decay(tmp_path):
     assert yaml.safe_dump(config.to_dict())  # plain data
 
 
-@pytest.mark.slow  # two 2-step runs, ~10 s
+@pytest.mark.slow  # two 2-step runs, ~8 s
 def test_gradient_checkpointing_trains_the_same_weights(tmp_path):
     def weights(**overrides):
         summary = train(
@@ -143,10 +143,13 @@ def test_gradient_checkpointing_trains_the_same_weights(tmp_path):
         return latest(Path(summary.run_dir) / "checkpoints").tensors["model"]
 
     import torch
+    from transformers import AutoModelForCausalLM
 
     plain, recomputed = weights(), weights(**{"train.gradient_checkpointing": True})
     for name, tensor in plain.items():
         torch.testing.assert_close(recomputed[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+    base = AutoModelForCausalLM.from_pretrained(tiny(tmp_path, "grpo").model_path()).state_dict()
+    assert max((plain[n] - base[n]).abs().max().item() for n in plain) > 1e-4  # it trained
 
 
 def test_a_large_model_config_is_warned_of_each_tiny_default_it_leaves(tmp_path):

@@ -28,6 +28,11 @@ def check_links(config: RunConfig, problems: list[str]) -> None:
             f"vllm.max_model_len: must exceed rollout.max_new_tokens ({rollout.max_new_tokens}) "
             f"by the longest prompt, got {config.vllm.max_model_len}; raise it"
         )
+    if rollout.overlong_buffer >= rollout.max_new_tokens:
+        problems.append(
+            f"rollout.overlong_buffer: must be below rollout.max_new_tokens "
+            f"({rollout.max_new_tokens}), got {rollout.overlong_buffer}; lower it (0: off)"
+        )
     if config.train.epsilon_high < config.train.epsilon:
         problems.append(
             f"train.epsilon_high: must be >= train.epsilon ({config.train.epsilon}), got "

@@ -56,6 +56,12 @@ class RunConfig:
         """The dtype the trainer holds its weights and AdamW state in (train.precision)."""
         return "float32" if self.train.precision == "mixed" else self.model.dtype
 
+    def max_prompt_tokens(self) -> int:
+        """task.max_prompt_tokens, or what the engine's context leaves beside a response."""
+        if self.task.max_prompt_tokens is not None:
+            return self.task.max_prompt_tokens
+        return self.vllm.max_model_len - self.rollout.max_new_tokens
+
     def check_data(self) -> None:
         """ConfigError naming every data file the task needs that is not there (a config
         loads without its data: see config/resolve_paths.py)."""

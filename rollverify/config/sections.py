@@ -96,6 +96,14 @@ class TaskConfig:
         lambda sets: all(_SET_NAME.fullmatch(n) and steps >= 1 for n, steps in sets.items()),
         "a mapping of set names (letters, digits, _ . -) to chain lengths >= 1",
     )
+    max_prompt_tokens: int | None = config_field(
+        None,
+        "math: prompts longer than this many tokens (after the chat template) are skipped, in "
+        "training and evaluation, with a warning counting them (verl's filter_overlong_prompts). "
+        "null: vllm.max_model_len - rollout.max_new_tokens, what fits the engine.",
+        lambda x: x is None or x >= 1,
+        ">= 1 or null",
+    )
     eval_size: int = config_field(
         256, "Held-out problems in each evaluation (per set).", at_least_one, ">= 1"
     )
@@ -144,6 +152,14 @@ class RolloutConfig:
     )
     temperature: float = config_field(
         1.0, "Sampling temperature (the loss uses the same).", positive, "> 0"
+    )
+    overlong_buffer: int = config_field(
+        0,
+        "DAPO's soft overlong punishment (TRL's get_soft_overlong_punishment), in training "
+        "only: a response longer than max_new_tokens - overlong_buffer loses reward linearly, "
+        "up to 1 at max_new_tokens. 0: off. DAPO: 4096 of 20480.",
+        lambda x: x >= 0,
+        ">= 0",
     )
     max_inflight_groups: int | None = config_field(
         None,
@@ -220,6 +236,11 @@ class TrainConfig:
         0.0, "KL coefficient to the base model (0: no reference model).", lambda x: x >= 0, ">= 0"
     )
     max_grad_norm: float = config_field(1.0, "Gradient clipping.", positive, "> 0")
+    mask_truncated: bool = config_field(
+        False,
+        "DAPO's overlong filtering (TRL's mask_truncated_completions): responses cut at "
+        "rollout.max_new_tokens get no tokens in the loss.",
+    )
     weight_decay: float = config_field(
         0.0, "AdamW weight decay (decoupled; DAPO and verl use 0.1).", lambda x: x >= 0, ">= 0"
     )

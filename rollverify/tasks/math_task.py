@@ -10,6 +10,7 @@ is math-verify equivalence with the reference, any of several (rollverify.reward
 from __future__ import annotations
 
 import random
+import warnings
 from pathlib import Path
 
 import torch
@@ -37,6 +38,7 @@ class MathTask:
         prompt_field: str | None = None,
         answer_field: str | None = None,
         prompt_template: str = "boxed",
+        max_prompt_tokens: int | None = None,
     ) -> None:
         render_prompt(prompt_template, "")  # a bad template fails here, naming the field
         self.tokenizer, self.prompt_template = tokenizer, prompt_template
@@ -52,7 +54,10 @@ class MathTask:
         }
         self.eval = next(iter(self.eval_sets_problems.values()))
         self.seed, self.eval_size, self.eval_seed = seed, eval_size, eval_seed
+        self.max_prompt_tokens = max_prompt_tokens
         self.next_group_id = 0
+        self.next_problem = 0  # drawn so far, the skipped ones included
+        self.skipped = 0  # training prompts over max_prompt_tokens
 
     def messages(self, problem: MathProblem) -> list[dict[str, str]]:
         """The chat messages of a problem: its own, or one user turn of the prompt template."""
@@ -83,22 +88,50 @@ class MathTask:
         return self.train[order[position]]
 
     def next_group(self) -> PromptGroup:
-        problem = self._problem(self.next_group_id)
-        group = PromptGroup(self.next_group_id, self._ids(problem), problem.answer)
-        self.next_group_id += 1
-        return group
+        """The next training problem whose prompt fits max_prompt_tokens; the longer ones are
+        skipped (counted, and warned of at the first)."""
+        for _ in range(len(self.train)):
+            problem = self._problem(self.next_problem)
+            self.next_problem += 1
+            ids = self._ids(problem)
+            if self._fits(ids):
+                group = PromptGroup(self.next_group_id, ids, problem.answer)
+                self.next_group_id += 1
+                return group
+            self.skipped += 1
+            if self.skipped == 1:
+                warnings.warn(
+                    f"task.max_prompt_tokens: skipping training prompts longer than "
+                    f"{self.max_prompt_tokens} tokens (the first: {len(ids)})",
+                    stacklevel=2,
+                )
+        raise ValueError(
+            f"task.max_prompt_tokens: no training prompt of {len(self.train)} fits in "
+            f"{self.max_prompt_tokens} tokens; raise it (or vllm.max_model_len)"
+        )
 
-    def _eval_set(self, problems: list[MathProblem]) -> list[EvalProblem]:
+    def _fits(self, ids: torch.Tensor) -> bool:
+        return self.max_prompt_tokens is None or len(ids) <= self.max_prompt_tokens
+
+    def _eval_set(self, name: str, problems: list[MathProblem]) -> list[EvalProblem]:
         chosen = random.Random(self.eval_seed).sample(problems, min(self.eval_size, len(problems)))
-        return [EvalProblem(self._ids(p), p.answer) for p in chosen]
+        encoded = [EvalProblem(self._ids(p), p.answer) for p in chosen]
+        kept = [p for p in encoded if self._fits(p.prompt_ids)]
+        if len(kept) < len(encoded):
+            warnings.warn(
+                f"task.max_prompt_tokens: eval set {name} skips {len(encoded) - len(kept)} of "
+                f"{len(encoded)} prompts longer than {self.max_prompt_tokens} tokens",
+                stacklevel=2,
+            )
+        return kept
 
     def eval_problems(self) -> list[EvalProblem]:
-        return self._eval_set(self.eval)
+        return self._eval_set(next(iter(self.eval_files)), self.eval)
 
     def eval_sets(self) -> dict[str, list[EvalProblem]]:
         """Every held-out set by name (task.eval_files; else eval_file, named after its file),
         each eval_size problems drawn with the eval seed."""
-        return {name: self._eval_set(p) for name, p in self.eval_sets_problems.items()}
+        return {name: self._eval_set(name, p) for name, p in self.eval_sets_problems.items()}
 
     def reward(self, response: str, answer: str | tuple[str, ...]) -> float:
         return math_answer_reward(response, answer)
@@ -107,7 +140,14 @@ class MathTask:
         return self.reward(self.tokenizer.decode(token_ids, skip_special_tokens=True), answer)
 
     def state_dict(self) -> dict:
-        return {"next_group_id": self.next_group_id}
+        return {
+            "next_group_id": self.next_group_id,
+            "next_problem": self.next_problem,
+            "skipped": self.skipped,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.next_group_id = state["next_group_id"]
+        # (a checkpoint from before prompts were skipped: one problem per group)
+        self.next_problem = state.get("next_problem", self.next_group_id)
+        self.skipped = state.get("skipped", 0)

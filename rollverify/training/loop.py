@@ -124,6 +124,7 @@ class TrainingLoop:
         self.last_metrics: dict[str, float] = {}  # the last step's, as logged
         self.checkpointed_step: int | None = None  # the step of the last checkpoint written
         self.checkpoint_seconds = 0.0  # how long the last one took to write (rank 0)
+        self.overlong = overlong_punishment(config.rollout)  # DAPO's length shaping, or None
         self.schedule = Schedule(config.train, start_step)  # when to evaluate, checkpoint, stop
         self.generation: BatchRecord | None = None  # the rollout batch being trained
         self.trainer: BehaviorRatioGRPOTrainer = build_trainer(
@@ -289,9 +290,12 @@ class TrainingLoop:
     # -- reward -------------------------------------------------------------------------------
 
     def _rewards(self, completion_ids: list[list[int]], answers: list[str]) -> list[float]:
-        """The task's verifier on every completion, decoded as TRL decodes them."""
+        """The task's verifier on every completion, decoded as TRL decodes them (plus DAPO's
+        overlong punishment, rollout.overlong_buffer)."""
         texts = self.trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
         rewards = [self.task.reward(text, a) for text, a in zip(texts, answers, strict=True)]
+        if self.overlong is not None:
+            rewards = [r + p for r, p in zip(rewards, self.overlong(completion_ids), strict=True)]
         require_finite("rewards", torch.tensor(rewards, dtype=torch.float64))
         self.records.reward_mean = sum(rewards) / len(rewards)
         return rewards
@@ -470,3 +474,12 @@ class TrainingLoop:
                 )
         saved = self.checkpointed_step == step
         raise RunInterrupted(step, self.run_dir if saved else None)
+
+
+def overlong_punishment(rollout) -> Callable[[list[list[int]]], list[float]] | None:
+    """TRL's DAPO soft overlong punishment for rollout.overlong_buffer (None: off)."""
+    if not rollout.overlong_buffer:
+        return None
+    from trl.rewards import get_soft_overlong_punishment
+
+    return get_soft_overlong_punishment(rollout.max_new_tokens, rollout.overlong_buffer)

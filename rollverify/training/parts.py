@@ -46,6 +46,7 @@ def _base_task(config: RunConfig, tokenizer) -> Task:
         prompt_field=task.prompt_field,
         answer_field=task.answer_field,
         prompt_template=task.prompt_template,
+        max_prompt_tokens=config.max_prompt_tokens(),
     )
 
 

@@ -159,6 +159,7 @@ def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfi
         lr_scheduler_type="constant_with_warmup",
         warmup_steps=train.warmup_steps,
         weight_decay=train.weight_decay,
+        mask_truncated_completions=train.mask_truncated,
         max_grad_norm=train.max_grad_norm,
         beta=train.beta,
         seed=train.seed,

@@ -359,4 +359,15 @@ MUTANTS = [
         "        settings[key] = value",
         ("tests/test_config_cli.py::test_set_reads_yaml_values_and_null_sets_a_field_to_null",),
     ),
+    Mutant(
+        "background-checkpoint-not-a-copy",
+        "a checkpoint written in the background is a copy the next steps cannot touch",
+        "rollverify/training/background_write.py",
+        "    return Checkpoint(\n        checkpoint.step,",
+        "    return checkpoint\n    return Checkpoint(\n        checkpoint.step,",
+        (
+            "tests/test_async_checkpoint.py::"
+            "test_a_background_checkpoint_holds_its_steps_state_while_training_moves_on",
+        ),
+    ),
 ]

@@ -310,6 +310,13 @@ class TrainConfig:
         lambda x: x >= 0,
         ">= 0",
     )
+    async_checkpoint: bool = config_field(
+        False,
+        "Write periodic checkpoints in a background thread from a copy of the run's state "
+        "(host memory for the weights and AdamW state once more) while training goes on; the "
+        "next checkpoint, a stop and the end wait for it. The last one, and a stop's, are "
+        "written before the run ends.",
+    )
     keep_checkpoints: int = config_field(
         3, "Checkpoints kept per run (the newest).", at_least_one, ">= 1"
     )

@@ -59,6 +59,7 @@ from rollverify.switching import AcceptanceMonitor
 from rollverify.tasks.base import Task
 from rollverify.trace import StepTrace, drop_after
 from rollverify.tracking import Tracker
+from rollverify.training.background_write import BackgroundWrite, detached
 from rollverify.training.cache_check import cached_unfinished, check_cache, forward_work
 from rollverify.training.records import (
     BatchRecord,
@@ -124,6 +125,8 @@ class TrainingLoop:
         self.last_metrics: dict[str, float] = {}  # the last step's, as logged
         self.checkpointed_step: int | None = None  # the step of the last checkpoint written
         self.checkpoint_seconds = 0.0  # how long the last one took to write (rank 0)
+        self.pending_write: BackgroundWrite | None = None  # rank 0's, train.async_checkpoint
+        self.pending_step: int | None = None  # the step it is of (every rank)
         self.overlong = overlong_punishment(config.rollout)  # DAPO's length shaping, or None
         self.schedule = Schedule(config.train, start_step)  # when to evaluate, checkpoint, stop
         self.generation: BatchRecord | None = None  # the rollout batch being trained
@@ -427,10 +430,12 @@ class TrainingLoop:
 
     # -- checkpoint ---------------------------------------------------------------------------
 
-    def checkpoint(self) -> Path | None:
+    def checkpoint(self, background: bool = False) -> None:
         """Write a checkpoint of the step just finished (its time is a ledger phase), with
-        every rank's RNG. A write that fails (a full disk) is reported and training goes on:
-        the older ones are kept."""
+        every rank's RNG; `background`: from a copy, in a thread, while training goes on
+        (background_write.py). A write that fails (a full disk) is reported and training goes
+        on: the older ones are kept."""
+        self.finish_checkpoint()  # one write at a time
         start = time.perf_counter()
         step = self.trainer.state.global_step
         whole = whole_state(self.trainer, self.world.gather(rng_parts()))  # (collectives)
@@ -438,19 +443,34 @@ class TrainingLoop:
         if self.world.main:
             try:
                 self.trace.flush(self.run_dir / "trace", step)  # its steps, once: before the save
-                folder = save_checkpoint(
-                    self.run_dir / "checkpoints",
-                    capture(self, self.tracker.run_id, self.tracker.uri, whole),
-                    keep=self.config.train.keep_checkpoints,
-                )
+                snapshot = capture(self, self.tracker.run_id, self.tracker.uri, whole)
+                root, keep = self.run_dir / "checkpoints", self.config.train.keep_checkpoints
+                if background:
+                    self.pending_write = BackgroundWrite(root, detached(snapshot), keep)
+                else:
+                    folder = save_checkpoint(root, snapshot, keep=keep)
             except OSError as error:
                 warnings.warn(f"checkpoint of step {step} not written: {error}", stacklevel=2)
             finally:
                 self.checkpoint_seconds = time.perf_counter() - start
                 self.ledger.add_phase("checkpoint", self.checkpoint_seconds)
-        if self.world.decide(folder is not None):  # every rank knows what was saved
+        if background:
+            self.schedule.checkpointed, self.pending_step = step, step
+        elif self.world.decide(folder is not None):  # every rank knows what was saved
             self.checkpointed_step = self.schedule.checkpointed = step
-        return folder
+
+    def finish_checkpoint(self) -> None:
+        """Wait for a checkpoint being written in the background; then every rank knows
+        whether it landed."""
+        if self.pending_step is None:
+            return
+        write, self.pending_write = self.pending_write, None
+        folder = write.wait() if write is not None else None
+        if write is not None:  # the whole write's time, for a stop's grace
+            self.checkpoint_seconds += write.seconds
+        if self.world.decide(folder is not None):
+            self.checkpointed_step = self.pending_step
+        self.pending_step = None
 
     def stop_requested(self) -> bool:
         """Rank 0's stop request, on every rank: they stop after the same step."""
@@ -460,6 +480,7 @@ class TrainingLoop:
         """Save where the run is (unless just saved, or the stop's grace would not cover the
         write) and stop it: RunInterrupted."""
         step = self.trainer.state.global_step
+        self.finish_checkpoint()
         if self.checkpointed_step != step:
             # Rank 0's call: the last write's time, with a margin, against the grace left.
             if self.world.decide(self.stop.seconds_left() > 1.5 * self.checkpoint_seconds + 1):

@@ -233,6 +233,7 @@ class LoopCallback(TrainerCallback):
         if not self.loop.schedule.between_rollouts(state.global_step):
             return
         if self.loop.schedule.checkpoint_due(state.global_step):
-            self.loop.checkpoint()
+            last = state.global_step == self.loop.config.train.steps  # written before the end
+            self.loop.checkpoint(background=self.loop.config.train.async_checkpoint and not last)
         if self.loop.stop_requested():
             self.loop.stop_here()

@@ -146,11 +146,13 @@ def check_comparison(folder: Path, tags: dict[str, str]) -> dict[str, str]:
         record = json.loads((folder / "parent.json").read_text())
     except (OSError, json.JSONDecodeError):
         raise ValueError(
-            f"--compare-dir {folder}: no comparison here (no readable parent.json); pass a "
+            f"compare folder {folder}: no comparison here (no readable parent.json); pass a "
             "compare folder, or leave --resume out to start one"
         ) from None
     if record.get("kind") != "compare":
-        raise ValueError(f"--compare-dir {folder}: a {record.get('kind')} folder, not a comparison")
+        raise ValueError(
+            f"compare folder {folder}: a {record.get('kind')} folder, not a comparison"
+        )
     for key, wanted in tags.items():
         if record.get(key) != wanted:
             raise ValueError(
@@ -180,17 +182,35 @@ def child_folder(folder: Path, child: Child) -> Path | None:
 
 
 def _run_child(config, run_dir, on_step, parent_run_id, engine) -> RunSummary:
-    """A new run of the pair; or its finished run as it is; or its stopped run resumed."""
+    """A new run of the pair; or its finished run as it is; or its stopped run resumed. A
+    kept or resumed run must have this comparison's config (what resume may change aside)."""
+    import yaml
+
+    from rollverify.config import ConfigError
+    from rollverify.dicts import config_fields
     from rollverify.training.run import RunFinished, RunSummary, resume, train
+    from rollverify.training.run_state import config_changes
 
     if run_dir is None:
         return train(config, on_step=on_step, parent_run_id=parent_run_id, engine=engine)
     if (run_dir / "summary.json").is_file():
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+        problems = config_changes(saved, config.to_dict())
+        if saved["train"]["steps"] != config.train.steps:
+            problems.append(
+                f"train.steps: it trained {saved['train']['steps']} steps, {config.train.steps} "
+                "now; compare with the same --steps (rvctl resume RUN --steps N extends one run)"
+            )
+        if problems:
+            raise ConfigError([f"{run_dir.name}: {p}" for p in problems])
         summary = RunSummary(**json.loads((run_dir / "summary.json").read_text()))
         on_step(summary.steps, {})
         return summary
     try:
-        return resume(run_dir, on_step=on_step, engine=engine)
+        overrides = config_fields(config.to_dict())  # refused where it breaks the run
+        return resume(
+            run_dir, overrides, on_step=on_step, engine=engine, parent_run_id=parent_run_id
+        )
     except RunFinished:  # trained to the end, stopped before its summary: nothing to redo
         raise ValueError(
             f"{run_dir}: trained to its last step but has no summary.json; rvctl resume "

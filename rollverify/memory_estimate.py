@@ -9,9 +9,10 @@ An estimate, not a measurement (no GPU is touched):
   attention-score term: SDPA/flash attention); with gradient checkpointing, each layer's input
   (2 bytes x tokens x hidden) plus one layer's full set;
 - logits: bf16 logits of the micro-batch and their gradient (4 bytes x tokens x vocab);
-- a reference model (train.beta > 0): bf16 weights, sharded like the rest;
-- engines: vLLM takes vllm.gpu_memory_utilization of each GPU; its weights (bf16, split over
-  tensor_parallel_size) and KV cache share it;
+- a reference model (train.beta > 0): weights in model.dtype, sharded like the rest;
+- the in-process (hf) engine: its copy of the weights in model.dtype, on the trainer's device;
+- engines: vLLM takes vllm.gpu_memory_utilization of each GPU; its weights (model.dtype, split
+  over tensor_parallel_size) and KV cache share it;
 - a checkpoint: the weights and both AdamW moments in the master dtype (every rank's RNG and
   the loop's state are kilobytes)."""
 
@@ -89,10 +90,13 @@ def estimate(config: RunConfig, shape: ModelShape | None = None) -> MemoryEstima
         "activations": activations,
         "logits": 2 * BF16 * tokens * shape.vocab,
     }
+    compute = 4 if config.model.dtype == "float32" else BF16
     if train.beta > 0:
-        parts["reference_model"] = shape.parameters * BF16 / shards
+        parts["reference_model"] = shape.parameters * compute / shards
+    if config.engine() == "hf":  # the in-process engine's own copy, on the trainer's device
+        parts["engine_copy"] = shape.parameters * compute
     vllm = config.vllm
-    engine_weights = shape.parameters * BF16 / vllm.tensor_parallel_size
+    engine_weights = shape.parameters * compute / vllm.tensor_parallel_size
     kv_per_token = shape.kv_bytes_per_token / vllm.tensor_parallel_size
     free = vllm.gpu_memory_utilization * gpu.memory - engine_weights
     return MemoryEstimate(

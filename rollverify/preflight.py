@@ -127,17 +127,18 @@ def _estimate(config: RunConfig, result: Preflight) -> None:
         return
     memory = result.estimate
     result.problems.extend(memory.problems())
-    needed = memory.checkpoint_bytes * config.train.keep_checkpoints
+    needed = memory.checkpoint_bytes * (config.train.keep_checkpoints + 1)  # + one being written
     free = shutil.disk_usage(_existing(Path(config.output))).free
-    found = f"{gib(needed):.1f} GiB for {config.train.keep_checkpoints} checkpoints, "
+    found = f"{gib(needed):.1f} GiB for {config.train.keep_checkpoints} + 1 checkpoints, "
     found += f"{gib(free):.0f} GiB free"
     if needed > free:
         result.check(
             "disk",
             found,
             [
-                f"train.keep_checkpoints: {config.train.keep_checkpoints} checkpoints of "
-                f"~{gib(memory.checkpoint_bytes):.1f} GiB need more than the {gib(free):.0f} GiB "
+                f"train.keep_checkpoints: {config.train.keep_checkpoints} checkpoints (+ one "
+                f"being written) of ~{gib(memory.checkpoint_bytes):.1f} GiB need more than the "
+                f"{gib(free):.0f} GiB "
                 f"free under {config.output}; keep fewer or write elsewhere (output)"
             ],
         )

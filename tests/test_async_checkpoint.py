@@ -44,4 +44,3 @@ def test_a_background_checkpoint_holds_its_steps_state_while_training_moves_on(
                 assert torch.equal(ours.tensors[group][name], tensor), (step, group, name)
         for part in ("optimizer", "cache", "task", "monitor", "scheduler"):
             assert ours.state[part] == theirs.state[part], (step, part)
-

@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rollverify.compare import Child, child_folder, compare
-from rollverify.config import load_config
+from rollverify.config import ConfigError, load_config
 from tests.laptop import python_without_vllm
 from tests.runs import tiny_file
 from tests.test_cli import rvctl
@@ -61,6 +61,9 @@ def test_a_killed_comparison_goes_on_where_it_stopped(tmp_path):
     again = compare(load_config(config), ["grpo", "partial"], resume_folder=folder)
     assert [s.run_dir for s in again.summaries] == [str(grpo), str(child_folder(folder, PARTIAL))]
     assert {p: p.stat().st_mtime_ns for p in folder.glob("*/summary.json")} == summaries
+    longer = load_config(config, {"train.steps": 3})  # not the comparison it was
+    with pytest.raises(ConfigError, match=r"-s0-.*: train.steps: it trained 2 steps, 3 now"):
+        compare(longer, ["grpo", "partial"], resume_folder=folder)
 
 
 def test_resume_of_another_comparison_is_refused(tmp_path):

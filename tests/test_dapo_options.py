@@ -77,3 +77,21 @@ def test_prompts_over_max_prompt_tokens_are_skipped_and_counted(tmp_path):
 def test_the_prompt_limit_defaults_to_what_the_engine_context_leaves():
     config = load_config("experiments/qwen3-8b-dapo-math.yaml")
     assert config.max_prompt_tokens() == 9216 - 8192
+
+
+def test_resume_refuses_a_context_change_that_would_change_the_prompts_kept():
+    from rollverify.training.run_state import config_changes
+
+    saved = load_config("experiments/qwen3-8b-dapo-math.yaml").to_dict()
+    wider = load_config("experiments/qwen3-8b-dapo-math.yaml", {"vllm.max_model_len": 12288})
+    assert any(
+        "set task.max_prompt_tokens: 1024" in p for p in config_changes(saved, wider.to_dict())
+    )
+    fixed = wider.with_overrides({"task.max_prompt_tokens": 1024})
+    pinned = load_config("experiments/qwen3-8b-dapo-math.yaml", {"task.max_prompt_tokens": 1024})
+    assert config_changes(pinned.to_dict(), fixed.to_dict()) == []
+    how = load_config(
+        "experiments/qwen3-8b-dapo-math.yaml",
+        {"train.stop_grace_seconds": 150.0, "train.gradient_checkpointing": False},
+    )
+    assert config_changes(saved, how.to_dict()) == []  # how it runs, not what it trains

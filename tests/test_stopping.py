@@ -98,3 +98,16 @@ def test_a_checkpoint_the_grace_cannot_cover_is_skipped_and_the_last_one_resumes
     assert stopped.value.run_dir == run_dir
     assert latest(run_dir / "checkpoints").step == 0  # nothing half-written in its place
     assert resume(run_dir).steps == 3
+
+
+@needs_main_thread
+def test_a_stop_asked_at_the_last_step_lets_the_run_finish(tmp_path):
+    from rollverify.training.run import train
+    from tests.runs import tiny
+
+    def late(step: int, metrics: dict) -> None:
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    summary = train(tiny(tmp_path, "grpo"), on_step=late)  # no RunInterrupted
+    assert summary.steps == 3 and (tmp_path / summary.run_dir / "summary.json").is_file()

@@ -117,6 +117,11 @@ class MathTask:
         chosen = random.Random(self.eval_seed).sample(problems, min(self.eval_size, len(problems)))
         encoded = [EvalProblem(self._ids(p), p.answer) for p in chosen]
         kept = [p for p in encoded if self._fits(p.prompt_ids)]
+        if not kept:
+            raise ValueError(
+                f"task.max_prompt_tokens: no prompt of eval set {name} fits in "
+                f"{self.max_prompt_tokens} tokens; raise it (or vllm.max_model_len)"
+            )
         if len(kept) < len(encoded):
             warnings.warn(
                 f"task.max_prompt_tokens: eval set {name} skips {len(encoded) - len(kept)} of "

@@ -12,16 +12,28 @@ import time
 import warnings
 from pathlib import Path
 
+import torch
+
 from rollverify.checkpoint_files import Checkpoint
 from rollverify.checkpoint_files import save as save_checkpoint
 
 
-def detached(checkpoint: Checkpoint) -> Checkpoint:
-    """A copy of `checkpoint` that shares no tensor or container with the live run."""
+def detached(checkpoint: Checkpoint, private: tuple[str, ...] = ()) -> Checkpoint:
+    """A copy of `checkpoint` that shares no tensor or container with the live run. Groups in
+    `private` are copies already (a sharded run's gathered weights and AdamW state) and are
+    kept as they are. Tensors that share storage (tied weights) share their copy too."""
+    copies: dict[tuple[int, int], torch.Tensor] = {}
+
+    def copied(tensor: torch.Tensor) -> torch.Tensor:
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        if key not in copies:
+            copies[key] = tensor.detach().to("cpu", copy=True)
+        return copies[key]
+
     return Checkpoint(
         checkpoint.step,
         tensors={
-            group: {name: t.detach().to("cpu", copy=True) for name, t in tensors.items()}
+            group: tensors if group in private else {n: copied(t) for n, t in tensors.items()}
             for group, tensors in checkpoint.tensors.items()
         },
         state=copy.deepcopy(checkpoint.state),
@@ -32,7 +44,7 @@ def detached(checkpoint: Checkpoint) -> Checkpoint:
 class BackgroundWrite:
     def __init__(self, root: Path, checkpoint: Checkpoint, keep: int) -> None:
         self.step, self.folder, self.seconds = checkpoint.step, None, 0.0
-        self.error: OSError | None = None
+        self.error: Exception | None = None
         # Not a daemon: a run that ends or is interrupted still finishes the write (atomic).
         self.thread = threading.Thread(
             target=self._write, args=(root, checkpoint, keep), name=f"checkpoint-{self.step}"
@@ -43,7 +55,7 @@ class BackgroundWrite:
         start = time.perf_counter()
         try:
             self.folder = save_checkpoint(root, checkpoint, keep=keep)
-        except OSError as error:  # a full disk: reported at the wait, the older ones kept
+        except Exception as error:  # a full disk: reported at the wait, the older ones kept
             self.error = error
         finally:
             self.seconds = time.perf_counter() - start

@@ -70,7 +70,7 @@ from rollverify.training.records import (
 )
 from rollverify.training.run_state import capture, rng_parts, whole_state
 from rollverify.training.schedule import Schedule
-from rollverify.training.sharding import full_tensors
+from rollverify.training.sharding import full_tensors, is_sharded
 from rollverify.training.stopping import RunInterrupted, StopRequest
 from rollverify.training.trl_adapter import (
     BehaviorRatioGRPOTrainer,
@@ -129,6 +129,7 @@ class TrainingLoop:
         self.pending_step: int | None = None  # the step it is of (every rank)
         self.overlong = overlong_punishment(config.rollout)  # DAPO's length shaping, or None
         self.schedule = Schedule(config.train, start_step)  # when to evaluate, checkpoint, stop
+        self.start_step = start_step
         self.generation: BatchRecord | None = None  # the rollout batch being trained
         self.trainer: BehaviorRatioGRPOTrainer = build_trainer(
             config,
@@ -446,7 +447,10 @@ class TrainingLoop:
                 snapshot = capture(self, self.tracker.run_id, self.tracker.uri, whole)
                 root, keep = self.run_dir / "checkpoints", self.config.train.keep_checkpoints
                 if background:
-                    self.pending_write = BackgroundWrite(root, detached(snapshot), keep)
+                    # a sharded model's whole state is gathered into fresh copies already
+                    model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+                    private = ("model", "optimizer") if is_sharded(model) else ()
+                    self.pending_write = BackgroundWrite(root, detached(snapshot, private), keep)
                 else:
                     folder = save_checkpoint(root, snapshot, keep=keep)
             except OSError as error:
@@ -472,6 +476,11 @@ class TrainingLoop:
             self.checkpointed_step = self.pending_step
         self.pending_step = None
 
+    def last_good_checkpoint(self) -> int:
+        """The step `rvctl resume` would continue from: the last checkpoint this process
+        wrote, else the one it resumed from (or step 0's)."""
+        return self.checkpointed_step if self.checkpointed_step is not None else self.start_step
+
     def stop_requested(self) -> bool:
         """Rank 0's stop request, on every rank: they stop after the same step."""
         return self.world.decide(self.stop.requested)
@@ -485,13 +494,14 @@ class TrainingLoop:
             # Rank 0's call: the last write's time, with a margin, against the grace left.
             if self.world.decide(self.stop.seconds_left() > 1.5 * self.checkpoint_seconds + 1):
                 self.checkpoint()
-            elif self.checkpointed_step is not None:
+            else:
+                last = self.last_good_checkpoint()
                 raise RunInterrupted(
-                    self.checkpointed_step,
+                    last,
                     self.run_dir,
                     f"stopped after step {step} without its checkpoint (the last took "
                     f"{self.checkpoint_seconds:.0f} s, more than train.stop_grace_seconds "
-                    f"left); steps after {self.checkpointed_step} are trained again",
+                    f"left); steps after {last} are trained again",
                 )
         saved = self.checkpointed_step == step
         raise RunInterrupted(step, self.run_dir if saved else None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
@@ -111,9 +112,11 @@ def resume(
     config_path: str | Path | None = None,
     on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None,
     engine: RolloutEngine | None = None,
+    parent_run_id: str | None = None,
 ) -> RunSummary:
-    """Continue a run from its last good checkpoint (resume_plan says how)."""
-    return run(resume_plan(run_dir, overrides, config_path, on_step, engine))
+    """Continue a run from its last good checkpoint (resume_plan says how). parent_run_id:
+    for a run killed before its MLflow run existed (a comparison's child)."""
+    return run(resume_plan(run_dir, overrides, config_path, on_step, engine, parent_run_id))
 
 
 def resume_plan(
@@ -122,6 +125,7 @@ def resume_plan(
     config_path: str | Path | None = None,
     on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None,
     engine: RolloutEngine | None = None,
+    parent_run_id: str | None = None,
 ) -> RunPlan:
     """Continue a run from its last good checkpoint (or from step 0 if it has none yet), in
     the same folder and MLflow run. `run_dir` may also be an output folder holding one run.
@@ -154,7 +158,7 @@ def resume_plan(
         problems = config_changes(saved, config.to_dict())
         if problems:
             raise ConfigError(problems)
-    return RunPlan(config, run_dir, checkpoint, None, on_step, engine)
+    return RunPlan(config, run_dir, checkpoint, parent_run_id, on_step, engine)
 
 
 def find_run(folder: Path) -> Path:
@@ -311,7 +315,7 @@ def _train(
         status = "FINISHED"
     except KeyboardInterrupt as interrupt:
         status = "KILLED"
-        saved = loop.checkpointed_step if loop is not None else None
+        saved = loop.last_good_checkpoint() if loop is not None else None
         if stop.grace_expired and not isinstance(interrupt, RunInterrupted) and saved is not None:
             raise RunInterrupted(
                 saved,
@@ -323,7 +327,10 @@ def _train(
     finally:
         if tracker is not None:
             if world.main and status == "FINISHED":  # a stop's grace is not spent on them
-                _store_artifacts(plan, tracker)
+                try:
+                    _store_artifacts(plan, tracker)
+                except Exception as error:  # the run's results are in its folder anyway
+                    warnings.warn(f"MLflow artifacts not stored: {describe(error)}", stacklevel=2)
             tracker.finish(status)
     return summary
 
@@ -334,6 +341,7 @@ def _store_artifacts(plan: RunPlan, tracker: MLflowTracker) -> None:
     files = [plan.run_dir / n for n in ("config.yaml", "ledger.json", "summary.json")]
     tracker.log_artifacts([f for f in files if f.is_file()])
     if plan.config.tracking.plots:
+        tracker.deliver()  # metrics a busy store kept back: in the curves too
         from rollverify.plots import plot_metrics
         from rollverify.report_store import run_record
 

@@ -54,6 +54,10 @@ RESUMABLE_CHANGES = (
     "train.sharding",  # the same state, held whole or in shards
     "train.checkpoint_every",
     "train.keep_checkpoints",
+    "train.async_checkpoint",  # when the same checkpoints are written
+    "train.stop_grace_seconds",  # how a stop goes
+    "train.gradient_checkpointing",  # the same gradients, recomputed
+    "tracking.plots",
     "rollout.engine",
     "vllm.",
     "output",
@@ -210,7 +214,23 @@ def config_changes(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
             "run keeps its model, task, rollout, verification and optimizer settings (put it "
             "back, or start a new run with rvctl train)"
         )
+    was, now = _prompt_limit(saved), _prompt_limit(wanted)
+    if was != now and "task.max_prompt_tokens" in before:
+        problems.append(
+            f"vllm.max_model_len: the math prompts kept would change (task.max_prompt_tokens "
+            f"null: {was} tokens in the checkpoint, {now} now); set task.max_prompt_tokens: {was}"
+        )
     return problems
+
+
+def _prompt_limit(config: dict[str, Any]) -> int | None:
+    """The math task's prompt limit (task.max_prompt_tokens, or what the engine leaves)."""
+    task = config.get("task", {})
+    if task.get("name") != "math":
+        return None
+    if task.get("max_prompt_tokens") is not None:
+        return task["max_prompt_tokens"]
+    return config["vllm"]["max_model_len"] - config["rollout"]["max_new_tokens"]
 
 
 def _optimizer_parts(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

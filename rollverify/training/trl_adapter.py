@@ -232,8 +232,10 @@ class LoopCallback(TrainerCallback):
         self.loop.log(state.global_step, logs or {})
         if not self.loop.schedule.between_rollouts(state.global_step):
             return
+        # The last step's checkpoint is written before the end; a stop asked for there lets
+        # the run finish (its summary written), as it ends anyway.
+        last = state.global_step >= self.loop.config.train.steps
         if self.loop.schedule.checkpoint_due(state.global_step):
-            last = state.global_step == self.loop.config.train.steps  # written before the end
             self.loop.checkpoint(background=self.loop.config.train.async_checkpoint and not last)
-        if self.loop.stop_requested():
+        if self.loop.stop_requested() and not last:
             self.loop.stop_here()

@@ -116,7 +116,7 @@ def resume(
     try:
         summary = _with_progress(
             run_dir.name,
-            steps or _planned_steps(run_dir),
+            overrides.get("train.steps") or _planned_steps(run_dir),
             lambda on_step: resume_run(run_dir, overrides, config, on_step=on_step),
         )
     except RunFinished as finished:  # a script that always resumes must not fail on it

@@ -21,16 +21,8 @@ def vectors() -> dict:
 
 
 # The longest files first: with `make test`'s two workers taking whole files (--dist
-# loadfile), a long file started last would run alone at the end. Summed seconds of a clean
-# run (--durations=0, 2026-12-01): 259, 109, 103, 94, 69, 41.
-LONGEST_FIRST = (
-    "test_vllm_engine.py",
-    "test_orchestration.py",
-    "test_distributed.py",
-    "test_resume.py",
-    "test_train.py",
-    "test_micro_batches.py",
-)
+# loadfile), a long file started last would run alone at the end.
+LONGEST_FIRST = ("test_vllm_engine.py", "test_orchestration.py", "test_resume.py")
 
 
 def pytest_collection_modifyitems(items):

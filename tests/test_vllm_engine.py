@@ -195,7 +195,11 @@ def test_a_reused_engine_must_fit_the_config(engine, tmp_path):
 @pytest.mark.parametrize("method", ["grpo", "partial", "rollverify"])
 def test_each_method_trains_on_the_shared_engine(engine, tmp_path, method):
     steps = 3
-    config = tiny(tmp_path, method, **{"rollout.engine": "vllm", "train.steps": steps})
+    # Chains up to 32 (the default's tail): responses long enough to be in flight when a
+    # step's groups complete, even when the engine runs ahead under CPU load (with chains of
+    # 6 it once finished every request before the pause, in 1 of ~10 suites).
+    settings = {"rollout.engine": "vllm", "train.steps": steps, "task.max_steps": 32}
+    config = tiny(tmp_path, method, **settings)
     summary = train(config, engine=engine)
     metrics = history(summary)
     assert sorted(metrics["eval_accuracy"]) == [0, steps]

@@ -162,12 +162,17 @@ def check_comparison(folder: Path, tags: dict[str, str]) -> dict[str, str]:
     return record
 
 
-def latest_comparison(output: Path) -> Path:
-    """The newest compare folder in `output` (for --resume)."""
-    found = sorted(p for p in output.glob("compare-*") if (p / "parent.json").is_file())
+def latest_parent(output: Path, pattern: str, what: str) -> Path:
+    """The newest folder matching `pattern` in `output` that holds parent.json: the
+    comparison or sweep `--resume` goes on with."""
+    found = sorted(p for p in output.glob(pattern) if (p / "parent.json").is_file())
     if not found:
-        raise ValueError(f"--resume: no compare-* folder in {output}; run the comparison first")
+        raise ValueError(f"--resume: no {pattern} folder in {output}; run the {what} first")
     return found[-1]
+
+
+def latest_comparison(output: Path) -> Path:
+    return latest_parent(output, "compare-*", "comparison")
 
 
 def child_folder(folder: Path, child: Child) -> Path | None:

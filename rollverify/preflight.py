@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from rollverify.config import ConfigError, RunConfig
+from rollverify.config.check_links import existing_ancestor
 from rollverify.memory_estimate import MemoryEstimate, estimate, gib
 
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
@@ -128,7 +129,7 @@ def _estimate(config: RunConfig, result: Preflight) -> None:
     memory = result.estimate
     result.problems.extend(memory.problems())
     needed = memory.checkpoint_bytes * (config.train.keep_checkpoints + 1)  # + one being written
-    free = shutil.disk_usage(_existing(Path(config.output))).free
+    free = shutil.disk_usage(existing_ancestor(Path(config.output))).free
     found = f"{gib(needed):.1f} GiB for {config.train.keep_checkpoints} + 1 checkpoints, "
     found += f"{gib(free):.0f} GiB free"
     if needed > free:
@@ -144,13 +145,6 @@ def _estimate(config: RunConfig, result: Preflight) -> None:
         )
     else:
         result.check("disk", found)
-
-
-def _existing(path: Path) -> Path:
-    path = path.absolute()
-    while not path.exists():
-        path = path.parent
-    return path
 
 
 def _data_found(config: RunConfig) -> str:

@@ -45,29 +45,25 @@ def test_prompts_over_max_prompt_tokens_are_skipped_and_counted(tmp_path):
     records = [{"problem": "1+1?" * (30 if i % 3 == 0 else 1), "answer": "2"} for i in range(9)]
     data = tmp_path / "train.json"
     data.write_text(json.dumps(records))
-    task = MathTask(
-        char_tokenizer(),
-        str(data),
-        str(data),
-        seed=0,
-        eval_size=9,
-        eval_seed=0,
-        max_prompt_tokens=200,
-    )
+
+    def task_of(path) -> MathTask:
+        return MathTask(
+            char_tokenizer(),
+            str(path),
+            str(path),
+            seed=0,
+            eval_size=9,
+            eval_seed=0,
+            max_prompt_tokens=200,
+        )
+
+    task = task_of(data)
     with pytest.warns(UserWarning, match="skipping training prompts longer than 200 tokens"):
         groups = [task.next_group() for _ in range(6)]  # as many as the short ones
     assert all(len(g.prompt_ids) <= 200 for g in groups)
     assert [g.group_id for g in groups] == list(range(6))
     assert task.skipped == task.next_problem - 6 >= 1  # drawn, less the groups made
-    again = MathTask(
-        char_tokenizer(),
-        str(data),
-        str(data),
-        seed=0,
-        eval_size=9,
-        eval_seed=0,
-        max_prompt_tokens=200,
-    )
+    again = task_of(data)
     again.load_state_dict(task.state_dict())
     assert again.next_group().prompt_ids.tolist() == task.next_group().prompt_ids.tolist()
     with pytest.warns(UserWarning, match="skips 3 of 9 prompts longer than 200"):

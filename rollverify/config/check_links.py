@@ -82,11 +82,17 @@ def check_shares(config: RunConfig, problems: list[str]) -> None:
     )
 
 
-def _unwritable(folder: Path) -> str | None:
-    """Why runs could not be written under `folder` (created if missing), or None."""
-    existing = folder.absolute()
+def existing_ancestor(path: Path) -> Path:
+    """`path`, or its nearest ancestor that exists (where a missing folder would be made)."""
+    existing = path.absolute()
     while not existing.exists():
         existing = existing.parent
+    return existing
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why runs could not be written under `folder` (created if missing), or None."""
+    existing = existing_ancestor(folder)
     if not existing.is_dir():
         return f"{existing} is a file"
     if not os.access(existing, os.W_OK | os.X_OK):

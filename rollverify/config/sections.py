@@ -99,8 +99,9 @@ class TaskConfig:
     max_prompt_tokens: int | None = config_field(
         None,
         "math: prompts longer than this many tokens (after the chat template) are skipped, in "
-        "training and evaluation, with a warning (training: at the first; eval: the count) (verl's filter_overlong_prompts). "
-        "null: vllm.max_model_len - rollout.max_new_tokens, what fits the engine.",
+        "training and evaluation, with a warning (training: at the first; eval: the count), "
+        "as verl's filter_overlong_prompts. null: vllm.max_model_len - rollout.max_new_tokens, "
+        "what fits the engine.",
         lambda x: x is None or x >= 1,
         ">= 1 or null",
     )

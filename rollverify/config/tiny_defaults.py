@@ -8,6 +8,7 @@ from __future__ import annotations
 import warnings
 
 from rollverify.config.run_config import RunConfig
+from rollverify.dicts import config_fields
 
 # field -> what a large model wants instead
 TINY_DEFAULTS = {
@@ -40,12 +41,7 @@ def warn_tiny_defaults(config: RunConfig, given: set[str]) -> list[str]:
         return []
     if parameters < LARGE_MODEL:
         return []
-    values = {
-        f"{s}.{k}": v
-        for s, fields in config.to_dict().items()
-        if isinstance(fields, dict)
-        for k, v in fields.items()
-    }
+    values = config_fields(config.to_dict())
     lines = [
         f"{name}: {values[name]!r} is the tiny model's default, for a "
         f"{parameters / 1e9:.1f}B model; set it ({wanted}; "

@@ -109,8 +109,7 @@ def _value_options(args: list[str]) -> dict[str, str]:
 
 
 def _latest(output: Path, names: list[str]) -> Path:
+    from rollverify.compare import latest_parent
+
     pattern = "sweep-" + "-".join(n.rsplit(".", 1)[-1] for n in names) + "-*"
-    found = sorted(p for p in output.glob(pattern) if (p / "parent.json").exists())
-    if not found:
-        raise ValueError(f"--resume: no {pattern} folder in {output}; run the sweep first")
-    return found[-1]
+    return latest_parent(output, pattern, "sweep")

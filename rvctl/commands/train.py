@@ -100,15 +100,15 @@ def resume(
     """Continue a stopped or killed run from its last good checkpoint (or from step 0 if it
     was killed before its first), in its folder and MLflow run. RUN_DIR may be an output
     folder holding one run. A finished run: says so, exit 0."""
-    from rollverify.config import parse_settings
-
-    given = {
-        "train.steps": steps,
-        "rollout.engine": engine,
-        "train.processes": processes,
-        "train.checkpoint_every": checkpoint_every,
-    }
-    overrides = parse_settings(settings) | {k: v for k, v in given.items() if v is not None}
+    overrides = run_overrides(
+        steps,
+        engine,
+        None,
+        None,
+        processes,
+        settings,
+        **{"train.checkpoint_every": checkpoint_every},
+    )
     from rollverify.training.run import RunFinished, find_run  # heavy: torch, TRL, MLflow
     from rollverify.training.run import resume as resume_run
 

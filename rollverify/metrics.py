@@ -25,6 +25,7 @@ STALENESS_MEAN = "staleness_mean"
 TOKENS_GENERATED = "tokens_generated"
 TOKENS_DISCARDED = "tokens_discarded"
 SAMPLES_DROPPED = "samples_dropped"
+GROUPS_DROPPED = "groups_dropped"
 RESUMED = "resumed"
 PAUSED = "paused"
 ENGINE_RESTARTS = "engine_restarts"
@@ -54,6 +55,7 @@ STEP = (
     TOKENS_GENERATED,
     TOKENS_DISCARDED,
     SAMPLES_DROPPED,
+    GROUPS_DROPPED,
     RESUMED,
     PAUSED,
     ENGINE_RESTARTS,

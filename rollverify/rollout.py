@@ -4,6 +4,9 @@
     partial      resume the cache first, keep the slots full with new groups, and once B groups
                  are complete (all G samples finished) pause what is unfinished into the cache.
 
+With dynamic sampling (rollverify/dynamic_sampling.py) either schedule drops a group that
+completes with tied rewards and starts a new prompt in its place, up to a number per step.
+
 Groups come from a PromptSource; the answers of groups still in play live in `RolloutState`
 with the cache, so a checkpoint of the state is all that is needed to continue.
 """
@@ -46,18 +49,21 @@ class RolloutState:
 
     cache: TrajectoryCache = field(default_factory=TrajectoryCache)
     answers: dict[int, str] = field(default_factory=dict)
+    dropped: int = 0  # groups dynamic sampling dropped in the step in progress (a stopped one)
 
     def state_dict(self) -> dict:
         """The cache as tensors (token ids, behavior log-probs, versions) and JSON records,
-        and the answers of groups in play (JSON keys are strings)."""
+        the answers of groups in play (JSON keys are strings), the step's drops so far."""
         tensors, records = self.cache.to_tensors()
         answers = {str(group): answer for group, answer in self.answers.items()}
-        return {"cache": {"tensors": tensors, "records": records}, "answers": answers}
+        cache = {"tensors": tensors, "records": records}
+        return {"cache": cache, "answers": answers, "dropped": self.dropped}
 
     def load_state_dict(self, state: dict) -> None:
         cache = state["cache"]
         self.cache = TrajectoryCache.from_tensors(cache["tensors"], cache["records"])
         self.answers = {int(group): answer for group, answer in state["answers"].items()}
+        self.dropped = state.get("dropped", 0)  # (checkpoints from before dynamic sampling)
 
 
 class RolloutInterrupted(Exception):
@@ -83,6 +89,8 @@ class RolloutResult:
     paused: int  # unfinished trajectories paused into the cache at the end
     tokens_generated: int
     tokens_regenerated: int  # of those, tokens generated again after a truncation
+    dropped_groups: int = 0  # complete groups dynamic sampling dropped (tied rewards)
+    dropped_tokens: int = 0  # their response tokens
 
     def trajectories(self) -> Iterator[Trajectory]:
         for group in self.groups:
@@ -99,12 +107,15 @@ def collect(
     partial: bool,
     max_inflight_groups: int | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    drop_group: Callable[[list[Trajectory], str], bool] | None = None,
+    max_drops: int = 0,
 ) -> RolloutResult:
     """Run one step's rollout; see the module docstring for the two schedules.
 
     When `should_stop()` turns true, everything in flight is paused into the cache (finished
     trajectories too, waiting for their groups) and RolloutInterrupted is raised: a rollout
-    can stop at any time and lose nothing."""
+    can stop at any time and lose nothing. `drop_group(group, answer)` (dynamic sampling)
+    drops a complete group, replaced by a new one, up to `max_drops` times in the step."""
     start, tokens_before = time.perf_counter(), engine.stats.tokens_generated
     regenerated_before = engine.stats.tokens_regenerated
     cached = state.cache.take_all()
@@ -115,12 +126,23 @@ def collect(
     finished: dict[int, list[Trajectory]] = defaultdict(list)
     complete: set[int] = set()  # groups whose G samples have all finished
     in_play: set[int] = set()
+    dropped_tokens = 0  # of the groups dynamic sampling drops in this call
 
     def finish(trajectory: Trajectory) -> None:
-        members = finished[trajectory.group_id]
+        nonlocal dropped_tokens
+        group = trajectory.group_id
+        members = finished[group]
         members.append(trajectory)
-        if len(members) == group_size:
-            complete.add(trajectory.group_id)
+        if len(members) < group_size:
+            return
+        dropping = drop_group is not None and state.dropped < max_drops
+        if dropping and drop_group(members, state.answers[group]):
+            state.dropped += 1
+            dropped_tokens += sum(len(t) for t in finished.pop(group))
+            state.answers.pop(group)
+            in_play.discard(group)  # a new group takes its place
+            return
+        complete.add(group)
 
     for trajectory in cached:
         in_play.add(trajectory.group_id)
@@ -136,17 +158,17 @@ def collect(
         engine.submit(group.samples(group_size))
 
     limit = max_inflight_groups if partial else batch_groups
-    while len(in_play) < batch_groups:  # enough groups for one batch, whatever the schedule
-        start_group()
-    while engine.has_work if not partial else len(complete) < batch_groups:
+    while len(complete) < batch_groups or (engine.has_work and not partial):
+        while len(in_play) < batch_groups:  # enough groups for one batch, whatever the schedule
+            start_group()
         if partial:
             while engine.idle_slots() > 0 and (limit is None or len(in_play) < limit):
                 start_group()
-            if not engine.has_work:  # only reachable if groups went missing: fail, never hang
-                raise RuntimeError(
-                    f"rollout stalled: {len(complete)} of {batch_groups} "
-                    "groups complete and nothing left to generate"
-                )
+        if not engine.has_work:  # only reachable if groups went missing: fail, never hang
+            raise RuntimeError(
+                f"rollout stalled: {len(complete)} of {batch_groups} "
+                "groups complete and nothing left to generate"
+            )
         if should_stop():
             for trajectory in [*engine.pause(), *(t for m in finished.values() for t in m)]:
                 state.cache.add(trajectory)
@@ -163,6 +185,7 @@ def collect(
     groups = [sorted(finished.pop(g), key=lambda t: t.sample_index) for g in chosen]
     for trajectory in [*paused, *(t for members in finished.values() for t in members)]:
         state.cache.add(trajectory)  # unfinished, or finished and waiting for its group
+    dropped, state.dropped = state.dropped, 0  # (the next step drops afresh)
     return RolloutResult(
         groups=groups,
         answers=[state.answers.pop(g) for g in chosen],
@@ -171,4 +194,6 @@ def collect(
         paused=sum(not t.finished for t in paused),  # (one that finished on the way waits)
         tokens_generated=engine.stats.tokens_generated - tokens_before,
         tokens_regenerated=engine.stats.tokens_regenerated - regenerated_before,
+        dropped_groups=dropped,
+        dropped_tokens=dropped_tokens,
     )

@@ -1,6 +1,7 @@
-"""DAPO's options as TRL has them: the soft overlong punishment (rollout.overlong_buffer, TRL's
-get_soft_overlong_punishment), overlong filtering (train.mask_truncated, TRL's
-mask_truncated_completions); and prompts longer than task.max_prompt_tokens skipped."""
+"""DAPO's options, as TRL has them where it does: the soft overlong punishment
+(rollout.overlong_buffer, TRL's get_soft_overlong_punishment), overlong filtering
+(train.mask_truncated, TRL's mask_truncated_completions), dynamic sampling (ours: TRL has
+none); truncated sampling; and prompts longer than task.max_prompt_tokens skipped."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from rollverify.config import load_config
 from rollverify.methods import METHODS
 from rollverify.tasks.math_task import MathTask
+from rollverify.training.parts import make_engine
 from rollverify.training.run import train
 from rollverify.training.trl_adapter import grpo_config
 from tests.runs import history, tiny
@@ -34,11 +36,37 @@ def test_the_overlong_punishment_lowers_the_reward_of_long_responses(tmp_path):
     )
 
 
+@pytest.mark.slow  # a 2-step run, ~3 s
+def test_dynamic_sampling_trains_no_group_of_tied_rewards(tmp_path):
+    # The tiny run without it: half its groups tie at step 1 and 2 (trl/frac_reward_zero_std).
+    config = tiny(
+        tmp_path, "rollverify", **{"train.steps": 2, "rollout.dynamic_sampling_max_drops": 50}
+    )
+    metrics = history(train(config))
+    assert metrics["trl/frac_reward_zero_std"] == {1: 0.0, 2: 0.0}  # TRL's own count
+    dropped = metrics["groups_dropped"]
+    assert sum(dropped.values()) >= 2
+    assert all(metrics["tokens_discarded"][s] > 0 for s, n in dropped.items() if n)
+
+
 def test_an_overlong_buffer_must_leave_room_and_masking_reaches_trl(tmp_path):
     with pytest.raises(ValueError, match="rollout.overlong_buffer: must be below"):
         tiny(tmp_path, "grpo", **{"rollout.overlong_buffer": 64})
     config = tiny(tmp_path, "grpo", **{"train.mask_truncated": True})
     assert grpo_config(config, METHODS["grpo"], str(tmp_path)).mask_truncated_completions
+
+
+def test_truncated_sampling_on_vllm_needs_temperature_1_and_reaches_trl(tmp_path):
+    with pytest.raises(ValueError, match="rollout.top_p: truncated sampling on the vllm engine"):
+        tiny(
+            tmp_path,
+            "grpo",
+            **{"rollout.engine": "vllm", "rollout.top_p": 0.9, "rollout.temperature": 0.7},
+        )
+    config = tiny(tmp_path, "grpo", **{"rollout.top_k": 5, "rollout.temperature": 0.7})
+    arguments = grpo_config(config, METHODS["grpo"], str(tmp_path))
+    assert (arguments.top_k, arguments.top_p) == (5, 1.0)
+    assert make_engine(config).top_k == 5  # (the engines' truncation: test_hf_engine.py)
 
 
 def test_prompts_over_max_prompt_tokens_are_skipped_and_counted(tmp_path):

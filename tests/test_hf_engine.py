@@ -11,7 +11,7 @@ from rollverify.trajectory import Trajectory
 from tests.tiny import EOS, PAD, prompts, random_model, teacher_forced_logprobs
 
 
-def _engine(model, slots=4, max_new_tokens=40, seed=0, temperature=1.0):
+def _engine(model, slots=4, max_new_tokens=40, seed=0, temperature=1.0, top_p=1.0, top_k=0):
     return HFEngine(
         model,
         slots=slots,
@@ -20,6 +20,8 @@ def _engine(model, slots=4, max_new_tokens=40, seed=0, temperature=1.0):
         pad_token_id=PAD,
         temperature=temperature,
         seed=seed,
+        top_p=top_p,
+        top_k=top_k,
     )
 
 
@@ -45,6 +47,28 @@ def test_every_logprob_equals_a_teacher_forced_pass(temperature):
         assert torch.allclose(t.behavior_logprobs, expected, atol=1e-5), t.key
         assert t.finish_reason == ("stop" if t.token_ids[-1] == EOS else "length")
         assert (t.versions == 0).all()
+
+
+@pytest.mark.parametrize("top_p, top_k", [(1.0, 3), (0.4, 0)])
+def test_truncated_sampling_draws_kept_tokens_with_their_untruncated_logprobs(top_p, top_k):
+    model = random_model(eos_bias=-1.0)
+    engine = _engine(model, slots=3, temperature=0.7, top_p=top_p, top_k=top_k)
+    engine.submit([Trajectory(p, g, 0) for g, p in enumerate(prompts(9))])
+    finished, _ = _run(engine)
+    assert sum(len(t) for t in finished) > 200
+    for t in finished:
+        ids = torch.cat([t.prompt_ids, t.token_ids])[None]
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(t.prompt_ids) - 1 : -1].float() / 0.7
+        probs = torch.softmax(logits, -1)
+        chosen = probs.gather(1, t.token_ids[:, None])
+        # What the truncation keeps: the top k; the nucleus, whose more likely tokens hold
+        # less than top_p (the token that crosses top_p is kept too).
+        assert ((probs > chosen).sum(-1) < (top_k or probs.shape[1])).all(), t.key
+        assert ((probs * (probs > chosen)).sum(-1) < top_p).all(), t.key
+        # The behavior log-prob is the untruncated softmax's, as the trainer scores it.
+        expected = teacher_forced_logprobs(model, t, 0.7)
+        assert torch.allclose(t.behavior_logprobs, expected, atol=1e-5), t.key
 
 
 def test_pause_keeps_partial_tokens_and_resume_continues_them():

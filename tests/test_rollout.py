@@ -149,3 +149,37 @@ def test_a_stop_mid_rollout_caches_everything_and_the_next_rollout_uses_it():
         assert set(cached) <= set(keys), "nothing lost"
         kept = {t.key: len(t) for t in [*result.trajectories(), *state.cache]}
         assert all(kept[key] >= length for key, length in cached.items()), "tokens kept"
+
+
+def _drop_even(group, answer) -> bool:
+    """A stand-in for tied rewards: every group of an even id (answer = its id)."""
+    assert {t.group_id for t in group} == {int(answer)} and len(group) == G
+    return int(answer) % 2 == 0
+
+
+@pytest.mark.parametrize("partial", [False, True])
+def test_dynamic_sampling_replaces_dropped_groups_up_to_its_cap(partial):
+    engine, source, state = _setup()
+    result = _collect(engine, source, state, partial, drop_group=_drop_even, max_drops=10)
+    assert [g[0].group_id for g in result.groups] == [1, 3, 5]  # each drop replaced
+    assert result.dropped_groups == 3 and result.answers == ["1", "3", "5"]
+    assert result.dropped_tokens > 0 and state.dropped == 0  # the next step drops afresh
+    kept = {t.group_id for t in state.cache}
+    assert not kept & {0, 2, 4} and not set(state.answers) & {0, 2, 4}  # dropped for good
+    engine, source, state = _setup()  # at the cap, groups train whatever their rewards
+    result = _collect(engine, source, state, partial, drop_group=_drop_even, max_drops=1)
+    assert [g[0].group_id for g in result.groups] == [1, 2, 3] and result.dropped_groups == 1
+
+
+def test_a_stopped_rollout_keeps_its_drops_toward_the_cap():
+    engine, source, state = _setup()
+    stop = iter([False] * 60 + [True]).__next__
+    with pytest.raises(RolloutInterrupted):
+        _collect(engine, source, state, True, drop_group=_drop_even, max_drops=2, should_stop=stop)
+    assert state.dropped >= 1
+    again = RolloutState()
+    again.load_state_dict(state.state_dict())
+    result = _collect(engine, source, again, True, drop_group=_drop_even, max_drops=2)
+    # Groups 0 and 2 dropped in all, before and after the stop: then 4 trains.
+    assert [g[0].group_id for g in result.groups] == [1, 3, 4]
+    assert result.dropped_groups == 2 and again.dropped == 0

@@ -122,6 +122,24 @@ def test_every_token_comes_with_the_log_prob_it_was_sampled_with(engine, base, t
         torch.testing.assert_close(trajectory.behavior_logprobs, expected, atol=1e-3, rtol=0)
 
 
+def test_top_k_sampling_draws_kept_tokens_with_their_untruncated_logprobs(engine, base, tokenizer):
+    engine.top_k = 1  # the engine runs at temperature 1: vLLM's raw log-probs (sampling.py)
+    try:
+        trajectories = run_to_end(
+            engine, [Trajectory(p, i, 0) for i, p in enumerate(prompts(tokenizer, 8))]
+        )
+    finally:
+        engine.top_k = 0
+    for t in trajectories:
+        ids = torch.cat([t.prompt_ids, t.token_ids])[None]
+        with torch.no_grad():
+            logits = base(ids).logits[0, len(t.prompt_ids) - 1 : -1].float()
+        assert t.token_ids.tolist() == logits.argmax(-1).tolist(), t.key  # the top 1 only
+        expected = teacher_forced_logprobs(base, t)  # untruncated: not 0 for every token
+        torch.testing.assert_close(t.behavior_logprobs, expected, atol=1e-3, rtol=0)
+    assert min(t.behavior_logprobs.min().item() for t in trajectories) < -0.05
+
+
 def test_weight_sync_makes_the_engine_score_like_the_trainer(engine, base, tokenizer):
     probe = torch.cat(prompts(tokenizer, 4)).tolist()
     moved = AutoModelForCausalLM.from_pretrained(MODEL).eval()

@@ -33,6 +33,13 @@ def check_links(config: RunConfig, problems: list[str]) -> None:
             f"rollout.overlong_buffer: must be below rollout.max_new_tokens "
             f"({rollout.max_new_tokens}), got {rollout.overlong_buffer}; lower it (0: off)"
         )
+    if config.sampling().truncated and rollout.temperature != 1 and config.engine() == "vllm":
+        field = "rollout.top_p" if rollout.top_p < 1 else "rollout.top_k"
+        problems.append(
+            f"{field}: truncated sampling on the vllm engine needs rollout.temperature 1 (vLLM "
+            f"reports no untruncated log-probs at {rollout.temperature}); set temperature 1, "
+            "turn truncation off, or use engine hf"
+        )
     if config.train.epsilon_high < config.train.epsilon:
         problems.append(
             f"train.epsilon_high: must be >= train.epsilon ({config.train.epsilon}), got "

@@ -56,6 +56,13 @@ class RunConfig:
         """The dtype the trainer holds its weights and AdamW state in (train.precision)."""
         return "float32" if self.train.precision == "mixed" else self.model.dtype
 
+    def sampling(self):
+        """How the engines sample (rollout.temperature, top_p, top_k)."""
+        from rollverify.sampling import Sampling
+
+        rollout = self.rollout
+        return Sampling(rollout.temperature, rollout.top_p, rollout.top_k)
+
     def max_prompt_tokens(self) -> int:
         """task.max_prompt_tokens, or what the engine's context leaves beside a response."""
         if self.task.max_prompt_tokens is not None:

@@ -154,11 +154,35 @@ class RolloutConfig:
     temperature: float = config_field(
         1.0, "Sampling temperature (the loss uses the same).", positive, "> 0"
     )
+    top_p: float = config_field(
+        1.0,
+        "Nucleus sampling: engines sample from the smallest set of tokens holding this much "
+        "probability. Sampling only: behavior log-probs, OPS and the loss use the untruncated "
+        "softmax (rollverify/sampling.py). With engine vllm, needs temperature 1. 1: off.",
+        lambda x: 0 < x <= 1,
+        "in (0, 1]",
+    )
+    top_k: int = config_field(
+        0,
+        "Engines sample from the k most likely tokens only (as top_p: sampling only; with "
+        "engine vllm, needs temperature 1). 0: off.",
+        lambda x: x >= 0,
+        ">= 0",
+    )
     overlong_buffer: int = config_field(
         0,
         "DAPO's soft overlong punishment (TRL's get_soft_overlong_punishment), in training "
         "only: a response longer than max_new_tokens - overlong_buffer loses reward linearly, "
         "up to 1 at max_new_tokens. 0: off. DAPO: 4096 of 20480.",
+        lambda x: x >= 0,
+        ">= 0",
+    )
+    dynamic_sampling_max_drops: int = config_field(
+        0,
+        "DAPO's dynamic sampling: a group whose rewards all tie (zero advantage, no gradient) "
+        "is dropped when it completes and a new prompt takes its place, up to this many per "
+        "step; then groups train as they come. 0: off. DAPO's recipe: up to 10 batches, "
+        "9 x batch_groups (rollverify/dynamic_sampling.py).",
         lambda x: x >= 0,
         ">= 0",
     )

@@ -8,8 +8,9 @@ row never attends to a long row's padding. Rows that finish and rows that join a
 one rebuild per step, which bands the rows again. Everything is synchronous and seeded, so a
 run is reproducible on CPU, pauses included.
 
-Sampling is from the full softmax at `temperature` (no top-k/top-p); the behavior log-prob of
-a token is log_softmax(logits / temperature), the quantity TRL's loss recomputes.
+Sampling is from the softmax at `temperature`, truncated by `top_k`/`top_p` where set; the
+behavior log-prob of a token is log_softmax(logits / temperature) untruncated, the quantity
+TRL's loss recomputes (rollverify/sampling.py says why).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from rollverify.engines.banded_kv import GQA_ATTENTION, BandedLayer, banded, left_pad
 from rollverify.engines.batching import DECODE_KEEP, length_groups
 from rollverify.engines.protocol import EngineStats, QueuedSlots, probe_logprobs_of
+from rollverify.sampling import Sampling
 from rollverify.trace import EngineStep
 from rollverify.trajectory import Trajectory
 
@@ -64,6 +66,8 @@ class HFEngine(QueuedSlots):
         temperature: float = 1.0,
         seed: int = 0,
         version: int = 0,
+        top_p: float = 1.0,
+        top_k: int = 0,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -77,7 +81,7 @@ class HFEngine(QueuedSlots):
         self.max_new_tokens = max_new_tokens
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
-        self.temperature = temperature
+        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.version = version
         self.generator = torch.Generator(self.device).manual_seed(seed)
         self.stats = EngineStats()
@@ -255,7 +259,8 @@ class HFEngine(QueuedSlots):
 
     def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> None:
         logprobs = torch.log_softmax(logits.float() / self.temperature, dim=-1)
-        tokens = torch.multinomial(logprobs.exp(), 1, generator=self.generator)
+        allowed = Sampling(self.temperature, self.top_p, self.top_k).allowed(logprobs)
+        tokens = torch.multinomial(allowed.exp(), 1, generator=self.generator)
         chosen = logprobs.gather(1, tokens).squeeze(1).tolist()
         for row, token, logprob in zip(rows, tokens.squeeze(1).tolist(), chosen, strict=True):
             row.next_token = token

@@ -93,6 +93,8 @@ class RolloutEngine(Protocol):
     slots: int  # trajectories generated at once
     max_new_tokens: int  # each trajectory's token budget
     temperature: float  # sampling temperature (behavior log-probs are at it)
+    top_p: float  # nucleus truncation of sampling only (rollverify/sampling.py)
+    top_k: int  # top-k truncation of sampling only
     version: int  # policy version of the weights it samples with
     stats: EngineStats
 

@@ -91,7 +91,7 @@ class SimulatedEngine(QueuedSlots):
         self.cost = cost  # each iteration's price: Pricing (a GPU), LinearStepCost (fitted)
         self.slots = slots
         self.max_new_tokens = max_new_tokens
-        self.temperature = 1.0
+        self.temperature, self.top_p, self.top_k = 1.0, 1.0, 0
         self.lengths = lengths
         self.admit_batch = admit_batch or max(1, slots // 8)  # as the hf engine
         self.finishes_per_poll = finishes_per_poll

@@ -32,6 +32,7 @@ import torch
 from rollverify.engines.protocol import EngineStats, check_unfinished
 from rollverify.engines.vllm_sidecar import EngineDead, unlink_shared_memory
 from rollverify.faults import describe
+from rollverify.sampling import Sampling
 from rollverify.trace import EngineStep
 from rollverify.trajectory import Trajectory
 
@@ -75,9 +76,6 @@ class VLLMSettings:
             "enforce_eager": self.enforce_eager,
             "enable_prefix_caching": self.enable_prefix_caching,
             "worker_extension_cls": "rollverify.engines.vllm_plugin.WeightSyncExtension",
-            # Sampled log-probs after temperature, as the trainer computes them (TRL divides
-            # logits by the temperature); vLLM's default returns them before.
-            "logprobs_mode": "processed_logprobs",
             # On, for the stat logger that traces each iteration (the cost model's input);
             # vLLM's own logging loggers stay off (VLLM_LOGGING_LEVEL=WARNING).
             "disable_log_stats": False,
@@ -111,11 +109,13 @@ class VLLMEngine:
         temperature: float,
         seed: int = 0,
         version: int = 0,
+        top_p: float = 1.0,
+        top_k: int = 0,
     ) -> None:
         self.settings = settings
         self.slots = settings.slots_per_engine * settings.engines
         self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
+        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.version = version
         self.stats = EngineStats()
         self.seed = seed
@@ -153,7 +153,10 @@ class VLLMEngine:
         takes the bundle of the one it replaces)."""
         from rollverify.engines.ray_runtime import sidecar_class
 
+        # Sampled tokens' log-probs as the trainer computes them: the softmax at the
+        # temperature, untruncated (rollverify/sampling.py picks vLLM's mode for it).
         kwargs = self.settings.engine_kwargs(self.seed + index)
+        kwargs["logprobs_mode"] = self.sampling().vllm_logprobs_mode()
         actor = sidecar_class(self.settings, self._group, index)
         return actor.remote(kwargs, self.settings.environment())
 
@@ -277,7 +280,11 @@ class VLLMEngine:
             batches.setdefault(actor, []).append((request_id, prompt, budget, seed))
             self._inflight[request_id] = (trajectory, actor)
             self._load[actor] += 1
-        self._call("add", {a: (batch, self.temperature) for a, batch in batches.items()}, 60.0)
+        sampling = self.sampling().vllm_params()
+        self._call("add", {a: (batch, sampling) for a, batch in batches.items()}, 60.0)
+
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.top_p, self.top_k)
 
     def poll(self, wait_seconds: float = 0.02) -> list[Trajectory]:
         self._revive()  # a sidecar found dead at the last call: replace it, resubmit its work

@@ -101,9 +101,10 @@ class VLLMSidecar:
     # -- requests -----------------------------------------------------------------------------
 
     async def add(
-        self, requests: list[tuple[str, list[int], int, int]], temperature: float
+        self, requests: list[tuple[str, list[int], int, int]], sampling: dict[str, Any]
     ) -> None:
-        """Start (request_id, prompt token ids, max new tokens, sampling seed) requests."""
+        """Start (request_id, prompt token ids, max new tokens, sampling seed) requests, with
+        `sampling` (temperature, top_p, top_k: rollverify.sampling.Sampling.vllm_params)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -113,7 +114,7 @@ class VLLMSidecar:
             self.last_iteration = time.time()  # (vLLM stamps iterations with time.time())
         for request_id, prompt_ids, max_tokens, seed in requests:
             params = SamplingParams(
-                temperature=temperature,
+                **sampling,
                 max_tokens=max_tokens,
                 logprobs=0,
                 seed=seed,

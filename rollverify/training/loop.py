@@ -3,7 +3,8 @@
 TRL drives the loop; these are the parts that are ours, each filling its record of the step
 (training/records.py):
 
-    rollout()        TRL's rollout_func: resume the cache, collect B complete groups, score
+    rollout()        TRL's rollout_func: resume the cache, collect B complete groups (with
+                     dynamic sampling, groups of tied rewards replaced), score
                      their OPS, filter (filter methods), reward them (the task's
                      verifier)                                                 -> BatchRecord
                      and hand TRL the tokens + behavior log-probs + rewards
@@ -45,6 +46,7 @@ from rollverify.atomic import atomic_write_text
 from rollverify.checkpoint_files import save as save_checkpoint
 from rollverify.config import RunConfig
 from rollverify.costmodel import GPUS, ModelShape, Pricing
+from rollverify.dynamic_sampling import tie_filter
 from rollverify.engines.protocol import RolloutEngine, probe_logprobs_of
 from rollverify.evaluation import Evaluation, evaluate_sets
 from rollverify.faults import kill_point
@@ -228,7 +230,7 @@ class TrainingLoop:
             generated=result.tokens_generated,
             regenerated=result.tokens_regenerated,
             kept=int(lengths[keep].sum()),
-            discarded=int(lengths[~keep].sum()),
+            discarded=int(lengths[~keep].sum()) + result.dropped_tokens,
         )
         self.records.batch = self.generation = BatchRecord(
             result=result,
@@ -268,6 +270,8 @@ class TrainingLoop:
                 partial=self.partial,
                 max_inflight_groups=rollout.max_inflight_groups,
                 should_stop=stop_now,
+                drop_group=tie_filter(self._group_rewards),
+                max_drops=rollout.dynamic_sampling_max_drops,
             )
         except RolloutInterrupted as interrupted:  # its tokens are in the cache: save, stop
             self.ledger.add_phase("rollout", interrupted.seconds)
@@ -294,15 +298,23 @@ class TrainingLoop:
     # -- reward -------------------------------------------------------------------------------
 
     def _rewards(self, completion_ids: list[list[int]], answers: list[str]) -> list[float]:
-        """The task's verifier on every completion, decoded as TRL decodes them (plus DAPO's
-        overlong punishment, rollout.overlong_buffer)."""
-        texts = self.trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
-        rewards = [self.task.reward(text, a) for text, a in zip(texts, answers, strict=True)]
+        """The task's verifier on every completion (plus DAPO's overlong punishment,
+        rollout.overlong_buffer)."""
+        rewards = self._task_rewards(completion_ids, answers)
         if self.overlong is not None:
             rewards = [r + p for r, p in zip(rewards, self.overlong(completion_ids), strict=True)]
         require_finite("rewards", torch.tensor(rewards, dtype=torch.float64))
         self.records.reward_mean = sum(rewards) / len(rewards)
         return rewards
+
+    def _task_rewards(self, completion_ids: list[list[int]], answers: list[str]) -> list[float]:
+        """The task's verifier on completions decoded as TRL decodes them."""
+        texts = self.trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+        return [self.task.reward(text, a) for text, a in zip(texts, answers, strict=True)]
+
+    def _group_rewards(self, group: list[Trajectory], answer: str) -> list[float]:
+        """A complete group's task rewards, for dynamic sampling."""
+        return self._task_rewards([t.token_ids.tolist() for t in group], [answer] * len(group))
 
     def reward(self, reward: list[float], keep: list[bool], **_: Any) -> list[float | None]:
         """TRL's reward function: this rank's slice of the rewards scored at rollout. None =

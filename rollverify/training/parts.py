@@ -80,6 +80,8 @@ def make_engine(config: RunConfig, model=None, tokenizer=None) -> RolloutEngine:
             vllm_settings(config),
             max_new_tokens=rollout.max_new_tokens,
             temperature=rollout.temperature,
+            top_p=rollout.top_p,
+            top_k=rollout.top_k,
             seed=config.train.seed,
         )
     if tokenizer is None:
@@ -93,6 +95,8 @@ def make_engine(config: RunConfig, model=None, tokenizer=None) -> RolloutEngine:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         temperature=rollout.temperature,
+        top_p=rollout.top_p,
+        top_k=rollout.top_k,
         seed=config.train.seed,
         dtype=getattr(torch, config.model.dtype),
     )
@@ -121,6 +125,8 @@ def check_engine_fits(engine: RolloutEngine, config: RunConfig) -> None:
         ("slots", rollout.slots, engine.slots),
         ("max_new_tokens", rollout.max_new_tokens, engine.max_new_tokens),
         ("temperature", rollout.temperature, engine.temperature),
+        ("top_p", rollout.top_p, engine.top_p),
+        ("top_k", rollout.top_k, engine.top_k),
     ]:
         if wanted != actual:
             raise ValueError(

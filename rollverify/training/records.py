@@ -37,8 +37,9 @@ class BatchRecord:
 
     @property
     def tokens_dropped(self) -> float:
-        """Tokens of samples the filter dropped (generated, never trained)."""
-        return float(self.lengths[~self.keep].sum().item())
+        """Tokens of samples the filter dropped, and of groups dynamic sampling dropped
+        (generated, never trained)."""
+        return float(self.lengths[~self.keep].sum().item()) + self.result.dropped_tokens
 
 
 @dataclass
@@ -207,6 +208,7 @@ def _batch_metrics(records: StepRecords) -> dict[str, float]:
         m.STALENESS_MEAN: batch.staleness_mean,
         m.TOKENS_GENERATED: float(result.tokens_generated),
         m.SAMPLES_DROPPED: float((~batch.keep).sum().item()),
+        m.GROUPS_DROPPED: float(result.dropped_groups),
         m.RESUMED: float(result.resumed),
         m.PAUSED: float(result.paused),
         m.CACHE_SIZE: float(batch.cache_size),

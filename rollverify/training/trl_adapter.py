@@ -155,6 +155,8 @@ def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfi
         num_generations=rollout.group_size,
         max_completion_length=rollout.max_new_tokens,
         temperature=rollout.temperature,
+        top_p=rollout.top_p,  # (TRL's generation settings: ours are the engines', these say so)
+        top_k=rollout.top_k,
         learning_rate=train.learning_rate,
         lr_scheduler_type="constant_with_warmup",
         warmup_steps=train.warmup_steps,

@@ -2,8 +2,10 @@
 
 Runs go one after another in this process and share one rollout engine (the vLLM sidecar
 starts once, ~45 s here; each run resets it to the base weights and its own seed); runs of
-several trainer processes (train.processes) start their own, in their rank 0. The
-parent's folder holds `parent.json` (run id, tracking URI), which `rvctl report` reads.
+several trainer processes (train.processes) start their own, in their rank 0. Given a Ray
+cluster (`address`), the pairs run side by side there instead, one Ray task each
+(compare_on_ray.py). The parent's folder holds `parent.json` (run id, tracking URI), which
+`rvctl report` reads.
 
 A comparison that was stopped (Ctrl-C, preemption, a crash) goes on with `resume_folder`:
 the same parent run; finished pairs are not rerun, unfinished ones resume from their last
@@ -12,6 +14,7 @@ checkpoint in their own folder and MLflow run, the rest start.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -85,39 +88,32 @@ def compare(
     seeds: int = 1,
     on_progress: ProgressFn = lambda child, step, metrics: None,
     resume_folder: Path | None = None,
+    address: str | None = None,
 ) -> Comparison:
-    from rollverify.training.parts import engine_running, make_engine
-
     config.check_data()  # before the parent run and the engine: every child needs the data
     children = plan(methods, seeds, config.train.seed)
+    if address is not None:  # reachable, before anything is written
+        from rollverify.engines.ray_runtime import ensure_ray
+
+        ensure_ray(address, field="--address")
     tags = comparison_tags(methods, seeds)
     if resume_folder is None:
         parent, folder, uri = open_parent(config, "compare", "compare", tags)
     else:
         parent, folder, uri = reopen_parent(resume_folder, tags)
     runs_config = config.with_overrides({"output": str(folder)})
-    summaries: list[RunSummary] = []
     status = "FAILED"
     try:
-        # Several trainer processes: each run's rank 0 starts its own engine (a worker
-        # process cannot use this one's).
-        shared = runs_config.train.processes == 1
-        engines = engine_running(make_engine(runs_config), runs_config) if shared else nullcontext()
-        with engines as engine:
-            for child in children:
-                on_progress(child, -1, {})
-                child_config = runs_config.with_overrides(
-                    {"train.method": child.method, "train.seed": child.seed, "tracking.uri": uri}
-                )
-                summaries.append(
-                    _run_child(
-                        child_config,
-                        child_folder(folder, child),
-                        lambda step, metrics, c=child: on_progress(c, step, metrics),
-                        parent.run_id,
-                        engine,
-                    )
-                )
+        pairs = [
+            (child, _child_config(runs_config, child, uri), child_folder(folder, child))
+            for child in children
+        ]
+        if address is not None:
+            from rollverify.compare_on_ray import run_pairs
+
+            summaries = run_pairs(pairs, parent.run_id, address, on_progress)
+        else:
+            summaries = _run_here(pairs, runs_config, parent.run_id, on_progress)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -125,6 +121,28 @@ def compare(
     finally:
         parent.finish(status)
     return Comparison(folder, parent.run_id, uri, summaries)
+
+
+def _run_here(pairs, runs_config: RunConfig, parent_run_id: str, on_progress) -> list:
+    """The pairs one after another in this process, on one shared engine."""
+    from rollverify.training.parts import engine_running, make_engine
+
+    # Several trainer processes: each run's rank 0 starts its own engine (a worker process
+    # cannot use this one's).
+    shared = runs_config.train.processes == 1
+    engines = engine_running(make_engine(runs_config), runs_config) if shared else nullcontext()
+    summaries = []
+    with engines as engine:
+        for child, config, run_dir in pairs:
+            on_progress(child, -1, {})
+            on_step = functools.partial(on_progress, child)
+            summaries.append(run_child(config, run_dir, on_step, parent_run_id, engine))
+    return summaries
+
+
+def _child_config(runs_config: RunConfig, child: Child, uri: str) -> RunConfig:
+    fields = {"train.method": child.method, "train.seed": child.seed, "tracking.uri": uri}
+    return runs_config.with_overrides(fields)
 
 
 def reopen_parent(folder: Path, tags: dict[str, str]) -> tuple:
@@ -186,7 +204,7 @@ def child_folder(folder: Path, child: Child) -> Path | None:
     return None
 
 
-def _run_child(config, run_dir, on_step, parent_run_id, engine) -> RunSummary:
+def run_child(config, run_dir, on_step, parent_run_id, engine) -> RunSummary:
     """A new run of the pair; or its finished run as it is; or its stopped run resumed. A
     kept or resumed run must have this comparison's config (what resume may change aside)."""
     import yaml

@@ -151,7 +151,7 @@ def sweep(
         tune.with_parameters(run_trial, base=base, parent_run_id=run_id),
         trial_resources(config),
     )
-    ensure_ray(address)
+    ensure_ray(address, field="--address")
     status = "FAILED"
     watcher = ChildWatcher(uri, run_id, grid.size, on_progress)
     try:

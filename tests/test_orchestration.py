@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from rollverify.config import load_config
 from rollverify.training.run import train
+from tests.ray_cluster import ray_cluster
 from tests.runs import comparable, history, metric_history, tiny_file
 
 RVCTL = [sys.executable, "-m", "rvctl.app"]
@@ -74,6 +76,36 @@ def test_compare_runs_every_method_under_one_parent_and_reports_it(tmp_path):
     )
     child = metric_history(uri, runs["rollverify"].info.run_id)
     assert comparable(child) == comparable(history(alone))
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_compare_on_a_ray_cluster_runs_the_pairs_there_side_by_side(tmp_path):
+    command = [*RVCTL, "compare", "grpo", "rollverify", "--config", str(tiny_config(tmp_path))]
+    command += ["--output", str(tmp_path / "runs"), "-f", "json"]
+    token = os.environ | {"RAY_AUTH_MODE": "token"}  # as Ray's docs have clients connect
+    with ray_cluster(tmp_path / "head.log", cpus=2) as address:  # a trial holds 1 CPU
+        result = subprocess.run(
+            [*command, "--address", address], capture_output=True, text=True, env=token
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [row["method"] for row in json.loads(result.stdout)] == ["grpo", "rollverify"]
+    (folder,) = (tmp_path / "runs").glob("compare-*")
+    parent = json.loads((folder / "parent.json").read_text())
+    uri = parent["tracking_uri"]
+    assert MlflowClient(uri).get_run(parent["run_id"]).info.status == "FINISHED"
+    grpo, rollverify = sorted(children(uri, parent["run_id"]), key=lambda r: r.data.tags["method"])
+    assert grpo.info.status == rollverify.info.status == "FINISHED"
+    # Side by side: each started before the other ended (in one process they run in turn).
+    assert grpo.info.start_time < rollverify.info.end_time
+    assert rollverify.info.start_time < grpo.info.end_time
+    # No cluster there: one line naming the option, before anything is written.
+    result = subprocess.run(
+        [*command, "--address", address], capture_output=True, text=True, env=token
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "--address: no Ray cluster answers at" in result.stderr
+    assert len(list((tmp_path / "runs").glob("compare-*"))) == 1
 
 
 def test_compare_refuses_an_unknown_method_before_any_work(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 from contextlib import contextmanager
 from typing import Any
@@ -15,15 +16,40 @@ from typing import Any
 _STARTED_HERE = False
 
 
-def ensure_ray(address: str | None = None) -> None:
-    """Connect to `address`, or start a private local Ray once per process."""
+def ensure_ray(address: str | None = None, field: str = "vllm.ray_address") -> None:
+    """Connect to `address` (given as `field`, named if it cannot be reached), or start a
+    private local Ray once per process."""
     import ray
 
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    check_reachable(address, field)
     with sigterm_kept():
-        _init(address)
+        try:
+            _init(address)
+        except ConnectionError as error:  # (after Ray's own retries)
+            raise _no_cluster(field, address, str(error).splitlines()[0]) from None
+
+
+def check_reachable(address: str | None, field: str) -> None:
+    """Something listens at a host:port `address`, found in seconds (for a dead address,
+    ray.init retries for minutes). 'auto', ray:// and no address are left to Ray."""
+    host, _, port = (address or "").rpartition(":")
+    if not host or not port.isdigit() or "://" in address:
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as error:
+        raise _no_cluster(field, address, error.strerror or type(error).__name__) from None
+
+
+def _no_cluster(field: str, address: str, why: str) -> ValueError:
+    return ValueError(
+        f"{field}: no Ray cluster answers at {address} ({why}); start one (ray start --head) "
+        "or check the address; for a cluster with token authentication set RAY_AUTH_MODE=token "
+        "here (docs/clusters.md)"
+    )
 
 
 def _init(address: str | None) -> None:
@@ -31,7 +57,8 @@ def _init(address: str | None) -> None:
     import ray
 
     if address:
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        _STARTED_HERE = True  # (joined: stop_ray leaves the cluster)
     else:
         ray.init(
             include_dashboard=False,
@@ -58,11 +85,12 @@ def sigterm_kept():
 
 
 def stop_ray() -> None:
-    """Shut down the local Ray this process started (nothing if it joined a cluster)."""
+    """Shut down the local Ray this process started, or leave the cluster it joined; nothing
+    where ensure_ray found Ray running (a Ray worker: a sweep trial, a compare pair)."""
     global _STARTED_HERE
     import ray
 
-    if ray.is_initialized():
+    if _STARTED_HERE and ray.is_initialized():
         ray.shutdown()
     _STARTED_HERE = False
 

@@ -49,6 +49,13 @@ def compare(
     compare_dir: Annotated[
         Path | None, typer.Option(help="Go on with this comparison folder (implies --resume).")
     ] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            help="A Ray cluster ('auto' inside one): the pairs run there side by side, one Ray "
+            "task each (default: one after another here, sharing one engine)."
+        ),
+    ] = None,
     format: FormatOption = Format.table,
 ) -> None:
     """Train every method for every seed, then print the cost table."""
@@ -69,6 +76,10 @@ def compare(
     if folder is not None:
         check_comparison(folder, comparison_tags(methods, seeds))
     board = Board(children, run_config.train.steps)
+    if address is not None:  # before the live display: a dead address fails in seconds
+        from rollverify.engines.ray_runtime import check_reachable
+
+        check_reachable(address, "--address")
 
     def progress(child: Child, step: int, metrics: dict[str, float]) -> None:
         board.update(child, step, metrics)
@@ -79,7 +90,12 @@ def compare(
     with Live(board.table(), console=stderr, refresh_per_second=4) as live:
         try:
             result = run_compare(
-                run_config, methods, seeds, on_progress=progress, resume_folder=folder
+                run_config,
+                methods,
+                seeds,
+                on_progress=progress,
+                resume_folder=folder,
+                address=address,
             )
         except KeyboardInterrupt:
             stderr.print(

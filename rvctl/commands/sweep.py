@@ -62,6 +62,10 @@ def sweep(
     )
     grid = load_grid(names, values)
     folder = sweep_dir or (_latest(Path(run_config.output), names) if resume else None)
+    if address is not None:  # before the live display: a dead address fails in seconds
+        from rollverify.engines.ray_runtime import check_reachable
+
+        check_reachable(address, "--address")
 
     from rollverify.sweep import sweep as run_sweep  # heavy: Ray, torch, TRL, MLflow
 

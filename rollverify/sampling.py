@@ -13,9 +13,10 @@ verifier would cut fresh tokens, and every ratio would start below 1.)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+if TYPE_CHECKING:  # (the config reads `truncated`: no torch for that)
+    import torch
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class Sampling:
         """What to sample from, given log-probs [rows, vocab] at the temperature: the same,
         with the tokens outside the top-k / nucleus at -inf (transformers' own warpers, in
         the order vLLM applies them: top-k, then top-p)."""
+        from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
         if self.top_k > 0:
             logprobs = TopKLogitsWarper(self.top_k)(None, logprobs)
         if self.top_p < 1.0:

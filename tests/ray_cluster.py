@@ -4,6 +4,7 @@ user, another test's too)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import subprocess
@@ -23,14 +24,21 @@ def ray_cluster(log: Path, cpus: int = 2) -> Iterator[str]:
     command += ["--include-dashboard=false", "--disable-usage-stats"]
     with log.open("w") as out:
         head = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    address = None
     try:
-        yield _address(log, head)
+        address = _address(log, head)
+        yield address
     finally:
         head.send_signal(signal.SIGTERM)  # it stops the processes it started
         try:
             head.wait(timeout=60)
         except subprocess.TimeoutExpired:
             head.kill()
+        # Ray leaves the dead cluster's address for a bare ray.init() to join: remove it.
+        current = Path("/tmp/ray/ray_current_cluster")
+        with contextlib.suppress(OSError):
+            if address and current.read_text().strip() == address:
+                current.unlink()
 
 
 def _address(log: Path, head: subprocess.Popen) -> str:

@@ -118,6 +118,23 @@ def test_a_folder_written_by_save_to_disk_loads(tmp_path):
     assert loaded(load_math_set(tmp_path / "splits")) == EXPECTED
 
 
+def test_a_data_folder_is_data_only_its_code_never_runs(tmp_path):
+    """A dataset loading script, a pickle: code that a loader could run. Ours reads Arrow and
+    JSON (save_to_disk's files), nothing else; neither file is ever executed."""
+    folder, ran = tmp_path / "scripted", tmp_path / "ran"
+    folder.mkdir()
+    code = f"open({str(ran)!r}, 'w').write('ran')\n"
+    (folder / "scripted.py").write_text(code)  # a loading script, named as datasets wanted
+    (folder / "data.pkl").write_bytes(b"cos\nsystem\n(Vtouch " + str(ran).encode() + b"\ntR.")
+    with pytest.raises(ValueError, match="not one written by Dataset.save_to_disk"):
+        load_math_set(folder)
+    saved = write(tmp_path / "saved", FLAT)  # save_to_disk's folder, with both beside it
+    (saved / "saved.py").write_text(code)
+    (saved / "data.pkl").write_bytes((folder / "data.pkl").read_bytes())
+    assert loaded(load_math_set(saved)) == EXPECTED
+    assert not ran.exists()
+
+
 def test_verl_parquet_reads_chat_prompts_and_the_nested_ground_truth(tmp_path):
     math_set = load_math_set(write(tmp_path / "dapo.parquet", VERL))
     assert loaded(math_set) == [("What is 2 + 2?", "4"), ("What is 3 + 3?", "6")]

@@ -17,6 +17,7 @@ from rollverify.config import load_config
 from rollverify.training.run import train
 from tests.ray_cluster import ray_cluster
 from tests.runs import comparable, history, metric_history, tiny_file
+from tests.sockets import beyond_loopback, listening, token_readable_by_others, tree
 
 RVCTL = [sys.executable, "-m", "rvctl.app"]
 
@@ -131,8 +132,12 @@ def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 400
     finished: list = []
+    sockets: set = set()  # of the sweep's process tree: its Ray, Tune, the trials
+    processes: dict = {}
     while time.monotonic() < deadline and process.poll() is None and not finished:
         time.sleep(2)
+        processes |= {p.pid: p for p in tree(process.pid)}
+        sockets |= listening(processes.values())
         parents = list(tmp_path.glob("sweep-ds-dt-*/parent.json"))
         if parents and (tmp_path / "mlflow.db").exists():
             parent = json.loads(parents[0].read_text())
@@ -140,6 +145,9 @@ def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
             finished = [r for r in runs if r.info.status == "FINISHED"]
     assert finished, process.communicate()[1][-3000:] if process.poll() is not None else "timeout"
     assert process.poll() is None, "the sweep should still be running its second trial"
+    # A local sweep listens on loopback only, and its Ray token is the user's alone.
+    assert sockets and not beyond_loopback(sockets), beyond_loopback(sockets)
+    assert token_readable_by_others(processes.values()) is None
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode != 0 and "--resume" in stderr, stderr[-3000:]

@@ -33,6 +33,7 @@ from rollverify.tasks.chain import ChainProblem  # noqa: E402
 from rollverify.training.run import resume, train  # noqa: E402
 from rollverify.trajectory import Trajectory  # noqa: E402
 from tests.runs import TINY, cached, history, tiny, tiny_file, unfinished  # noqa: E402
+from tests.sockets import beyond_loopback, listening, token_readable_by_others, tree  # noqa: E402
 from tests.tiny import teacher_forced_logprobs  # noqa: E402
 
 # One xdist worker runs this whole module (make test: --dist loadfile): one shared engine.
@@ -354,10 +355,13 @@ def _stop_and_check(process, tmp_path: Path, steps: int, stop: str) -> str:
     deadline = time.monotonic() + 300
     mapped: set[str] = set()  # /dev/shm blocks of rvctl's processes (other workers have theirs)
 
+    sockets: set = set()  # every listening socket seen in rvctl's process tree
+
     def look() -> None:
         found = descendants(process.pid)
         children.update({p.pid: p for p in found})
         names.update(_name(p) for p in found)
+        sockets.update(listening(tree(process.pid)))
 
     while time.monotonic() < deadline and process.poll() is None and steps_logged(tmp_path) < steps:
         look()
@@ -375,6 +379,9 @@ def _stop_and_check(process, tmp_path: Path, steps: int, stop: str) -> str:
         time.sleep(1)
         look()
     assert any(map(_is_engine_core, names)), "\n".join(sorted(names))
+    # A local run listens on loopback only, and its Ray token is the user's alone.
+    assert sockets and not beyond_loopback(sockets), beyond_loopback(sockets)
+    assert token_readable_by_others(children.values()) is None
     if stop == "sigterm":
         process.send_signal(signal.SIGTERM)
     else:

@@ -1,12 +1,21 @@
-"""Ray for the sidecars: a local cluster on loopback (or an existing one), and the actor class.
+"""Ray for the sidecars: a private local Ray on loopback (or an existing cluster), and the
+actor class.
 
-Ray's token authentication stays on (Ray 2.60 default); the local cluster binds to 127.0.0.1
-and starts no dashboard, so nothing listens beyond this machine.
+A local Ray (no address) is always a new one (`address="local"`: a bare ray.init() would join
+any `ray start` cluster of this machine). It listens on loopback only: on Linux, Ray turns a
+loopback node address into the machine's external one and its servers then listen on every
+interface; its single-machine mode (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, Ray's default on
+macOS and Windows) keeps 127.0.0.1, and every server of every process it starts binds to it.
+Its token authentication stays on, with a token of its own passed to its processes in their
+environment (readable by this user alone) instead of a file: Ray writes ~/.ray/auth_token
+with the umask's mode, 0644 by default, readable by every user of the machine. A cluster given
+by address keeps its own token handling (docs/clusters.md).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import threading
@@ -56,17 +65,44 @@ def _init(address: str | None) -> None:
     global _STARTED_HERE
     import ray
 
+    _private_local_ray(address is None)
     if address:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
-        _STARTED_HERE = True  # (joined: stop_ray leaves the cluster)
     else:
         ray.init(
+            address="local",
             include_dashboard=False,
             _node_ip_address="127.0.0.1",
             log_to_driver=False,
             configure_logging=False,
         )
-        _STARTED_HERE = True
+    _STARTED_HERE = True  # (joined a cluster: stop_ray leaves it)
+
+
+SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine mode
+_OWN_TOKEN: str | None = None  # the local Ray's token, in this process's environment
+
+
+def _private_local_ray(local: bool) -> None:
+    """Loopback and a private token for a local Ray (see the module docstring); neither for a
+    cluster, which this process may join after a local Ray of its own (tests do)."""
+    global _OWN_TOKEN
+    import ray._private.ray_constants as constants
+
+    if local:
+        os.environ[SINGLE_MACHINE] = "0"  # for the processes Ray starts
+        constants.ENABLE_RAY_CLUSTER = False  # this process read it when it imported Ray
+        # Token authentication is Ray's default for a new local Ray (RAY_AUTH_MODE unset);
+        # the token is ours, unless the user gave one.
+        if not {"RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"} & set(os.environ):
+            _OWN_TOKEN = os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+        return
+    if os.environ.get(SINGLE_MACHINE) == "0":
+        del os.environ[SINGLE_MACHINE]
+        constants.ENABLE_RAY_CLUSTER = not constants.IS_WINDOWS_OR_OSX
+    if _OWN_TOKEN is not None and os.environ.get("RAY_AUTH_TOKEN") == _OWN_TOKEN:
+        del os.environ["RAY_AUTH_TOKEN"]  # the cluster's own token (its file) instead
+        _OWN_TOKEN = None
 
 
 @contextmanager

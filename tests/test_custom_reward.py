@@ -21,6 +21,7 @@ from rollverify.tasks.custom_reward import (
     with_reward,
 )
 from rollverify.training.run import train
+from tests.cli import run_rvctl
 from tests.runs import history, tiny, tiny_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -276,17 +277,12 @@ def test_resolve_reward_finds_the_module_in_the_config_folder(tmp_path, monkeypa
 # -- through the CLI: exit 2, one line, no traceback ----------------------------------------
 
 
-def cli_train(tmp_path: Path, reward: str) -> subprocess.CompletedProcess:
+def cli_train(tmp_path: Path, reward: str, monkeypatch, capsys) -> subprocess.CompletedProcess:
     path = tiny_file(tmp_path / "config.yaml", **{"task.reward": reward})
     output = tmp_path / "runs"
-    return subprocess.run(
-        [sys.executable, "-m", "rvctl.app", "train", "--config", str(path), "--steps", "1"]
-        + ["--method", "grpo", "--output", str(output)],
-        cwd=tmp_path,  # not the repository: a module written here is found by its name
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    monkeypatch.chdir(tmp_path)  # not the repository: a module written here is found by its name
+    arguments = ["train", "--config", str(path), "--steps", "1", "--method", "grpo"]
+    return run_rvctl([*arguments, "--output", str(output)], monkeypatch, capsys)
 
 
 def error_lines(done: subprocess.CompletedProcess) -> list[str]:
@@ -296,19 +292,19 @@ def error_lines(done: subprocess.CompletedProcess) -> list[str]:
     return [line for line in done.stderr.splitlines() if line.startswith(("error", "hint"))]
 
 
-@pytest.mark.slow  # ~45 s: CLI processes, each importing torch and TRL
-def test_the_cli_names_a_reward_it_cannot_import_or_that_returns_nan(tmp_path):
+@pytest.mark.slow  # a 1-step run
+def test_the_cli_names_a_reward_it_cannot_import_or_that_returns_nan(tmp_path, monkeypatch, capsys):
     # A module found nowhere: refused as the config loads.
-    assert error_lines(cli_train(tmp_path, "no_such_reward_module:score")) == [
+    assert error_lines(cli_train(tmp_path, "no_such_reward_module:score", monkeypatch, capsys)) == [
         "error: task.reward: no module 'no_such_reward_module' for "
         f"'no_such_reward_module:score' in {tmp_path} or the installed packages; fix the name, "
         "or give the file: path/to/file.py:function"
     ]
     # A module that fails as it is imported: refused before anything starts.
     write(tmp_path, "broken_reward_cli", "1 / 0\ndef score(response, answer): return 1.0")
-    [line] = error_lines(cli_train(tmp_path, "broken_reward_cli:score"))
+    [line] = error_lines(cli_train(tmp_path, "broken_reward_cli:score", monkeypatch, capsys))
     assert line.startswith("error: task.reward: cannot import ")
     assert "broken_reward_cli.py:score' (ZeroDivisionError: division by zero, at " in line
     write(tmp_path, "nan_reward_cli", "def score(response, answer): return float('nan')")
-    [line] = error_lines(cli_train(tmp_path, "nan_reward_cli:score"))
+    [line] = error_lines(cli_train(tmp_path, "nan_reward_cli:score", monkeypatch, capsys))
     assert line.startswith("error: task.reward ") and "nan_reward_cli.py:score returned nan" in line

@@ -58,7 +58,7 @@ def test_a_non_editable_install_trains_the_embedded_default_from_an_empty_folder
     assert found["data_name"] == "data/math/aime24.json"  # kept by name: found in the site
     assert found["grid"]["verify.ds"] == [0.005, 0.01, 0.02, 0.05]  # the shipped ds_dt.yaml
 
-    train = [str(site / "bin" / "rvctl"), "train", "--steps", "2", "--engine", "hf"]
+    train = [str(site / "bin" / "rvctl"), "train", "--steps", "1", "--engine", "hf"]
     train += ["--output", "runs", "--tracking-uri", f"sqlite:///{work / 'mlflow.db'}"]
     done = subprocess.run(
         [*train, "--format", "json"], cwd=work, env=env, capture_output=True, text=True
@@ -67,8 +67,8 @@ def test_a_non_editable_install_trains_the_embedded_default_from_an_empty_folder
     [summary] = json.loads(done.stdout)
     run_dir = work / summary["run_dir"]  # relative to the working directory, or absolute
     assert run_dir.resolve().is_relative_to(work.resolve())
-    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 2
-    assert (run_dir / "checkpoints" / "step-000002").is_dir()
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 1
+    assert (run_dir / "checkpoints" / "step-000001").is_dir()
     assert (work / "mlflow.db").is_file()
 
 

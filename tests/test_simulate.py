@@ -19,6 +19,7 @@ from rollverify.simulate import (
     simulate,
 )
 from rollverify.training.run import train
+from tests.cli import run_rvctl
 from tests.runs import history, tiny
 
 SMALL = {"rollout.slots": 64, "rollout.batch_groups": 8, "rollout.group_size": 8}
@@ -81,7 +82,7 @@ def test_lengths_can_come_from_a_runs_trace(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_cli_prints_the_cost_table_and_refuses_bad_input():
+def test_the_cli_prints_the_cost_table_and_refuses_bad_input(monkeypatch, capsys):
     command = [*RVCTL, "simulate", "--steps", "3", "--context", "512,1024", "-f", "json"]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -98,7 +99,7 @@ def test_the_cli_prints_the_cost_table_and_refuses_bad_input():
         (["--gpu", "v100"], "--gpu: 'v100' is not one of a100, h100, h200, b200"),
         (["--acceptance", "1.5"], "--acceptance: must be in [0, 1]"),
     ]:
-        result = subprocess.run([*RVCTL, "simulate", *bad], capture_output=True, text=True)
+        result = run_rvctl(["simulate", *bad], monkeypatch, capsys)  # (in this process)
         assert result.returncode == 2 and "Traceback" not in result.stderr, bad
         assert message in result.stderr, (bad, result.stderr)
 

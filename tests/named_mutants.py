@@ -370,4 +370,54 @@ MUTANTS = [
             "test_a_background_checkpoint_holds_its_steps_state_while_training_moves_on",
         ),
     ),
+    Mutant(
+        "top-k-ignored",
+        "rollout.top_k narrows what an engine samples",
+        "rollverify/sampling.py",
+        "        if self.top_k > 0:",
+        "        if False:",
+        (
+            "tests/test_hf_engine.py::"
+            "test_truncated_sampling_draws_kept_tokens_with_their_untruncated_logprobs",
+        ),
+    ),
+    Mutant(
+        "truncated-logprobs",
+        "with truncation, vLLM reports the untruncated softmax's log-probs (raw at temperature 1)",
+        "rollverify/sampling.py",
+        'return "raw_logprobs" if self.temperature == 1 else "processed_logprobs"',
+        'return "processed_logprobs"',
+        (
+            "tests/test_vllm_engine.py::"
+            "test_top_k_sampling_draws_kept_tokens_with_their_untruncated_logprobs",
+        ),
+    ),
+    Mutant(
+        "tied-groups-kept",
+        "dynamic sampling drops the groups whose rewards all tie",
+        "rollverify/dynamic_sampling.py",
+        "    return max(rewards) == min(rewards)",
+        "    return False",
+        ("tests/test_dapo_options.py::test_dynamic_sampling_trains_no_group_of_tied_rewards",),
+    ),
+    Mutant(
+        "ray-on-every-interface",
+        "a local Ray listens on loopback only (Ray's single-machine mode)",
+        "rollverify/engines/ray_runtime.py",
+        "        constants.ENABLE_RAY_CLUSTER = False  # this process read it when it imported Ray",
+        "        pass",
+        (
+            "tests/test_orchestration.py::test_sweep_on_ray_resumes_without_rerunning_finished_trials",
+        ),
+    ),
+    Mutant(
+        "ray-token-in-a-file",
+        "a local Ray's token is passed in the environment, not in Ray's world-readable file",
+        "rollverify/engines/ray_runtime.py",
+        '            _OWN_TOKEN = os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)',
+        "            pass",
+        (
+            "tests/test_orchestration.py::test_sweep_on_ray_resumes_without_rerunning_finished_trials",
+        ),
+    ),
 ]

@@ -85,7 +85,7 @@ _OWN_TOKEN: str | None = None  # the local Ray's token, in this process's enviro
 
 def _private_local_ray(local: bool) -> None:
     """Loopback and a private token for a local Ray (see the module docstring); neither for a
-    cluster, which this process may join after a local Ray of its own (tests do)."""
+    cluster, which this process may join after a local Ray of its own."""
     global _OWN_TOKEN
     import ray._private.ray_constants as constants
 
@@ -93,16 +93,27 @@ def _private_local_ray(local: bool) -> None:
         os.environ[SINGLE_MACHINE] = "0"  # for the processes Ray starts
         constants.ENABLE_RAY_CLUSTER = False  # this process read it when it imported Ray
         # Token authentication is Ray's default for a new local Ray (RAY_AUTH_MODE unset);
-        # the token is ours, unless the user gave one.
+        # the token is ours (one per process: Ray caches it), unless the user gave one.
         if not {"RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"} & set(os.environ):
             _OWN_TOKEN = os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
         return
+    _leave_single_machine()
+    if _OWN_TOKEN is not None and os.environ.get("RAY_AUTH_TOKEN") == _OWN_TOKEN:
+        from ray._raylet import AuthenticationTokenLoader
+
+        del os.environ["RAY_AUTH_TOKEN"]  # the cluster's own token (its file) instead
+        AuthenticationTokenLoader.instance().reset_cache()
+        _OWN_TOKEN = None
+
+
+def _leave_single_machine() -> None:
+    """Undo the single-machine mode, so what this process starts later (a `ray start`, a
+    cluster it joins) gets Ray's usual one."""
+    import ray._private.ray_constants as constants
+
     if os.environ.get(SINGLE_MACHINE) == "0":
         del os.environ[SINGLE_MACHINE]
         constants.ENABLE_RAY_CLUSTER = not constants.IS_WINDOWS_OR_OSX
-    if _OWN_TOKEN is not None and os.environ.get("RAY_AUTH_TOKEN") == _OWN_TOKEN:
-        del os.environ["RAY_AUTH_TOKEN"]  # the cluster's own token (its file) instead
-        _OWN_TOKEN = None
 
 
 @contextmanager
@@ -128,6 +139,7 @@ def stop_ray() -> None:
 
     if _STARTED_HERE and ray.is_initialized():
         ray.shutdown()
+        _leave_single_machine()
     _STARTED_HERE = False
 
 

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from rollverify.compare import compare
 from rollverify.config import load_config
 from rollverify.training.run import train
-from tests.ray_cluster import ray_cluster
+from tests.ray_cluster import SINGLE_MACHINE, ray_cluster
 from tests.runs import comparable, history, metric_history, tiny_file
 from tests.sockets import beyond_loopback, listening, token_readable_by_others, tree
 
@@ -86,7 +86,9 @@ def test_compare_on_a_ray_cluster_runs_the_pairs_there_side_by_side(tmp_path):
     config_file = tiny_config(tmp_path, **{"train.steps": 1})
     command = [*RVCTL, "compare", "grpo", "rollverify", "--config", str(config_file)]
     command += ["--output", str(tmp_path / "runs"), "-f", "json"]
-    token = os.environ | {"RAY_AUTH_MODE": "token"}  # as Ray's docs have clients connect
+    # A user's shell (no local Ray's settings), connecting as Ray's docs have clients do.
+    shell = {k: v for k, v in os.environ.items() if k not in (SINGLE_MACHINE, "RAY_AUTH_TOKEN")}
+    token = shell | {"RAY_AUTH_MODE": "token"}
     with ray_cluster(tmp_path / "head.log", cpus=2) as address:  # a trial holds 1 CPU
         result = subprocess.run(
             [*command, "--address", address], capture_output=True, text=True, env=token

@@ -80,7 +80,7 @@ def _init(address: str | None) -> None:
 
 
 SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine mode
-_OWN_TOKEN: str | None = None  # the local Ray's token, in this process's environment
+_OWN_TOKEN: str | None = None  # this process's token for the local Rays it starts
 
 
 def _private_local_ray(local: bool) -> None:
@@ -89,31 +89,39 @@ def _private_local_ray(local: bool) -> None:
     global _OWN_TOKEN
     import ray._private.ray_constants as constants
 
-    if local:
-        os.environ[SINGLE_MACHINE] = "0"  # for the processes Ray starts
-        constants.ENABLE_RAY_CLUSTER = False  # this process read it when it imported Ray
-        # Token authentication is Ray's default for a new local Ray (RAY_AUTH_MODE unset);
-        # the token is ours (one per process: Ray caches it), unless the user gave one.
-        if not {"RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"} & set(os.environ):
-            _OWN_TOKEN = os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    if not local:
+        _leave_private_mode()
         return
-    _leave_single_machine()
-    if _OWN_TOKEN is not None and os.environ.get("RAY_AUTH_TOKEN") == _OWN_TOKEN:
-        from ray._raylet import AuthenticationTokenLoader
+    os.environ[SINGLE_MACHINE] = "0"  # for the processes Ray starts
+    constants.ENABLE_RAY_CLUSTER = False  # this process read it when it imported Ray
+    # Token authentication is Ray's default for a new local Ray (RAY_AUTH_MODE unset); the
+    # token is ours, unless the user gave one: one per process, in the environment only while
+    # a local Ray runs (its processes inherit it; what this process starts later does not).
+    if not {"RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"} & set(os.environ):
+        _OWN_TOKEN = _OWN_TOKEN or secrets.token_hex(32)
+        _set_token(_OWN_TOKEN)
 
-        del os.environ["RAY_AUTH_TOKEN"]  # the cluster's own token (its file) instead
-        AuthenticationTokenLoader.instance().reset_cache()
-        _OWN_TOKEN = None
 
-
-def _leave_single_machine() -> None:
-    """Undo the single-machine mode, so what this process starts later (a `ray start`, a
-    cluster it joins) gets Ray's usual one."""
+def _leave_private_mode() -> None:
+    """Undo both, so what this process starts later (a `ray start`, a CLI, a cluster it
+    joins) gets Ray's usual mode and the cluster's own token."""
     import ray._private.ray_constants as constants
 
     if os.environ.get(SINGLE_MACHINE) == "0":
         del os.environ[SINGLE_MACHINE]
         constants.ENABLE_RAY_CLUSTER = not constants.IS_WINDOWS_OR_OSX
+    if _OWN_TOKEN is not None and os.environ.get("RAY_AUTH_TOKEN") == _OWN_TOKEN:
+        _set_token(None)
+
+
+def _set_token(token: str | None) -> None:
+    from ray._raylet import AuthenticationTokenLoader
+
+    if token is None:
+        os.environ.pop("RAY_AUTH_TOKEN", None)
+    else:
+        os.environ["RAY_AUTH_TOKEN"] = token
+    AuthenticationTokenLoader.instance().reset_cache()  # Ray caches the token it read
 
 
 @contextmanager
@@ -139,7 +147,7 @@ def stop_ray() -> None:
 
     if _STARTED_HERE and ray.is_initialized():
         ray.shutdown()
-        _leave_single_machine()
+        _leave_private_mode()
     _STARTED_HERE = False
 
 

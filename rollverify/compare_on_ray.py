@@ -1,4 +1,4 @@
-"""`rvctl compare ... --ray-address ADDR`: the (method, seed) pairs side by side on a Ray cluster.
+"""`rvctl compare ... --address ADDR`: the (method, seed) pairs side by side on a Ray cluster.
 
 Each pair is one Ray task holding what its run needs (sweep.trial_resources: the CPUs of its
 trainer processes, a GPU each on GPU machines); its run starts its own engines there (vLLM

@@ -33,6 +33,8 @@ class Sampling:
         """What to sample from, given log-probs [rows, vocab] at the temperature: the same,
         with the tokens outside the top-k / nucleus at -inf (transformers' own warpers, in
         the order vLLM applies them: top-k, then top-p)."""
+        if not self.truncated:  # (every decode step of the hf engine comes here)
+            return logprobs
         from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
 
         if self.top_k > 0:

@@ -303,15 +303,6 @@ def shared_memory() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
-def descendants(pid: int) -> list:
-    import psutil
-
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
 def shared_memory_of(processes) -> set[str]:
     paths: set[str] = set()
     for process in processes:
@@ -358,7 +349,7 @@ def _stop_and_check(process, tmp_path: Path, steps: int, stop: str) -> str:
     mapped: set[str] = set()  # /dev/shm blocks of rvctl's processes (other workers have theirs)
 
     def look() -> None:
-        found = descendants(process.pid)
+        found = tree(process.pid)[1:]  # rvctl's descendants
         children.update({p.pid: p for p in found})
         names.update(_name(p) for p in found)
 

@@ -65,10 +65,11 @@ def _init(address: str | None) -> None:
     global _STARTED_HERE
     import ray
 
-    _private_local_ray(address is None)
     if address:
+        _leave_private_mode()
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     else:
+        _enter_private_mode()
         ray.init(
             address="local",
             include_dashboard=False,
@@ -83,15 +84,11 @@ SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machin
 _OWN_TOKEN: str | None = None  # this process's token for the local Rays it starts
 
 
-def _private_local_ray(local: bool) -> None:
-    """Loopback and a private token for a local Ray (see the module docstring); neither for a
-    cluster, which this process may join after a local Ray of its own."""
+def _enter_private_mode() -> None:
+    """Loopback and a private token for a local Ray (see the module docstring)."""
     global _OWN_TOKEN
     import ray._private.ray_constants as constants
 
-    if not local:
-        _leave_private_mode()
-        return
     os.environ[SINGLE_MACHINE] = "0"  # for the processes Ray starts
     constants.ENABLE_RAY_CLUSTER = False  # this process read it when it imported Ray
     # Token authentication is Ray's default for a new local Ray (RAY_AUTH_MODE unset); the
@@ -103,8 +100,8 @@ def _private_local_ray(local: bool) -> None:
 
 
 def _leave_private_mode() -> None:
-    """Undo both, so what this process starts later (a `ray start`, a CLI, a cluster it
-    joins) gets Ray's usual mode and the cluster's own token."""
+    """Undo it, so what this process starts or joins later (a `ray start`, a CLI, a cluster
+    after a local Ray of its own) gets Ray's usual mode and the cluster's own token."""
     import ray._private.ray_constants as constants
 
     if os.environ.get(SINGLE_MACHINE) == "0":

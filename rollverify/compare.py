@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rollverify.atomic import atomic_write_text
-from rollverify.config import RunConfig
+from rollverify.config import ConfigError, RunConfig
+from rollverify.faults import one_line
 from rollverify.methods import METHODS
 
 if TYPE_CHECKING:  # heavy (torch, TRL, MLflow): imported when runs start, not for `plan`
@@ -49,6 +50,12 @@ class Comparison:
     summaries: list[RunSummary]
 
 
+class PairsFailed(RuntimeError):
+    """Pairs of a comparison failed; the message has a line per pair (its own error)."""
+
+    exit_code = 1
+
+
 # (child, step, metrics) for each logged step; step -1: the child starts
 ProgressFn = Callable[[Child, int, dict[str, float]], None]
 
@@ -60,6 +67,26 @@ def plan(methods: list[str], seeds: int, first_seed: int) -> list[Child]:
     if seeds < 1:
         raise ValueError(f"--seeds: must be >= 1, got {seeds}")
     return [Child(m, first_seed + i) for m in methods for i in range(seeds)]
+
+
+def check_pairs(config: RunConfig, children: list[Child], address: str | None = None) -> None:
+    """Before anything is written: the start checks (this machine's GPUs, unless the pairs go
+    to a cluster), every pair's config, the cluster's address (ConfigError / ValueError)."""
+    from rollverify.preflight import check_before_start
+
+    check_before_start(config, gpus_here=address is None)
+    problems = []
+    for child in children:
+        try:
+            config.with_overrides({"train.method": child.method, "train.seed": child.seed})
+        except ConfigError as error:
+            problems += [f"{child.name}: {p}" for p in error.problems]
+    if problems:
+        raise ConfigError(problems)
+    if address is not None:
+        from rollverify.engines.ray_runtime import check_reachable
+
+        check_reachable(address, "--address")
 
 
 def open_parent(config: RunConfig, kind: str, name: str, tags: dict[str, str]) -> tuple:
@@ -90,9 +117,9 @@ def compare(
     resume_folder: Path | None = None,
     address: str | None = None,
 ) -> Comparison:
-    config.check_data()  # before the parent run and the engine: every child needs the data
     children = plan(methods, seeds, config.train.seed)
-    if address is not None:  # reachable, before anything is written
+    check_pairs(config, children, address)  # before the parent run and the engine
+    if address is not None:
         from rollverify.engines.ray_runtime import ensure_ray
 
         ensure_ray(address, field="--address")
@@ -136,7 +163,20 @@ def _run_here(pairs, runs_config: RunConfig, parent_run_id: str, on_progress) ->
         for child, config, run_dir in pairs:
             on_progress(child, -1, {})
             on_step = functools.partial(on_progress, child)
-            summaries.append(run_child(config, run_dir, on_step, parent_run_id, engine))
+            try:
+                summaries.append(run_child(config, run_dir, on_step, parent_run_id, engine))
+            except ConfigError as error:  # e.g. a kept run of another config
+                raise ConfigError([f"{child.name}: {p}" for p in error.problems]) from error
+            except Exception as error:  # the later pairs would likely meet it too: stop
+                failed = PairsFailed(
+                    f"{child.name}: {one_line(error)}\n"
+                    "the pairs after it did not run; fix it and go on: rvctl compare ... --resume"
+                )
+                # a bad input found as the run went is still the user's (2), else the run's own
+                failed.exit_code = getattr(
+                    error, "exit_code", 2 if isinstance(error, ValueError) else 1
+                )
+                raise failed from error
     return summaries
 
 

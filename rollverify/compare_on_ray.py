@@ -18,17 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from rollverify.config import RunConfig
 from rollverify.dicts import config_fields
-from rollverify.faults import describe
+from rollverify.faults import one_line
 
 if TYPE_CHECKING:
     from rollverify.compare import Child
     from rollverify.training.run import RunSummary
-
-
-class PairsFailed(RuntimeError):
-    """Pairs of a comparison failed on the cluster; the message has a line per pair."""
-
-    exit_code = 1
 
 
 def run_pairs(
@@ -42,6 +36,7 @@ def run_pairs(
     import ray
     from ray.util.queue import Empty, Queue
 
+    from rollverify.compare import PairsFailed
     from rollverify.engines.ray_runtime import ensure_ray, stop_ray
     from rollverify.sweep import trial_resources
     from rollverify.training.run import RunSummary
@@ -84,7 +79,7 @@ def run_pairs(
                 summaries.append(RunSummary(**ray.get(ref)))
             except ray.exceptions.RayError as error:  # the run's own error, or a dead worker
                 cause = error.cause if isinstance(error, ray.exceptions.RayTaskError) else error
-                failures.append(f"{pairs[index][0].name}: {describe(cause)}")
+                failures.append(f"{pairs[index][0].name}: {one_line(cause)}")
         if failures:
             raise PairsFailed("\n".join(failures))
         return summaries

@@ -37,3 +37,13 @@ def describe(error: BaseException) -> str:
     """`Type: first line of the message`, for one-line errors (a message may be empty)."""
     lines = str(error).splitlines()
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+def one_line(error: BaseException) -> str:
+    """A failed run's error as its parent (a comparison, a sweep) reports it: a ValueError's
+    own first line (bad input found as the run went: its message names the field), else
+    `Type: first line`."""
+    lines = str(error).splitlines()
+    if isinstance(error, ValueError) and lines:
+        return lines[0] if len(lines) == 1 else f"{lines[0]} (+{len(lines) - 1} more)"
+    return describe(error)

@@ -1,21 +1,28 @@
-"""Everything a run needs, checked before anything starts: what `rvctl train --dry-run` prints
-(and run() refuses on). Each check gives a line of what it found; each problem is one line
-naming the field and the fix."""
+"""Everything a run needs, checked before anything starts. `check_before_start` is what every
+entry point runs (train, resume, compare, each point of a sweep) before torch, an engine or
+Ray starts; `rvctl train --dry-run` prints the same checks and a memory estimate. Each check
+gives a line of what it found; each problem is one line naming the field and the fix."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
 
 from rollverify.config import ConfigError, RunConfig
 from rollverify.config.check_links import existing_ancestor
 from rollverify.memory_estimate import MemoryEstimate, estimate, gib
 
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+HUB_TIMEOUT_S = 5.0  # one request, no retries: an unreachable hub is told in seconds
+TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks")
+
+Check = Callable[[], tuple[str, list[str]]]  # -> (what was found, problems)
 
 
 @dataclass
@@ -29,26 +36,46 @@ class Preflight:
         self.problems.extend(problems or [])
 
 
+def check_before_start(config: RunConfig, gpus_here: bool = True) -> None:
+    """ConfigError with every problem the run would meet (its data, reward, model, devices,
+    output folder, tracking store, Ray cluster). gpus_here=False: the run goes to a Ray
+    cluster, whose nodes' GPUs are not this machine's (its trials check their own)."""
+    problems = [p for _, check in start_checks(config, gpus_here) for p in check()[1]]
+    if problems:
+        raise ConfigError(problems)
+
+
 def preflight(config: RunConfig) -> Preflight:
-    """The config (already loaded, so valid), its data, reward, model, devices and memory."""
+    """The config (already loaded, so valid), the start checks, and the memory estimate."""
     result = Preflight()
     result.check("config", "valid")
-    result.check("data", _data_found(config), _problems(config.check_data))
-    if config.task.reward is not None:
-        from rollverify.tasks.custom_reward import load_reward
-
-        result.check(
-            "reward", config.task.reward, _problems(lambda: load_reward(config.task.reward))
-        )
-    found, problems = model_found(config)
-    result.check("model", found, problems)
-    found, problems = devices_found(config)
-    result.check("devices", found, problems)
+    for what, check in start_checks(config):
+        result.check(what, *check())
     _estimate(config, result)
     return result
 
 
+def start_checks(config: RunConfig, gpus_here: bool = True) -> list[tuple[str, Check]]:
+    checks: list[tuple[str, Check]] = [
+        ("data", lambda: (_data_found(config), _problems(config.check_data)))
+    ]
+    if config.task.reward is not None:
+        checks.append(("reward", lambda: _reward_found(config.task.reward)))
+    checks.append(("model", lambda: model_found(config)))
+    if gpus_here:
+        checks.append(("devices", lambda: devices_found(config)))
+    else:
+        checks.append(("devices", lambda: ("on the Ray cluster", sharding_problems(config))))
+    checks.append(("output", lambda: output_found(config)))
+    checks.append(("tracking", lambda: tracking_found(config)))
+    if config.vllm.ray_address is not None and config.engine() == "vllm":
+        checks.append(("ray", lambda: ray_found(config.vllm.ray_address)))
+    return checks
+
+
 def sharding_problems(config: RunConfig) -> list[str]:
+    import torch
+
     if config.train.sharding == "fsdp" and not torch.cuda.is_available():
         return [
             "train.sharding: fsdp needs GPUs (accelerate shards CUDA devices only); on a CPU "
@@ -58,8 +85,9 @@ def sharding_problems(config: RunConfig) -> list[str]:
 
 
 def model_found(config: RunConfig) -> tuple[str, list[str]]:
-    """A local folder must hold a config and weights; a hub id is looked up in the local
-    Hugging Face cache (never the network)."""
+    """A local folder must hold a config, weights and a tokenizer; a hub id must be in the
+    local Hugging Face cache, or on a hub that answers one request within HUB_TIMEOUT_S
+    (transformers would otherwise retry for a minute before it fails)."""
     path = config.model_path()
     folder = Path(path)
     if folder.is_dir():
@@ -69,15 +97,18 @@ def model_found(config: RunConfig) -> tuple[str, list[str]]:
             for n, ok in (
                 ("config.json", (folder / "config.json").is_file()),
                 ("weights (*.safetensors)", bool(weights)),
+                ("tokenizer", any((folder / n).is_file() for n in TOKENIZER_FILES)),
             )
             if not ok
         ]
         if missing:
             return "", [
                 f"model.path: {path} has no {' and no '.join(missing)}; point it to a "
-                "model folder (save_pretrained writes both)"
+                "model folder (save_pretrained of the model and its tokenizer writes them)"
             ]
         return f"{path} (local folder)", []
+    if folder.exists():
+        return "", [f"model.path: {path} is a file; point it to a model folder or a hub id"]
     if path.startswith((".", "/", "~")) or path.count("/") > 1:
         return "", [f"model.path: no folder {path}; check the path"]
     from huggingface_hub import try_to_load_from_cache
@@ -88,13 +119,124 @@ def model_found(config: RunConfig) -> tuple[str, list[str]]:
         return "", [f"model.path: {path} is neither a folder nor a hub id; check it"]
     if isinstance(cached, str):
         return f"{path} (in the Hugging Face cache)", []
-    if os.environ.get("HF_HUB_OFFLINE") == "1":
+    fix = f"download it (hf download {path}) or point model.path to a model folder"
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return "", [
-            f"model.path: {path} is not in the local Hugging Face cache and "
-            "HF_HUB_OFFLINE=1; download it (hf download ID) or point model.path to a "
-            "folder"
+            f"model.path: {path} is not in the local Hugging Face cache and HF_HUB_OFFLINE "
+            f"is set; {fix}"
         ]
-    return f"{path} (not cached here: downloaded from the hub at start)", []
+    problem = _hub_problem(path)
+    if problem:
+        return "", [f"model.path: {path} is not in the local Hugging Face cache and {problem}"]
+    return f"{path} (on the hub: downloaded at start)", []
+
+
+@functools.cache  # asked once per process (a comparison's pairs, the CLI then the run)
+def _hub_problem(model_id: str) -> str | None:
+    """Why the hub cannot give `model_id` (one request, no retries), or None."""
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    try:
+        HfApi().model_info(model_id, timeout=HUB_TIMEOUT_S)
+    except GatedRepoError:
+        return "the hub's copy is gated; accept its terms on the hub and log in (hf auth login)"
+    except RepositoryNotFoundError:
+        return "the hub has no such model (or it is private: hf auth login); check the id"
+    except Exception as error:  # no network, DNS, a proxy, a timeout
+        why = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return (
+            f"the hub ({constants.ENDPOINT}) does not answer ({why}); download it where there "
+            f"is a network (hf download {model_id}) and copy the cache, or point model.path to "
+            "a model folder"
+        )
+    return None
+
+
+def output_found(config: RunConfig) -> tuple[str, list[str]]:
+    """Runs can be written under `output`."""
+    why = unwritable(Path(config.output))
+    if why:
+        return "", [
+            f"output: cannot write runs to {config.output} ({why}); pick a folder you can "
+            "write (--output)"
+        ]
+    return config.output, []
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why nothing can be written in `folder` (made if missing), or None. A folder is made and
+    removed where it would be: os.access cannot tell (/proc, a read-only mount, root)."""
+    existing = existing_ancestor(folder)
+    if not existing.is_dir():
+        return f"{existing} is a file"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".rvctl-check-", dir=existing))
+    except OSError as error:
+        return f"in {existing}: {error.strerror or type(error).__name__}"
+    return None
+
+
+def tracking_found(config: RunConfig) -> tuple[str, list[str]]:
+    """The MLflow store: a sqlite file whose folder can be written, or a server that answers
+    (a plain path would be MLflow 3's retired file store)."""
+    from urllib.parse import urlsplit
+
+    uri = config.tracking.uri
+    if uri is None:
+        return f"sqlite in {config.output}", []
+    scheme = urlsplit(uri).scheme.split("+")[0]
+    if scheme in ("", "file") or len(scheme) == 1:  # a path (C: on Windows)
+        where = uri.removeprefix("file://")
+        return "", [
+            f"tracking.uri: {uri} is a folder: MLflow 3 has retired its file store; use "
+            f"sqlite:///{Path(where).absolute() / 'mlflow.db'} (--tracking-uri)"
+        ]
+    if scheme not in TRACKING_SCHEMES:
+        return "", [
+            f"tracking.uri: unknown scheme {scheme!r} in {uri}; use one of "
+            f"{', '.join(TRACKING_SCHEMES)} (e.g. sqlite:///runs/mlflow.db)"
+        ]
+    if scheme == "sqlite":
+        path = Path(uri.removeprefix("sqlite:///"))
+        if path.is_dir():
+            return "", [
+                f"tracking.uri: {path} is a folder; name the database file, e.g. "
+                f"sqlite:///{path / 'mlflow.db'}"
+            ]
+        if not path.parent.is_dir():  # sqlite makes the file, never its folder
+            return "", [
+                f"tracking.uri: no folder {path.parent} for the store {path.name}; make it "
+                "(mkdir -p) or fix the path"
+            ]
+        why = unwritable(path.parent)
+        if why:
+            return "", [f"tracking.uri: cannot write the store {path} ({why}); fix the path"]
+        return uri, []
+    if scheme in ("http", "https"):
+        parts = urlsplit(uri)
+        port = parts.port or (443 if scheme == "https" else 80)
+        import socket
+
+        try:
+            socket.create_connection((parts.hostname, port), timeout=5).close()
+        except OSError as error:
+            why = error.strerror or type(error).__name__
+            return "", [
+                f"tracking.uri: no MLflow server answers at {uri} ({why}); start it or fix "
+                "the address"
+            ]
+    return uri, []
+
+
+def ray_found(address: str) -> tuple[str, list[str]]:
+    from rollverify.engines.ray_runtime import check_reachable
+
+    try:
+        check_reachable(address, "vllm.ray_address")
+    except ValueError as error:
+        return "", [str(error)]
+    return address, []
 
 
 def devices_found(config: RunConfig) -> tuple[str, list[str]]:
@@ -104,6 +246,8 @@ def devices_found(config: RunConfig) -> tuple[str, list[str]]:
     trainer = config.train.processes
     engines = config.vllm.engines * config.vllm.tensor_parallel_size
     remote = config.vllm.ray_address is not None
+    import torch
+
     here = torch.cuda.device_count()
     if here == 0:
         found = f"no GPU here: {trainer} trainer process(es) on the CPU"
@@ -155,6 +299,12 @@ def _data_found(config: RunConfig) -> str:
         *(config.task.eval_files or {"": config.task.eval_file}).values(),
     ]
     return ", ".join(str(f) for f in files)
+
+
+def _reward_found(reward: str) -> tuple[str, list[str]]:
+    from rollverify.tasks.custom_reward import load_reward
+
+    return reward, _problems(lambda: load_reward(reward))
 
 
 def _problems(check) -> list[str]:

@@ -105,8 +105,12 @@ class Settings:
             raise ValueError(f"--gpu: {self.gpu!r} is not one of {', '.join(GPUS)}")
         if not self.contexts or min(self.contexts) < 1:
             raise ValueError("--context: give response budgets of at least 1 token")
-        if self.steps < 1 or self.seeds < 1:
-            raise ValueError("--steps and --seeds: must be >= 1")
+        if self.steps < 1:
+            raise ValueError(f"--steps: must be >= 1, got {self.steps}")
+        if self.seeds < 1:
+            raise ValueError(f"--seeds: must be >= 1, got {self.seeds}")
+        if self.prompt_tokens < 1:
+            raise ValueError(f"--prompt-tokens: must be >= 1, got {self.prompt_tokens}")
         if not self.acceptance or not all(0 <= a <= 1 for a in self.acceptance):
             raise ValueError("--acceptance: must be in [0, 1]")
 
@@ -287,6 +291,11 @@ def lengths_of_run(run_dir: str | Path) -> LengthModel:
     """The response lengths a run trained on (its trainer trace), as a length model."""
     from rollverify import trace
 
+    if not (Path(run_dir) / "trace").is_dir():
+        raise ValueError(
+            f"--lengths-from {run_dir}: no trace folder here; pass a run folder that "
+            "checkpointed (its trace is written with each checkpoint)"
+        )
     table = trace.read(Path(run_dir) / "trace", "trainer")
     samples = tuple(n for lengths in table.column("completions").to_pylist() for n in lengths)
     if not samples:

@@ -91,6 +91,42 @@ def load_grid(names: list[str], overrides: dict[str, str]) -> Grid:
     return Grid(method, int(spec.get("seeds", 1)), {d: values[d] for d in dotted})
 
 
+def grid_points(grid: Grid) -> list[dict[str, Any]]:
+    """Every point of the grid (seeds aside), in Tune's order of expansion."""
+    points: list[dict[str, Any]] = [{}]
+    for field, values in grid.values.items():
+        points = [point | {field: value} for value in values for point in points]
+    return points
+
+
+def point_name(point: dict[str, Any]) -> str:
+    return " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in point.items())
+
+
+def check_grid(config: RunConfig, grid: Grid, gpus_here: bool = True) -> None:
+    """Before Ray starts: the base config's start checks, then every grid point's config; a
+    bad point is named with each of its problems (ConfigError, one line each)."""
+    from rollverify.config import ConfigError
+    from rollverify.preflight import check_before_start
+
+    check_before_start(config.with_overrides({"train.method": grid.method}), gpus_here)
+    problems = []
+    for point in grid_points(grid):
+        try:
+            point_config = config.with_overrides(point | {"train.method": grid.method})
+            check_before_start(point_config, gpus_here)
+        except ConfigError as error:
+            problems += [f"grid point {point_name(point)}: {p}" for p in error.problems]
+    if problems:
+        raise ConfigError(problems)
+
+
+class TrialsFailed(RuntimeError):
+    """Trials of a sweep failed; the message has a line per trial (its grid point, its error)."""
+
+    exit_code = 1
+
+
 def _number(text: str) -> Any:
     text = text.strip()
     try:
@@ -119,7 +155,8 @@ def sweep(
     address: str | None = None,
     on_progress: Callable[[int, int], None] = lambda finished, total: None,
 ) -> SweepResult:
-    """Run (or, with an existing `folder`, resume) the sweep."""
+    """Run (or, with an existing `folder`, resume) the sweep. Every grid point is checked
+    first (check_grid); trials that fail raise TrialsFailed once the others are done."""
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # so verbose=0 means quiet: we draw progress
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "0")  # save Tune's state at every change
     from ray import tune
@@ -128,6 +165,9 @@ def sweep(
     from rollverify.engines.ray_runtime import ensure_ray, stop_ray
     from rollverify.tracking import MLflowTracker
 
+    if folder is not None:
+        config, grid = _read_plan(folder)
+    check_grid(config, grid, gpus_here=address is None)
     if folder is None:
         name = "sweep-" + "-".join(n.rsplit(".", 1)[-1] for n in grid.values)
         tags = {"sweep_params": ",".join(grid.values), "method": grid.method}
@@ -137,7 +177,6 @@ def sweep(
     else:
         record = json.loads((folder / "parent.json").read_text())
         run_id, uri = record["run_id"], record["tracking_uri"]
-        config, grid = _read_plan(folder)
         parent = MLflowTracker.attach(uri, run_id)
     base = config_fields(config.to_dict()) | {
         "model.path": config.model_path(),  # trials run in Tune's folders: absolute paths
@@ -178,8 +217,25 @@ def sweep(
         watcher.stop()
         parent.finish(status)
         stop_ray()
+    failed = [trial_failure(r.config, r.error) for r in results if r.error is not None]
+    if failed:
+        raise TrialsFailed("\n".join(failed))
     trials_done = [dict(r.metrics or {}) | {"config": r.config} for r in results]
     return SweepResult(folder, run_id, uri, trials_done)
+
+
+def trial_failure(params: dict[str, Any], error: BaseException) -> str:
+    """`trial ds=0.01 seed=0: <the trial's own error, one line>`: Ray's wrappers taken off."""
+    import ray.exceptions
+
+    from rollverify.faults import describe
+
+    while isinstance(error, ray.exceptions.RayTaskError) and error.cause is not None:
+        error = error.cause
+    fields = {k: v for k, v in params.items() if k != "train.seed"}
+    name = point_name(fields | {"seed": params.get("train.seed")})
+    why = str(error).splitlines()[0] if isinstance(error, ValueError) else describe(error)
+    return f"trial {name}: {why}"
 
 
 def run_trial(params: dict[str, Any], base: dict[str, Any], parent_run_id: str) -> None:

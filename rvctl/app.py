@@ -8,6 +8,7 @@ import sys
 import warnings
 
 import typer
+from typer._click import exceptions as usage  # typer 0.29 ships its own click
 
 from rollverify.quiet import quiet_environment
 from rvctl.commands import (
@@ -54,7 +55,17 @@ def main() -> None:
     # and the MLflow run are closed by the context managers on the way out.
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
-        app()  # typer turns KeyboardInterrupt into exit code 130
+        # Not standalone: click's usage errors come here, to be told in one line like ours.
+        code = app(standalone_mode=False)  # typer turns KeyboardInterrupt into 130
+    except usage.NoArgsIsHelpError as error:
+        error.show()  # `rvctl` or `rvctl data` alone: the help
+        sys.exit(USAGE_ERROR)
+    except usage.UsageError as error:  # an unknown option, a value of the wrong type
+        message = " ".join(error.format_message().split()).rstrip(".")
+        where = f"; see {error.ctx.command_path if error.ctx else 'rvctl'} --help"
+        _fail(ValueError(message + where), USAGE_ERROR)
+    except typer.Abort:  # end of input at a prompt
+        sys.exit(1)
     except (ValueError, FileNotFoundError, PermissionError) as error:
         _fail(error, USAGE_ERROR)
     except Exception as error:
@@ -63,6 +74,8 @@ def main() -> None:
         if not isinstance(code, int):
             raise
         _fail(error, code)
+    if isinstance(code, int) and code:  # typer.Exit(code), Ctrl-C's 130
+        sys.exit(code)
 
 
 def _fail(error: Exception, code: int) -> None:

@@ -427,7 +427,10 @@ def _is_engine_core(name: str) -> bool:
 
 def _name(process) -> str:
     try:
-        return process.name() + " " + " ".join(process.cmdline()[:3])
+        # The whole command line: a spawned engine core reads `python -B -c "from
+        # multiprocessing.spawn import spawn_main..."` until it sets its title (-B: Ray's
+        # workers write no bytecode), so its first three words name nothing.
+        return (process.name() + " " + " ".join(process.cmdline()))[:200]
     except Exception:
         return "?"
 

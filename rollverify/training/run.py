@@ -26,14 +26,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollverify.atomic import atomic_write_text
 from rollverify.checkpoint_files import Checkpoint, latest
-from rollverify.config import ConfigError, RunConfig, load_config
+from rollverify.config import ConfigError, RunConfig
 from rollverify.engines.protocol import RolloutEngine
 from rollverify.faults import describe, kill_point
 from rollverify.methods import METHODS
 from rollverify.metrics import EVAL_ACCURACY, OPS_MEAN, REWARD_MEAN
-from rollverify.preflight import sharding_problems
+from rollverify.preflight import check_before_start
+from rollverify.run_folder import find_run, resumed_config
 from rollverify.tasks.base import Task
-from rollverify.tasks.custom_reward import load_reward
 from rollverify.tracking import MLflowTracker, default_tracking_uri
 from rollverify.training.loop import TrainingLoop
 from rollverify.training.parts import check_engine_fits, engine_running, make_engine, make_task
@@ -136,8 +136,7 @@ def resume_plan(
     """
     run_dir = find_run(Path(run_dir))
     checkpoint = latest(run_dir / "checkpoints")
-    base = load_config(config_path if config_path is not None else run_dir / "config.yaml")
-    config = base.with_overrides(overrides or {})
+    config = resumed_config(run_dir, overrides, config_path)
     if checkpoint is not None:
         asked = (overrides or {}).get("train.steps") is not None
         if config.train.steps <= checkpoint.step and not asked:
@@ -161,27 +160,15 @@ def resume_plan(
     return RunPlan(config, run_dir, checkpoint, parent_run_id, on_step, engine)
 
 
-def find_run(folder: Path) -> Path:
-    """A run folder (it has config.yaml), or the one run of an output folder."""
-    if (folder / "config.yaml").is_file():
-        return folder
-    runs = sorted(p.parent for p in folder.glob("*/config.yaml")) if folder.is_dir() else []
-    if len(runs) == 1:
-        return runs[0]
-    if runs:
-        listed = ", ".join(p.name for p in runs)
-        raise ValueError(f"RUN_DIR {folder}: holds {len(runs)} runs ({listed}); name one of them")
-    raise ValueError(f"RUN_DIR {folder}: not a run folder (no config.yaml); check the path")
-
-
 def run(plan: RunPlan) -> RunSummary:
     """setup; train; cleanup. The folder and its config come first, so a run killed at any
     later moment (loading the model, starting engines) can be resumed. Every rank of a world
     runs this with the same plan (worker.py)."""
-    problems = sharding_problems(plan.config)
-    if problems:
-        raise ConfigError(problems)
     world = World.joined()
+    if world.main:  # (a launcher checks before its workers start; its rank 0 again)
+        # GPUs counted here are this machine's, except in a Ray worker (a sweep trial, a
+        # comparison's pair): Ray shows it the GPUs it holds, its engines hold their own.
+        check_before_start(plan.config, gpus_here=not _in_ray_worker())
     if world.size == 1 and plan.config.train.processes > 1:
         from rollverify.training.launch import launch
 
@@ -195,7 +182,6 @@ def run(plan: RunPlan) -> RunSummary:
         )
     config, run_dir = plan.config, plan.run_dir
     if world.main:
-        _check_inputs(config)
         run_dir.mkdir(parents=True, exist_ok=True)
     with run_lock(run_dir) if world.main else nullcontext():
         started = time.perf_counter()
@@ -221,20 +207,23 @@ def run(plan: RunPlan) -> RunSummary:
 
 
 def prepare_folder(plan: RunPlan) -> None:
-    """A launched run's folder, before its workers start: the inputs checked, config.yaml,
-    and its MLflow run (a child of plan.parent_run_id from the start; rank 0 continues it)."""
-    _check_inputs(plan.config)
+    """A launched run's folder, before its workers start (its inputs checked by run()):
+    config.yaml and its MLflow run (a child of plan.parent_run_id from the start; rank 0
+    continues it)."""
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     _write_config(plan)
     if plan.checkpoint is None:
         _tracker(plan, METHODS[plan.config.train.method].name)
 
 
-def _check_inputs(config: RunConfig) -> None:
-    """Before anything starts: data that is not there, a reward that cannot run."""
-    config.check_data()
-    if config.task.reward is not None:
-        load_reward(config.task.reward)
+def _in_ray_worker() -> bool:
+    import sys
+
+    if "ray" not in sys.modules:
+        return False
+    import ray
+
+    return ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
 
 
 def _write_config(plan: RunPlan) -> None:

@@ -62,6 +62,7 @@ def compare(
     from rollverify.compare import (
         Child,
         check_comparison,
+        check_pairs,
         comparison_tags,
         latest_comparison,
         plan,
@@ -75,11 +76,8 @@ def compare(
     folder = compare_dir or (latest_comparison(Path(run_config.output)) if resume else None)
     if folder is not None:
         check_comparison(folder, comparison_tags(methods, seeds))
+    check_pairs(run_config, children, address)  # before the live display, in a second or two
     board = Board(children, run_config.train.steps)
-    if address is not None:  # before the live display: a dead address fails in seconds
-        from rollverify.engines.ray_runtime import check_reachable
-
-        check_reachable(address, "--address")
 
     def progress(child: Child, step: int, metrics: dict[str, float]) -> None:
         board.update(child, step, metrics)
@@ -87,8 +85,8 @@ def compare(
 
     from rollverify.compare import compare as run_compare  # heavy: torch, TRL, MLflow
 
-    with Live(board.table(), console=stderr, refresh_per_second=4) as live:
-        try:
+    try:
+        with Live(board.table(), console=stderr, refresh_per_second=4) as live:
             result = run_compare(
                 run_config,
                 methods,
@@ -97,12 +95,15 @@ def compare(
                 resume_folder=folder,
                 address=address,
             )
-        except KeyboardInterrupt:
-            stderr.print(
-                "interrupted: engines stopped, MLflow runs marked KILLED; continue with: rvctl "
-                "compare ... --resume (the same methods and options)"
-            )
-            raise
+    except KeyboardInterrupt:
+        stderr.print(
+            "interrupted: engines stopped, MLflow runs marked KILLED; continue with: rvctl "
+            "compare ... --resume (the same methods and options)"
+        )
+        raise
+    finally:
+        if not stderr.is_terminal:  # Live ends its last line on a terminal only
+            stderr.line()
     from rvctl.commands.report import show_report
 
     show_report(

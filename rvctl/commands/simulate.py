@@ -81,7 +81,7 @@ def simulate(
         methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
         contexts=_numbers(context, int, "--context"),
         gpu=gpu or run_config.cost.gpu,
-        steps=steps or run_config.train.steps,
+        steps=steps if steps is not None else run_config.train.steps,  # (0 is refused)
         seeds=seeds,
         prompt_tokens=prompt_tokens,
         lengths=lengths_of_run(lengths_from) if lengths_from else _length_model(lengths),

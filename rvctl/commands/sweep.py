@@ -49,7 +49,7 @@ def sweep(
 ) -> None:
     """Run a grid of trainings (one Ray Tune trial each) and print the grid's table."""
     from rollverify.config import load_config
-    from rollverify.sweep import load_grid
+    from rollverify.sweep import check_grid, load_grid
 
     # click hands unknown options (--ds ...) to the NAMES argument: split them off again
     words = [*names, *context.args]
@@ -62,6 +62,7 @@ def sweep(
     )
     grid = load_grid(names, values)
     folder = sweep_dir or (_latest(Path(run_config.output), names) if resume else None)
+    check_grid(run_config, grid, gpus_here=address is None)  # every point, before Ray starts
     if address is not None:  # before the live display: a dead address fails in seconds
         from rollverify.engines.ray_runtime import check_reachable
 

@@ -14,6 +14,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rollverify.metrics import LIVE
+from rollverify.preflight import check_before_start
+from rollverify.run_folder import find_run, resumed_config
 from rvctl.options import (
     ConfigOption,
     EngineOption,
@@ -74,6 +76,7 @@ def train(
     run_config = load_config(config, overrides)
     if dry_run:
         return _dry_run(run_config, format)
+    check_before_start(run_config)  # in a second or two, before torch and TRL load
     from rollverify.training.run import train as run_training  # heavy: torch, TRL, MLflow
 
     summary = _with_progress(
@@ -109,10 +112,11 @@ def resume(
         settings,
         **{"train.checkpoint_every": checkpoint_every},
     )
-    from rollverify.training.run import RunFinished, find_run  # heavy: torch, TRL, MLflow
+    run_dir = find_run(run_dir)
+    check_before_start(resumed_config(run_dir, overrides, config))  # before torch and TRL
+    from rollverify.training.run import RunFinished  # heavy: torch, TRL, MLflow
     from rollverify.training.run import resume as resume_run
 
-    run_dir = find_run(run_dir)
     try:
         summary = _with_progress(
             run_dir.name,

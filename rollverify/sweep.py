@@ -208,7 +208,8 @@ def sweep(
                 ),
             )
         watcher.start()
-        results = tuner.fit()
+        with _tune_quiet():  # a failed trial is told once, by TrialsFailed, in one line
+            results = tuner.fit()
         status = "FINISHED" if not results.errors else "FAILED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -217,25 +218,46 @@ def sweep(
         watcher.stop()
         parent.finish(status)
         stop_ray()
-    failed = [trial_failure(r.config, r.error) for r in results if r.error is not None]
-    if failed:
-        raise TrialsFailed("\n".join(failed))
+    errors = [r for r in results if r.error is not None]
+    if errors:
+        failed = TrialsFailed("\n".join(trial_failure(r.config, r.error) for r in errors))
+        # the trials' own input (every one a ValueError: a reward, data) is the user's: 2
+        failed.exit_code = 2 if all(_cause(r.error, ValueError) for r in errors) else 1
+        failed.hint = f"each trial's traceback: {folder / 'trials'}/*/error.txt"
+        raise failed
     trials_done = [dict(r.metrics or {}) | {"config": r.config} for r in results]
     return SweepResult(folder, run_id, uri, trials_done)
 
 
 def trial_failure(params: dict[str, Any], error: BaseException) -> str:
     """`trial ds=0.01 seed=0: <the trial's own error, one line>`: Ray's wrappers taken off."""
-    import ray.exceptions
+    from rollverify.faults import one_line
 
-    from rollverify.faults import describe
+    fields = {k: v for k, v in params.items() if k != "train.seed"}
+    name = point_name(fields | {"seed": params.get("train.seed")})
+    return f"trial {name}: {one_line(_cause(error))}"
+
+
+def _cause(error: BaseException, kind: type | None = None) -> Any:
+    """The trial's own error under Ray's wrappers (with `kind`: whether it is one)."""
+    import ray.exceptions
 
     while isinstance(error, ray.exceptions.RayTaskError) and error.cause is not None:
         error = error.cause
-    fields = {k: v for k, v in params.items() if k != "train.seed"}
-    name = point_name(fields | {"seed": params.get("train.seed")})
-    why = str(error).splitlines()[0] if isinstance(error, ValueError) else describe(error)
-    return f"trial {name}: {why}"
+    return isinstance(error, kind) if kind is not None else error
+
+
+@contextlib.contextmanager
+def _tune_quiet():
+    import logging
+
+    tune_logger = logging.getLogger("ray.tune")
+    level = tune_logger.level
+    tune_logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        tune_logger.setLevel(level)
 
 
 def run_trial(params: dict[str, Any], base: dict[str, Any], parent_run_id: str) -> None:

@@ -84,8 +84,9 @@ def _fail(error: Exception, code: int) -> None:
     # Plain print: rich would wrap a long path and read [brackets] in it as markup.
     for line in str(error).splitlines() or [type(error).__name__]:
         print(f"error: {line}", file=sys.stderr)
+    hint = getattr(error, "hint", "RVCTL_DEBUG=1 shows the traceback")
     if code != USAGE_ERROR:  # the user's input is fine: the traceback may help
-        print("hint: RVCTL_DEBUG=1 shows the traceback", file=sys.stderr)
+        print(f"hint: {hint}", file=sys.stderr)
     sys.exit(code)
 
 

@@ -172,3 +172,26 @@ def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
             last(uri, run.info.run_id, "eval_accuracy")
         )
     assert MlflowClient(parent["tracking_uri"]).get_run(parent["run_id"]).info.status == "FINISHED"
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_failed_sweep_trials_are_told_by_their_grid_point_in_one_line_each(tmp_path):
+    """Two trials side by side (one CPU each), both failing at their first reward: the sweep
+    names each grid point with its trial's own error (no Ray or Tune traceback), exit 2 (the
+    reward is the user's input); each trial trained in a folder of its own."""
+    reward = tmp_path / "nan_reward.py"
+    reward.write_text("def score(response, answer):\n    return float('nan')\n")
+    config = tiny_config(tmp_path, **{"task.reward": f"{reward}:score", "train.steps": 1})
+    command = [*RVCTL, "sweep", "ds", "--ds", "0.01,0.02", "--config", str(config)]
+    result = subprocess.run(
+        [*command, "--output", str(tmp_path / "runs")], capture_output=True, text=True
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = sorted(line for line in result.stderr.splitlines() if line.startswith("error: "))
+    said = f"task.reward {reward}:score returned nan for the response"
+    assert [e.split(" for the response")[0] for e in errors] == [
+        f"error: trial ds={ds} seed=0: {said.split(' for the response')[0]}"
+        for ds in ("0.01", "0.02")
+    ]
+    assert len(list((tmp_path / "runs").glob("sweep-ds-*/rollverify-s0-*"))) == 2

@@ -14,6 +14,7 @@ by address keeps its own token handling (docs/clusters.md).
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import signal
@@ -70,6 +71,10 @@ def _init(address: str | None) -> None:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     else:
         _enter_private_mode()
+        # Ray says token authentication is on, each start: it is, with our token (above).
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(
+            logging.ERROR
+        )
         ray.init(
             address="local",
             include_dashboard=False,

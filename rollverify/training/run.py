@@ -1,7 +1,7 @@
 """The training recipe: setup(); train(); cleanup(). What `rvctl train` and `rvctl resume` run.
 
 rvctl train --method rollverify --steps 60 --seed 0
-rvctl resume runs/rollverify-s0-20261130-031500
+rvctl resume runs/rollverify-s0-20261130-031500-3f2a
 
 With train.processes > 1, `run` starts that many workers through torchrun (launch.py); each
 runs this recipe as one rank of the world (world.py): rank 0 with the engine, MLflow and the
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -66,7 +67,9 @@ class RunSummary:
 
 
 def run_dir_for(config: RunConfig) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    """A new run's folder: method, seed, time, and a random tag (a sweep's trials of one seed
+    start in the same second, side by side)."""
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     return Path(config.output) / f"{config.train.method}-s{config.train.seed}-{stamp}"
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import datasets
@@ -21,6 +20,7 @@ from rollverify.data.math_problems import MATH_DATA_DIR, load_math_set
 from rollverify.data.prompts import DAPO_TEMPLATE, INSTRUCTION
 from rollverify.rewards.math_answer import math_answer_reward
 from rollverify.tasks.math_task import MathTask
+from tests.cli import run_rvctl
 
 ROOT = Path(__file__).resolve().parents[1]
 FLAT = [
@@ -81,14 +81,15 @@ def loaded(math_set) -> list[tuple]:
     return [(p.problem, p.answer) for p in math_set.problems]
 
 
-def rvctl(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "rvctl.app", *args],
-        cwd=ROOT,  # not tests/: a folder named like a library would shadow it
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+@pytest.fixture
+def rvctl(monkeypatch, capsys):
+    """`rvctl ARGS` in this process (tests/cli.py), from the checkout's root."""
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        monkeypatch.chdir(ROOT)
+        return run_rvctl(list(args), monkeypatch, capsys)
+
+    return run
 
 
 @pytest.mark.parametrize("name", ["list.json", "lines.json", "lines.jsonl", "t.parquet", "t.csv"])
@@ -253,7 +254,7 @@ BROKEN = {  # file -> (content, what the one line must say)
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))
-def test_a_broken_file_gets_one_line_naming_it_and_why(tmp_path, name):
+def test_a_broken_file_gets_one_line_naming_it_and_why(tmp_path, name, rvctl):
     content, reason = BROKEN[name]
     path = tmp_path / name
     if content is None:  # a Parquet file under another name
@@ -269,7 +270,7 @@ def test_a_broken_file_gets_one_line_naming_it_and_why(tmp_path, name):
     assert done.stderr.splitlines() == [f"error: {error.value}"]
 
 
-def test_check_reports_usable_and_skipped_records_by_reason(tmp_path):
+def test_check_reports_usable_and_skipped_records_by_reason(tmp_path, rvctl):
     path = write(tmp_path / "dapo.parquet", VERL)
     done = rvctl("data", "check", str(path), "--format", "json")
     assert done.returncode == 0, done.stderr

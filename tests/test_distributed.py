@@ -25,6 +25,7 @@ from rollverify.metrics import CACHE_TOKENS_VERIFIED, SYNC_LOGPROB_GAP
 from rollverify.sweep import trial_resources
 from rollverify.training.run import train
 from tests.runs import comparable, history, metric_history, tiny, tiny_file
+from tests.sockets import beyond_loopback, listening, tree
 
 pytestmark = pytest.mark.slow
 
@@ -96,8 +97,11 @@ def test_a_stopped_then_killed_run_resumes_to_the_uninterrupted_weights(runs, tm
     command = [*RVCTL, "train", "--config", str(config), "--output", str(tmp_path / "runs")]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
+    sockets: set = set()  # of the launcher and its ranks, once they train (every store is up)
     while time.monotonic() < deadline and process.poll() is None:
         progress = list((tmp_path / "runs").glob("rollverify-*/progress.jsonl"))
+        if progress and not sockets:
+            sockets = listening(tree(process.pid))
         if progress and '"step": 1,' in progress[0].read_text():
             break
         time.sleep(0.2)
@@ -108,6 +112,8 @@ def test_a_stopped_then_killed_run_resumes_to_the_uninterrupted_weights(runs, tm
     assert f"continue with: rvctl resume {run_dir}" in stderr, stderr[-3000:]
     assert "Traceback" not in stderr
     assert 1 <= latest(run_dir / "checkpoints").step < 3  # after the step in progress
+    # torchrun's stores and the ranks' gloo pairs listen on loopback only (issue 19)
+    assert sockets and not beyond_loopback(sockets), beyond_loopback(sockets)
 
     killed = subprocess.run(
         [*RVCTL, "resume", str(run_dir)],

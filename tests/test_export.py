@@ -4,7 +4,6 @@ weights, the base model's config and tokenizer; bad input is one line, nothing w
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rollverify.checkpoint_files import folder_for, load_group
 from rollverify.export import export as export_model
 from rollverify.training.run import train
+from tests.cli import run_rvctl
 from tests.runs import tiny
 
 pytestmark = pytest.mark.slow  # a training run; the CLI started twice, the rest in-process
-
-RVCTL = [sys.executable, "-m", "rvctl.app"]
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +26,14 @@ def run(tmp_path_factory):
     return Path(summary.run_dir)
 
 
-def export(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*RVCTL, "export", *args], capture_output=True, text=True)
+def export(monkeypatch, capsys, *args: str) -> subprocess.CompletedProcess:
+    """`rvctl export ARGS`, in this process (tests/cli.py)."""
+    return run_rvctl(["export", *args], monkeypatch, capsys)
 
 
-def test_the_exported_folder_loads_with_the_checkpoints_weights(run, tmp_path):
+def test_the_exported_folder_loads_with_the_checkpoints_weights(run, tmp_path, monkeypatch, capsys):
     out = tmp_path / "policy"
-    result = export(str(run), "--out", str(out))
+    result = export(monkeypatch, capsys, str(run), "--out", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
     weights = load_group(folder_for(run / "checkpoints", 2) / "model.safetensors")
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
@@ -56,11 +55,11 @@ def test_a_step_picks_that_checkpoint(run, tmp_path):
     assert all(torch.equal(loaded[name], weights[name]) for name in weights)
 
 
-def test_bad_input_is_one_line_and_writes_nothing(run, tmp_path):
+def test_bad_input_is_one_line_and_writes_nothing(run, tmp_path, monkeypatch, capsys):
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "note.txt").write_text("keep me")
-    result = export(str(run), "--out", str(taken))  # the command line's one-line error
+    result = export(monkeypatch, capsys, str(run), "--out", str(taken))  # the CLI's one line
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --out"), lines

@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from rollverify.compare import compare
 from rollverify.config import load_config
 from rollverify.training.run import train
+from tests.cli import run_rvctl
 from tests.ray_cluster import SINGLE_MACHINE, ray_cluster
 from tests.runs import comparable, history, metric_history, tiny_file
 from tests.sockets import beyond_loopback, listening, token_readable_by_others, tree
@@ -42,10 +43,10 @@ def last(uri: str, run_id: str, metric: str) -> float:
 
 
 @pytest.mark.slow
-def test_compare_runs_every_method_under_one_parent_and_reports_it(tmp_path):
-    command = [*RVCTL, "compare", "grpo", "rollverify", "--seeds", "1"]
+def test_compare_runs_every_method_under_one_parent_and_reports_it(tmp_path, monkeypatch, capsys):
+    command = ["compare", "grpo", "rollverify", "--seeds", "1"]
     command += ["--config", str(tiny_config(tmp_path)), "--output", str(tmp_path), "-f", "json"]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = run_rvctl(command, monkeypatch, capsys)  # in this process: no second import
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {row["method"]: row for row in json.loads(result.stdout)}
     assert list(rows) == ["grpo", "rollverify"]
@@ -82,7 +83,7 @@ def test_compare_runs_every_method_under_one_parent_and_reports_it(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_compare_on_a_ray_cluster_runs_the_pairs_there_side_by_side(tmp_path):
+def test_compare_and_sweep_on_a_ray_cluster_run_there_side_by_side(tmp_path):
     config_file = tiny_config(tmp_path, **{"train.steps": 1})
     command = [*RVCTL, "compare", "grpo", "rollverify", "--config", str(config_file)]
     command += ["--output", str(tmp_path / "runs"), "-f", "json"]
@@ -93,6 +94,7 @@ def test_compare_on_a_ray_cluster_runs_the_pairs_there_side_by_side(tmp_path):
         result = subprocess.run(
             [*command, "--address", address], capture_output=True, text=True, env=token
         )
+        failed = _failing_sweep(tmp_path, address, token)
     assert result.returncode == 0, result.stderr[-3000:]
     assert [row["method"] for row in json.loads(result.stdout)] == ["grpo", "rollverify"]
     (folder,) = (tmp_path / "runs").glob("compare-*")
@@ -104,11 +106,32 @@ def test_compare_on_a_ray_cluster_runs_the_pairs_there_side_by_side(tmp_path):
     # Side by side: each started before the other ended (in one process they run in turn).
     assert grpo.info.start_time < rollverify.info.end_time
     assert rollverify.info.start_time < grpo.info.end_time
+    # Two sweep trials side by side on the cluster, both failing at their first reward: the
+    # sweep names each grid point with its trial's own error (no Ray or Tune traceback), exit 2
+    # (the reward is the user's input); each trial trained in a folder of its own.
+    reward = tmp_path / "nan_reward.py"
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr[-3000:]
+    errors = sorted(line for line in failed.stderr.splitlines() if line.startswith("error: "))
+    assert [e.split(" for the response")[0] for e in errors] == [
+        f"error: trial ds={ds} seed=0: task.reward {reward}:score returned nan"
+        for ds in ("0.01", "0.02")
+    ]
+    assert len(list((tmp_path / "sweep").glob("sweep-ds-*/rollverify-s0-*"))) == 2
     # No cluster there any more: refused in seconds naming the option, nothing written.
     config = load_config(tiny_config(tmp_path), {"output": str(tmp_path / "again")})
     with pytest.raises(ValueError, match="--address: no Ray cluster answers at"):
         compare(config, ["grpo"], address=address)
     assert not (tmp_path / "again").exists()
+
+
+def _failing_sweep(tmp_path: Path, address: str, env: dict) -> subprocess.CompletedProcess:
+    """`rvctl sweep ds` of two grid points on the cluster, with a reward that returns nan."""
+    reward = tmp_path / "nan_reward.py"
+    reward.write_text("def score(response, answer):\n    return float('nan')\n")
+    config = tiny_file(tmp_path / "nan.yaml", **{"task.reward": f"{reward}:score"})
+    command = [*RVCTL, "sweep", "ds", "--ds", "0.01,0.02", "--config", str(config)]
+    command += ["--steps", "1", "--output", str(tmp_path / "sweep"), "--address", address]
+    return subprocess.run(command, capture_output=True, text=True, env=env)
 
 
 def test_compare_refuses_an_unknown_method_before_any_work(tmp_path):
@@ -172,26 +195,3 @@ def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
             last(uri, run.info.run_id, "eval_accuracy")
         )
     assert MlflowClient(parent["tracking_uri"]).get_run(parent["run_id"]).info.status == "FINISHED"
-
-
-@pytest.mark.slow
-@pytest.mark.ray
-def test_failed_sweep_trials_are_told_by_their_grid_point_in_one_line_each(tmp_path):
-    """Two trials side by side (one CPU each), both failing at their first reward: the sweep
-    names each grid point with its trial's own error (no Ray or Tune traceback), exit 2 (the
-    reward is the user's input); each trial trained in a folder of its own."""
-    reward = tmp_path / "nan_reward.py"
-    reward.write_text("def score(response, answer):\n    return float('nan')\n")
-    config = tiny_config(tmp_path, **{"task.reward": f"{reward}:score", "train.steps": 1})
-    command = [*RVCTL, "sweep", "ds", "--ds", "0.01,0.02", "--config", str(config)]
-    result = subprocess.run(
-        [*command, "--output", str(tmp_path / "runs")], capture_output=True, text=True
-    )
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    errors = sorted(line for line in result.stderr.splitlines() if line.startswith("error: "))
-    said = f"task.reward {reward}:score returned nan for the response"
-    assert [e.split(" for the response")[0] for e in errors] == [
-        f"error: trial ds={ds} seed=0: {said.split(' for the response')[0]}"
-        for ds in ("0.01", "0.02")
-    ]
-    assert len(list((tmp_path / "runs").glob("sweep-ds-*/rollverify-s0-*"))) == 2

@@ -8,6 +8,7 @@ summary rank 0 wrote. torchrun watches the workers: when one dies, it stops the 
 this process says which rank died, in one line; the last good checkpoint stays resumable.
 A Ctrl-C / SIGTERM here reaches the workers once (torchrun sends it on; each worker has its
 own session, so the terminal's does not): rank 0 stops after the step, as one process would.
+Everything it starts listens on loopback only (loopback_stores.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rollverify.checkpoint_files import newest_step
+from rollverify.training.loopback_stores import loopback_stores
 
 if TYPE_CHECKING:
     from rollverify.training.run import RunPlan, RunSummary
@@ -76,9 +78,10 @@ def launch(plan: RunPlan, prepare: Callable[[RunPlan], None]) -> RunSummary:
         {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
     )
     try:
-        elastic_launch(config, sys.executable)(
-            "-m", "rollverify.training.worker", str(plan.run_dir)
-        )
+        with loopback_stores():
+            elastic_launch(config, sys.executable)(
+                "-m", "rollverify.training.worker", str(plan.run_dir)
+            )
     except SignalException:  # torchrun sent it on to the workers and waited for them
         raise _interrupted(plan.run_dir) from None
     except ChildFailedError as failed:

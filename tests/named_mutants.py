@@ -420,4 +420,65 @@ MUTANTS = [
             "tests/test_orchestration.py::test_sweep_on_ray_resumes_without_rerunning_finished_trials",
         ),
     ),
+    Mutant(
+        "output-not-probed",
+        "a run's output folder is tried (a folder made and removed), not judged by os.access",
+        "rollverify/preflight.py",
+        '        os.rmdir(tempfile.mkdtemp(prefix=".rvctl-check-", dir=existing))',
+        "        os.access(existing, os.W_OK)",
+        (
+            "tests/test_bad_input.py::test_an_output_folder_that_cannot_be_written_is_named",
+            "tests/test_cli_fuzz.py::"
+            "test_any_wrong_command_line_is_one_line_per_problem_exit_2_nothing_started",
+        ),
+    ),
+    Mutant(
+        "usage-errors-boxed",
+        "click's usage errors (an unknown option, a wrong type) are one line like the rest",
+        "rvctl/app.py",
+        "        code = app(standalone_mode=False)",
+        "        code = app()",
+        (
+            "tests/test_cli_fuzz.py::"
+            "test_any_wrong_command_line_is_one_line_per_problem_exit_2_nothing_started",
+        ),
+    ),
+    Mutant(
+        "grid-points-unchecked",
+        "every grid point of a sweep is checked before Ray starts",
+        "rollverify/sweep.py",
+        "    for point in grid_points(grid):",
+        "    for point in []:",
+        ("tests/test_bad_input.py::test_a_sweep_names_each_bad_grid_point_before_ray_starts",),
+    ),
+    Mutant(
+        "pair-failure-unnamed",
+        "a run that fails inside a comparison is told as that pair's one line",
+        "rollverify/compare.py",
+        "                raise failed from error",
+        "                raise",
+        ("tests/test_bad_input.py::test_a_run_that_fails_inside_a_comparison_is_its_one_line",),
+    ),
+    Mutant(
+        "trial-failure-unnamed",
+        "a failed sweep trial is told by its grid point in one line",
+        "rollverify/sweep.py",
+        "        raise failed",
+        "        pass",
+        (
+            "tests/test_orchestration.py::"
+            "test_compare_and_sweep_on_a_ray_cluster_run_there_side_by_side",
+        ),
+    ),
+    Mutant(
+        "stores-on-every-interface",
+        "torchrun's stores of a launched multi-process run listen on loopback only",
+        "rollverify/training/launch.py",
+        "        with loopback_stores():",
+        "        with open(os.devnull):",
+        (
+            "tests/test_distributed.py::"
+            "test_a_stopped_then_killed_run_resumes_to_the_uninterrupted_weights",
+        ),
+    ),
 ]

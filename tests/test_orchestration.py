@@ -106,17 +106,15 @@ def test_compare_and_sweep_on_a_ray_cluster_run_there_side_by_side(tmp_path):
     # Side by side: each started before the other ended (in one process they run in turn).
     assert grpo.info.start_time < rollverify.info.end_time
     assert rollverify.info.start_time < grpo.info.end_time
-    # Two sweep trials side by side on the cluster, both failing at their first reward: the
-    # sweep names each grid point with its trial's own error (no Ray or Tune traceback), exit 2
-    # (the reward is the user's input); each trial trained in a folder of its own.
+    # A sweep trial on the cluster that fails at its first reward: the sweep names its grid
+    # point with the trial's own error (no Ray or Tune traceback), exit 2 (the reward is the
+    # user's input).
     reward = tmp_path / "nan_reward.py"
     assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr[-3000:]
-    errors = sorted(line for line in failed.stderr.splitlines() if line.startswith("error: "))
+    errors = [line for line in failed.stderr.splitlines() if line.startswith("error: ")]
     assert [e.split(" for the response")[0] for e in errors] == [
-        f"error: trial ds={ds} seed=0: task.reward {reward}:score returned nan"
-        for ds in ("0.01", "0.02")
+        f"error: trial ds=0.01 seed=0: task.reward {reward}:score returned nan"
     ]
-    assert len(list((tmp_path / "sweep").glob("sweep-ds-*/rollverify-s0-*"))) == 2
     # No cluster there any more: refused in seconds naming the option, nothing written.
     config = load_config(tiny_config(tmp_path), {"output": str(tmp_path / "again")})
     with pytest.raises(ValueError, match="--address: no Ray cluster answers at"):
@@ -125,11 +123,11 @@ def test_compare_and_sweep_on_a_ray_cluster_run_there_side_by_side(tmp_path):
 
 
 def _failing_sweep(tmp_path: Path, address: str, env: dict) -> subprocess.CompletedProcess:
-    """`rvctl sweep ds` of two grid points on the cluster, with a reward that returns nan."""
+    """`rvctl sweep ds` of one grid point on the cluster, with a reward that returns nan."""
     reward = tmp_path / "nan_reward.py"
     reward.write_text("def score(response, answer):\n    return float('nan')\n")
     config = tiny_file(tmp_path / "nan.yaml", **{"task.reward": f"{reward}:score"})
-    command = [*RVCTL, "sweep", "ds", "--ds", "0.01,0.02", "--config", str(config)]
+    command = [*RVCTL, "sweep", "ds", "--ds", "0.01", "--config", str(config)]
     command += ["--steps", "1", "--output", str(tmp_path / "sweep"), "--address", address]
     return subprocess.run(command, capture_output=True, text=True, env=env)
 

@@ -26,6 +26,7 @@ from rollverify import trace
 from rollverify.checkpoint_files import folder_for, latest
 from rollverify.config import ConfigError, load_config
 from rollverify.training.run import resume, train
+from tests.cli import run_rvctl
 from tests.runs import tiny_file
 
 # Every test trains a run of 3 to 6 steps and resumes it (or needs the reference run): the
@@ -77,7 +78,9 @@ def reference(tmp_path_factory):
     return train(config)
 
 
-def test_killed_at_three_points_and_resumed_ends_like_an_uninterrupted_run(tmp_path, reference):
+def test_killed_at_three_points_and_resumed_ends_like_an_uninterrupted_run(
+    tmp_path, reference, monkeypatch, capsys
+):
     output = tmp_path / "runs"
     config = str(config_file(tmp_path))
     # Killed as it starts: folder, config and MLflow run made, no checkpoint yet. Resumed
@@ -107,7 +110,7 @@ def test_killed_at_three_points_and_resumed_ends_like_an_uninterrupted_run(tmp_p
     assert not list(checkpoints.glob(".tmp-*"))
     # A script that always resumes: a finished run says so, exit 0, and nothing changes.
     saved = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")}
-    again = run_cli("resume", str(run_dir))
+    again = run_rvctl(["resume", str(run_dir)], monkeypatch, capsys)  # (in this process)
     assert again.returncode == 0 and "is finished" in again.stdout, again.stderr[-2000:]
     assert "--steps N" in again.stdout
     assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == saved

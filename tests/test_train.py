@@ -14,7 +14,7 @@ from rollverify.engines.protocol import SyncCheckError
 from rollverify.methods import METHODS
 from rollverify.tasks.chain import ChainProblem, chain_reward
 from rollverify.training.parts import make_engine
-from rollverify.training.run import train
+from rollverify.training.run import run_dir_for, train
 from tests.runs import cached, comparable, history, tiny, unfinished
 
 PROMPT = re.compile(r"Q:(\d)\+(\d)x(\d+)=")
@@ -215,3 +215,9 @@ def test_the_trace_counts_what_the_engine_and_trainer_did_and_prices_it(tmp_path
     assert all(modeled[s] < modeled[s + 1] for s in (1, 2))
     assert metrics["modeled_gpu_days"][3] == pytest.approx(modeled[3] * gpus / 86_400)
     assert metrics["modeled_rollout_seconds"][3] > 0 and metrics["modeled_train_seconds"][3] > 0
+
+
+def test_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path):
+    """A sweep's trials of one seed start side by side: each needs its own folder."""
+    config = tiny(tmp_path, "rollverify")
+    assert len({run_dir_for(config) for _ in range(50)}) == 50

@@ -64,8 +64,8 @@ def start_checks(config: RunConfig, gpus_here: bool = True) -> list[tuple[str, C
     checks.append(("model", lambda: model_found(config)))
     if gpus_here:
         checks.append(("devices", lambda: devices_found(config)))
-    else:
-        checks.append(("devices", lambda: ("on the Ray cluster", sharding_problems(config))))
+    else:  # (each trial, pair or rank checks its own node's, fsdp too)
+        checks.append(("devices", lambda: ("not this machine's", [])))
     checks.append(("output", lambda: output_found(config)))
     checks.append(("tracking", lambda: tracking_found(config)))
     if config.vllm.ray_address is not None and config.engine() == "vllm":
@@ -120,15 +120,20 @@ def model_found(config: RunConfig) -> tuple[str, list[str]]:
     if isinstance(cached, str):
         return f"{path} (in the Hugging Face cache)", []
     fix = f"download it (hf download {path}) or point model.path to a model folder"
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+    offline = [v for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if _is_true(v)]
+    if offline:
         return "", [
-            f"model.path: {path} is not in the local Hugging Face cache and HF_HUB_OFFLINE "
+            f"model.path: {path} is not in the local Hugging Face cache and {offline[0]} "
             f"is set; {fix}"
         ]
     problem = _hub_problem(path)
     if problem:
         return "", [f"model.path: {path} is not in the local Hugging Face cache and {problem}"]
     return f"{path} (on the hub: downloaded at start)", []
+
+
+def _is_true(variable: str) -> bool:
+    return os.environ.get(variable, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 @functools.cache  # asked once per process (a comparison's pairs, the CLI then the run)
@@ -185,7 +190,9 @@ def tracking_found(config: RunConfig) -> tuple[str, list[str]]:
     uri = config.tracking.uri
     if uri is None:
         return f"sqlite in {config.output}", []
-    scheme = urlsplit(uri).scheme.split("+")[0]
+    if uri == "databricks" or uri.startswith(("databricks:", "databricks-uc")):
+        return uri, []  # (MLflow's own names for a Databricks workspace)
+    scheme = urlsplit(uri).scheme.split("+")[0]  # sqlite+pysqlite: a driver named
     if scheme in ("", "file") or len(scheme) == 1:  # a path (C: on Windows)
         where = uri.removeprefix("file://")
         return "", [
@@ -198,7 +205,7 @@ def tracking_found(config: RunConfig) -> tuple[str, list[str]]:
             f"{', '.join(TRACKING_SCHEMES)} (e.g. sqlite:///runs/mlflow.db)"
         ]
     if scheme == "sqlite":
-        path = Path(uri.removeprefix("sqlite:///"))
+        path = Path(uri.split(":///", 1)[1] if ":///" in uri else "")
         if path.is_dir():
             return "", [
                 f"tracking.uri: {path} is a folder; name the database file, e.g. "
@@ -215,7 +222,12 @@ def tracking_found(config: RunConfig) -> tuple[str, list[str]]:
         return uri, []
     if scheme in ("http", "https"):
         parts = urlsplit(uri)
-        port = parts.port or (443 if scheme == "https" else 80)
+        try:
+            port = parts.port or (443 if scheme == "https" else 80)
+        except ValueError:  # not a number
+            return "", [f"tracking.uri: {uri} has no valid port; write http://HOST:PORT"]
+        if _proxied(parts.hostname or ""):  # the proxy connects, not this machine
+            return uri, []
         import socket
 
         try:
@@ -227,6 +239,12 @@ def tracking_found(config: RunConfig) -> tuple[str, list[str]]:
                 "the address"
             ]
     return uri, []
+
+
+def _proxied(host: str) -> bool:
+    import urllib.request
+
+    return bool(urllib.request.getproxies()) and not urllib.request.proxy_bypass(host)
 
 
 def ray_found(address: str) -> tuple[str, list[str]]:

@@ -50,12 +50,13 @@ def test_a_model_that_is_not_here_is_named_in_seconds(tmp_path, monkeypatch):
     def problems(path: str) -> list[str]:
         return model_found(load_config(overrides={"model.path": path}))[1]
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    (problem,) = problems("someone/no-such-model")
-    assert problem.startswith("model.path: someone/no-such-model is not in the local Hugging ")
-    assert "HF_HUB_OFFLINE" in problem and "hf download someone/no-such-model" in problem
+    for offline in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):  # either is huggingface_hub's
+        monkeypatch.setenv(offline, "1")
+        (problem,) = problems("someone/no-such-model")
+        assert problem.startswith("model.path: someone/no-such-model is not in the local Huggi")
+        assert offline in problem and "hf download someone/no-such-model" in problem
+        monkeypatch.delenv(offline)
     # Online, but the hub does not answer (here: nothing listens at its address): one request.
-    monkeypatch.delenv("HF_HUB_OFFLINE")
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
@@ -104,6 +105,7 @@ def test_an_output_folder_that_cannot_be_written_is_named(tmp_path, output, expe
         ("sqlite:///HERE", "tracking.uri: HERE is a folder; name the database file"),
         ("ftp://host/x", "tracking.uri: unknown scheme 'ftp' in ftp://host/x; use one of"),
         ("http://127.0.0.1:PORT", "tracking.uri: no MLflow server answers at http://127.0.0.1:"),
+        ("http://host:abc", "tracking.uri: http://host:abc has no valid port"),
     ],
 )
 def test_a_tracking_store_that_cannot_work_is_named(tmp_path, uri, expected):
@@ -119,6 +121,8 @@ def test_a_tracking_store_that_cannot_work_is_named(tmp_path, uri, expected):
     (problem,) = tracking_found(config)[1]
     assert problem.startswith(expected), problem
     assert tracking_found(load_config(overrides={"output": here}))[1] == []
+    for fine in ("databricks", f"sqlite+pysqlite:///{here}/m.db", f"sqlite:///{here}/m.db"):
+        assert tracking_found(load_config(overrides={"tracking.uri": fine}))[1] == [], fine
 
 
 @pytest.mark.slow  # a comparison's first run, until its reward fails (~5 s)
@@ -133,3 +137,13 @@ def test_a_run_that_fails_inside_a_comparison_is_its_one_line(tmp_path, monkeypa
     assert first.startswith(f"grpo/s0: task.reward {reward}:score returned nan for the response")
     assert then.startswith("the pairs after it did not run; fix it and go on")
     assert not list(Path(tmp_path).glob("compare-*/partial-*")), "partial never started"
+
+
+def test_a_launched_world_meets_on_loopback():
+    """The node's address, where the ranks find the store they share, is 127.0.0.1 (torch
+    would take the host's name, which may resolve to an address the store does not listen
+    on: training/loopback_stores.py binds it to 127.0.0.1)."""
+    from rollverify.training.launch import launch_config
+
+    config = launch_config(2)
+    assert config.local_addr == "127.0.0.1" and config.rdzv_endpoint.startswith("127.0.0.1:")

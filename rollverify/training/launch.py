@@ -47,25 +47,14 @@ def launch(plan: RunPlan, prepare: Callable[[RunPlan], None]) -> RunSummary:
     """Run `plan` on train.processes workers; `prepare` writes the folder and MLflow run."""
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import elastic_launch
 
     from rollverify.training.run import RunSummary
 
     prepare(plan)
     progress = plan.run_dir / PROGRESS
     progress.unlink(missing_ok=True)
-    config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
-        nproc_per_node=plan.config.train.processes,
-        run_id=str(uuid.uuid4()),
-        rdzv_backend="c10d",  # torchrun --standalone: a store on a free loopback port
-        rdzv_endpoint="127.0.0.1:0",
-        rdzv_configs={"is_host": True},
-        max_restarts=0,  # a dead rank stops the run: resume it from its last checkpoint
-        monitor_interval=0.5,
-        shutdown_timeout=SHUTDOWN_SECONDS,
-    )
+    config = launch_config(plan.config.train.processes)
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)  # ours: 1 line
     # torchrun's CLI sets this for its workers (accelerate warns where it is unset); the run's
     # own train.threads still applies in each worker
@@ -96,6 +85,28 @@ def launch(plan: RunPlan, prepare: Callable[[RunPlan], None]) -> RunSummary:
             signal.signal(signum, handler)
     summary = json.loads((plan.run_dir / "summary.json").read_text())
     return RunSummary(**summary)
+
+
+def launch_config(processes: int):
+    """torchrun --standalone's settings, all on loopback: the rendezvous store on a free port
+    of 127.0.0.1, and this node's address 127.0.0.1 (where the ranks find the store they share;
+    torch would take the host's name, which may resolve to an address the store does not
+    listen on: loopback_stores.py)."""
+    from torch.distributed.launcher.api import LaunchConfig
+
+    return LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=processes,
+        run_id=str(uuid.uuid4()),
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",
+        rdzv_configs={"is_host": True},
+        local_addr="127.0.0.1",
+        max_restarts=0,  # a dead rank stops the run: resume it from its last checkpoint
+        monitor_interval=0.5,
+        shutdown_timeout=SHUTDOWN_SECONDS,
+    )
 
 
 def _interrupted(run_dir: Path):

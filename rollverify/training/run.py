@@ -32,7 +32,7 @@ from rollverify.engines.protocol import RolloutEngine
 from rollverify.faults import describe, kill_point
 from rollverify.methods import METHODS
 from rollverify.metrics import EVAL_ACCURACY, OPS_MEAN, REWARD_MEAN
-from rollverify.preflight import check_before_start
+from rollverify.preflight import check_before_start, sharding_problems
 from rollverify.run_folder import find_run, resumed_config
 from rollverify.tasks.base import Task
 from rollverify.tracking import MLflowTracker, default_tracking_uri
@@ -67,9 +67,9 @@ class RunSummary:
 
 
 def run_dir_for(config: RunConfig) -> Path:
-    """A new run's folder: method, seed, time, and a random tag (a sweep's trials of one seed
-    start in the same second, side by side)."""
-    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    """A new run's folder: method, seed, time, and a random tag of 8 hex digits (a sweep's
+    trials of one seed start in the same second, side by side)."""
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
     return Path(config.output) / f"{config.train.method}-s{config.train.seed}-{stamp}"
 
 
@@ -169,9 +169,15 @@ def run(plan: RunPlan) -> RunSummary:
     runs this with the same plan (worker.py)."""
     world = World.joined()
     if world.main:  # (a launcher checks before its workers start; its rank 0 again)
-        # GPUs counted here are this machine's, except in a Ray worker (a sweep trial, a
-        # comparison's pair): Ray shows it the GPUs it holds, its engines hold their own.
-        check_before_start(plan.config, gpus_here=not _in_ray_worker())
+        # This machine's GPUs are counted by whoever starts the run on it: not by a rank of
+        # a world (a multi-node torchrun's node has a share of them) nor in a Ray worker (a
+        # sweep trial, a comparison's pair: Ray shows it the GPUs it holds, engines hold
+        # their own).
+        gpus_here = world.size == 1 and not _in_ray_worker()
+        check_before_start(plan.config, gpus_here)
+        problems = [] if gpus_here else sharding_problems(plan.config)  # (this node's CUDA)
+        if problems:
+            raise ConfigError(problems)
     if world.size == 1 and plan.config.train.processes > 1:
         from rollverify.training.launch import launch
 

@@ -76,7 +76,7 @@ def train(
     run_config = load_config(config, overrides)
     if dry_run:
         return _dry_run(run_config, format)
-    check_before_start(run_config)  # in a second or two, before torch and TRL load
+    check_before_start(run_config)  # in a second or two, before TRL, Ray or an engine load
     from rollverify.training.run import train as run_training  # heavy: torch, TRL, MLflow
 
     summary = _with_progress(
@@ -113,7 +113,9 @@ def resume(
         **{"train.checkpoint_every": checkpoint_every},
     )
     run_dir = find_run(run_dir)
-    check_before_start(resumed_config(run_dir, overrides, config))  # before torch and TRL
+    resumed = resumed_config(run_dir, overrides, config)
+    if not _finished(run_dir, resumed, overrides):  # (a finished one says so, exit 0, below)
+        check_before_start(resumed)  # before TRL, Ray or an engine load
     from rollverify.training.run import RunFinished  # heavy: torch, TRL, MLflow
     from rollverify.training.run import resume as resume_run
 
@@ -127,6 +129,15 @@ def resume(
         print(finished)
         return
     _print_summary(summary, format)
+
+
+def _finished(run_dir: Path, config, overrides: dict) -> bool:
+    """The run trained all its steps and no --steps asks for more (resume_plan says so)."""
+    from rollverify.checkpoint_files import newest_step
+
+    step = newest_step(run_dir / "checkpoints")
+    asked = overrides.get("train.steps") is not None
+    return step is not None and config.train.steps <= step and not asked
 
 
 def _planned_steps(run_dir: Path) -> int | None:

@@ -196,7 +196,7 @@ def tracking_found(config: RunConfig) -> tuple[str, list[str]]:
     if scheme in ("", "file") or len(scheme) == 1:  # a path (C: on Windows)
         where = uri.removeprefix("file://")
         return "", [
-            f"tracking.uri: {uri} is a folder: MLflow 3 has retired its file store; use "
+            f"tracking.uri: {uri} is a path, MLflow's file store, which MLflow 3 retired; use "
             f"sqlite:///{Path(where).absolute() / 'mlflow.db'} (--tracking-uri)"
         ]
     if scheme not in TRACKING_SCHEMES:

@@ -100,7 +100,10 @@ def test_an_output_folder_that_cannot_be_written_is_named(tmp_path, output, expe
 @pytest.mark.parametrize(
     ("uri", "expected"),
     [
-        ("/data/mlruns", "tracking.uri: /data/mlruns is a folder: MLflow 3 has retired its file"),
+        (
+            "/data/mlruns",
+            "tracking.uri: /data/mlruns is a path, MLflow's file store, which MLflow 3",
+        ),
         ("sqlite:///NEW/x/m.db", "tracking.uri: no folder NEW/x for the store m.db; make it"),
         ("sqlite:///HERE", "tracking.uri: HERE is a folder; name the database file"),
         ("ftp://host/x", "tracking.uri: unknown scheme 'ftp' in ftp://host/x; use one of"),

@@ -68,7 +68,7 @@ RUN_BREAKERS = [
         owns=("task",),
     ),
     wrong("--set", "rollout.overlong_buffer=100000", says="rollout.overlong_buffer: must be"),
-    wrong("--set", "tracking.uri=/plain/folder", says="tracking.uri: /plain/folder is a fold"),
+    wrong("--set", "tracking.uri=/plain/folder", says="tracking.uri: /plain/folder is a path"),
     wrong("--set", "tracking.uri=sqlite:////no/such/m.db", says="tracking.uri: no folder /no"),
     wrong("--set", "task.reward=no_such_module:score", says="task.reward: no module"),
     *(  # wrong on a machine without GPUs only
@@ -78,7 +78,7 @@ RUN_BREAKERS = [
     ),
     wrong("--set", "novalue", says="--set novalue: expected key=value"),
     wrong("--format", "xml", says="Invalid value for '--format'"),
-    wrong("--bogus-flag", says="No such option: --bogus-flag"),
+    wrong("--bogus-flag", says="--bogus-flag"),  # (sweep: a grid option without values)
     wrong("--config", MISSING, says=f"--config {MISSING}: cannot read it"),
     wrong("--config", BAD_YAML, says="malformed YAML at line"),
     wrong("--config", BAD_FIELDS, says="train.stesp: unknown key"),
@@ -87,7 +87,7 @@ NEW_RUN_BREAKERS = [  # train, compare, sweep (resume keeps the run's folder and
     wrong("--output", A_FILE, says=f"output: cannot write runs to {A_FILE} ("),
     wrong("--output", f"{A_FILE}/below", says="output: cannot write runs to"),
     wrong("--output", "/proc/rvctl-fuzz", says="output: cannot write runs to /proc"),
-    wrong("--tracking-uri", "/plain/folder", says="MLflow 3 has retired its file store"),
+    wrong("--tracking-uri", "/plain/folder", says="MLflow's file store, which MLflow 3 retired"),
     wrong("--tracking-uri", "ftp://nowhere/x", says="tracking.uri: unknown scheme 'ftp'"),
     wrong("--tracking-uri", f"sqlite:///{EMPTY}", says=f"tracking.uri: {EMPTY} is a folder"),
 ]
@@ -235,7 +235,11 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int] | None]:
     }
 
 
-@settings(max_examples=CASES, deadline=None, suppress_health_check=list(HealthCheck))
+# derandomize: the same cases on every run, so CI is reproducible (a failing case prints its
+# command line). To explore other cases, run it with derandomize=False (each run new ones).
+@settings(
+    max_examples=CASES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+)
 @given(case=command_lines())
 def test_any_wrong_command_line_is_one_line_per_problem_exit_2_nothing_started(
     workspace, monkeypatch, capsys, case

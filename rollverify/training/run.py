@@ -1,7 +1,7 @@
 """The training recipe: setup(); train(); cleanup(). What `rvctl train` and `rvctl resume` run.
 
 rvctl train --method rollverify --steps 60 --seed 0
-rvctl resume runs/rollverify-s0-20261130-031500-3f2a
+rvctl resume runs/rollverify-s0-20261130-031500-3f2a9c01
 
 With train.processes > 1, `run` starts that many workers through torchrun (launch.py); each
 runs this recipe as one rank of the world (world.py): rank 0 with the engine, MLflow and the

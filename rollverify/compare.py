@@ -70,23 +70,12 @@ def plan(methods: list[str], seeds: int, first_seed: int) -> list[Child]:
 
 
 def check_pairs(config: RunConfig, children: list[Child], address: str | None = None) -> None:
-    """Before anything is written: the start checks (this machine's GPUs, unless the pairs go
-    to a cluster), every pair's config, the cluster's address (ConfigError / ValueError)."""
-    from rollverify.preflight import check_before_start
+    """Before anything is written: every pair's start checks, the cluster's address
+    (preflight.check_variants)."""
+    from rollverify.preflight import check_variants
 
-    check_before_start(config, gpus_here=address is None)
-    problems = []
-    for child in children:
-        try:
-            config.with_overrides({"train.method": child.method, "train.seed": child.seed})
-        except ConfigError as error:
-            problems += [f"{child.name}: {p}" for p in error.problems]
-    if problems:
-        raise ConfigError(problems)
-    if address is not None:
-        from rollverify.engines.ray_runtime import check_reachable
-
-        check_reachable(address, "--address")
+    pairs = {c.name: {"train.method": c.method, "train.seed": c.seed} for c in children}
+    check_variants(config, pairs, address)
 
 
 def open_parent(config: RunConfig, kind: str, name: str, tags: dict[str, str]) -> tuple:

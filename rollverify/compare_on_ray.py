@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollverify.config import RunConfig
 from rollverify.dicts import config_fields
-from rollverify.faults import one_line
+from rollverify.faults import one_line, own_error
 
 if TYPE_CHECKING:
     from rollverify.compare import Child
@@ -78,8 +78,7 @@ def run_pairs(
             try:
                 summaries.append(RunSummary(**ray.get(ref)))
             except ray.exceptions.RayError as error:  # the run's own error, or a dead worker
-                cause = error.cause if isinstance(error, ray.exceptions.RayTaskError) else error
-                failures.append(f"{pairs[index][0].name}: {one_line(cause)}")
+                failures.append(f"{pairs[index][0].name}: {one_line(own_error(error))}")
         if failures:
             raise PairsFailed("\n".join(failures))
         return summaries

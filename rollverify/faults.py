@@ -39,6 +39,15 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
+def own_error(error: BaseException) -> BaseException:
+    """A run's own error under Ray's wrappers (a task's, a Tune trial's: RayTaskError)."""
+    import ray.exceptions
+
+    while isinstance(error, ray.exceptions.RayTaskError) and error.cause is not None:
+        error = error.cause
+    return error
+
+
 def one_line(error: BaseException) -> str:
     """A failed run's error as its parent (a comparison, a sweep) reports it: a ValueError's
     own first line (bad input found as the run went: its message names the field), else

@@ -45,6 +45,30 @@ def check_before_start(config: RunConfig, gpus_here: bool = True) -> None:
         raise ConfigError(problems)
 
 
+def check_variants(
+    config: RunConfig, variants: dict[str, dict], address: str | None = None
+) -> None:
+    """For runs that start together (a comparison's pairs, a sweep's grid points): the start
+    checks of `config`, then of each variant (named overrides of it), each problem named by
+    its variant ("grpo/s0: ...", "grid point ds=abc: ..."); then the cluster's address, in
+    seconds (ray.init retries for minutes). With an address, this machine's GPUs are not the
+    runs' (their own run() checks their node's)."""
+    gpus_here = address is None
+    check_before_start(config, gpus_here)
+    problems = []
+    for name, overrides in variants.items():
+        try:
+            check_before_start(config.with_overrides(overrides), gpus_here)
+        except ConfigError as error:
+            problems += [f"{name}: {p}" for p in error.problems]
+    if problems:
+        raise ConfigError(problems)
+    if address is not None:
+        from rollverify.engines.ray_runtime import check_reachable
+
+        check_reachable(address, "--address")
+
+
 def preflight(config: RunConfig) -> Preflight:
     """The config (already loaded, so valid), the start checks, and the memory estimate."""
     result = Preflight()

@@ -22,6 +22,13 @@ def find_run(folder: Path) -> Path:
     raise ValueError(f"RUN_DIR {folder}: not a run folder (no config.yaml); check the path")
 
 
+def is_finished(step: int | None, config: RunConfig, overrides: dict[str, Any] | None) -> bool:
+    """A run at `step` (its newest checkpoint) trained all its steps, and no `--steps` asks for
+    more: `rvctl resume` says so and exits 0."""
+    asked = (overrides or {}).get("train.steps") is not None
+    return step is not None and config.train.steps <= step and not asked
+
+
 def resumed_config(
     run_dir: Path, overrides: dict[str, Any] | None = None, config_path: str | Path | None = None
 ) -> RunConfig:

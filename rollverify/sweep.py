@@ -21,6 +21,7 @@ import yaml
 
 from rollverify.config import RunConfig
 from rollverify.dicts import config_fields, flatten
+from rollverify.faults import one_line, own_error
 from rollverify.methods import METHODS
 from rollverify.paths import locate
 
@@ -103,22 +104,14 @@ def point_name(point: dict[str, Any]) -> str:
     return " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in point.items())
 
 
-def check_grid(config: RunConfig, grid: Grid, gpus_here: bool = True) -> None:
-    """Before Ray starts: the base config's start checks, then every grid point's config; a
-    bad point is named with each of its problems (ConfigError, one line each)."""
-    from rollverify.config import ConfigError
-    from rollverify.preflight import check_before_start
+def check_grid(config: RunConfig, grid: Grid, address: str | None = None) -> None:
+    """Before Ray starts: every grid point's start checks, a bad point named with each of its
+    problems; the cluster's address (preflight.check_variants)."""
+    from rollverify.preflight import check_variants
 
-    check_before_start(config.with_overrides({"train.method": grid.method}), gpus_here)
-    problems = []
-    for point in grid_points(grid):
-        try:
-            point_config = config.with_overrides(point | {"train.method": grid.method})
-            check_before_start(point_config, gpus_here)
-        except ConfigError as error:
-            problems += [f"grid point {point_name(point)}: {p}" for p in error.problems]
-    if problems:
-        raise ConfigError(problems)
+    base = config.with_overrides({"train.method": grid.method})
+    points = {f"grid point {point_name(p)}": p for p in grid_points(grid)}
+    check_variants(base, points, address)
 
 
 class TrialsFailed(RuntimeError):
@@ -167,7 +160,7 @@ def sweep(
 
     if folder is not None:
         config, grid = _read_plan(folder)
-    check_grid(config, grid, gpus_here=address is None)
+    check_grid(config, grid, address)
     if folder is None:
         name = "sweep-" + "-".join(n.rsplit(".", 1)[-1] for n in grid.values)
         tags = {"sweep_params": ",".join(grid.values), "method": grid.method}
@@ -222,7 +215,8 @@ def sweep(
     if errors:
         failed = TrialsFailed("\n".join(trial_failure(r.config, r.error) for r in errors))
         # the trials' own input (every one a ValueError: a reward, data) is the user's: 2
-        failed.exit_code = 2 if all(_cause(r.error, ValueError) for r in errors) else 1
+        user_input = all(isinstance(own_error(r.error), ValueError) for r in errors)
+        failed.exit_code = 2 if user_input else 1
         failed.hint = f"each trial's traceback: {folder / 'trials'}/*/error.txt"
         raise failed
     trials_done = [dict(r.metrics or {}) | {"config": r.config} for r in results]
@@ -231,20 +225,9 @@ def sweep(
 
 def trial_failure(params: dict[str, Any], error: BaseException) -> str:
     """`trial ds=0.01 seed=0: <the trial's own error, one line>`: Ray's wrappers taken off."""
-    from rollverify.faults import one_line
-
     fields = {k: v for k, v in params.items() if k != "train.seed"}
     name = point_name(fields | {"seed": params.get("train.seed")})
-    return f"trial {name}: {one_line(_cause(error))}"
-
-
-def _cause(error: BaseException, kind: type | None = None) -> Any:
-    """The trial's own error under Ray's wrappers (with `kind`: whether it is one)."""
-    import ray.exceptions
-
-    while isinstance(error, ray.exceptions.RayTaskError) and error.cause is not None:
-        error = error.cause
-    return isinstance(error, kind) if kind is not None else error
+    return f"trial {name}: {one_line(own_error(error))}"
 
 
 @contextlib.contextmanager

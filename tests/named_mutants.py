@@ -447,8 +447,8 @@ MUTANTS = [
         "grid-points-unchecked",
         "every grid point of a sweep is checked before Ray starts",
         "rollverify/sweep.py",
-        "    for point in grid_points(grid):",
-        "    for point in []:",
+        '    points = {f"grid point {point_name(p)}": p for p in grid_points(grid)}',
+        "    points = {}",
         ("tests/test_bad_input.py::test_a_sweep_names_each_bad_grid_point_before_ray_starts",),
     ),
     Mutant(

@@ -46,6 +46,11 @@ def wrong(*tokens: str, says: str, owns: tuple[str, ...] = ()) -> tuple:
     return tokens, says, frozenset(owned)
 
 
+WRONG_FORMAT = wrong("--format", "xml", says="Invalid value for '--format'")
+UNKNOWN_OPTION = wrong(
+    "--bogus-flag", says="No such option"
+)  # (click's, before any argument is read)
+
 # Wrong for every command that trains (train, resume, compare, sweep).
 RUN_BREAKERS = [
     wrong("--steps", "0", says="train.steps: must be >= 1"),
@@ -77,7 +82,7 @@ RUN_BREAKERS = [
         else [wrong("--set", "train.sharding=fsdp", says="train.sharding: fsdp needs GPUs")]
     ),
     wrong("--set", "novalue", says="--set novalue: expected key=value"),
-    wrong("--format", "xml", says="Invalid value for '--format'"),
+    WRONG_FORMAT,
     wrong("--bogus-flag", says="--bogus-flag"),  # (sweep: a grid option without values)
     wrong("--config", MISSING, says=f"--config {MISSING}: cannot read it"),
     wrong("--config", BAD_YAML, says="malformed YAML at line"),
@@ -110,37 +115,37 @@ BREAKERS = {
         wrong("--acceptance-from", MISSING, says=f"--acceptance-from {MISSING}: not a"),
         wrong("--acceptance", "2", says="--acceptance: must be in [0, 1]"),
         wrong("--config", BAD_FIELDS, says="train.stesp: unknown key"),
-        wrong("--format", "xml", says="Invalid value for '--format'"),
-        wrong("--bogus-flag", says="No such option"),
+        WRONG_FORMAT,
+        UNKNOWN_OPTION,
     ],
     "report": [
         wrong("--tracking-uri", f"sqlite:///{MISSING}.db", says="no MLflow store at"),
-        wrong("--format", "xml", says="Invalid value for '--format'"),
-        wrong("--bogus-flag", says="No such option"),
+        WRONG_FORMAT,
+        UNKNOWN_OPTION,
     ],
     "export": [
         wrong("--step", "abc", says="Invalid value for '--step'"),
-        wrong("--bogus-flag", says="No such option"),
+        UNKNOWN_OPTION,
         wrong("--step", "-1", says="--step -1"),
     ],
     "data check": [
         wrong("--limit", "0", says="Invalid value for '--limit'"),
-        wrong("--format", "xml", says="Invalid value for '--format'"),
-        wrong("--bogus-flag", says="No such option"),
+        WRONG_FORMAT,
+        UNKNOWN_OPTION,
     ],
     "config show": [
         wrong("--config", BAD_YAML, says="malformed YAML"),
         wrong("--config", BAD_FIELDS, says="train.stesp: unknown key"),
         wrong("--set", "verify.ds=abc", says="verify.ds: must be a number"),
-        wrong("--format", "xml", says="Invalid value for '--format'"),
+        WRONG_FORMAT,
     ],
     "ui": [
         wrong("--tracking-uri", f"sqlite:///{MISSING}.db", says="no MLflow store at"),
         wrong("--port", "abc", says="Invalid value for '--port'"),
     ],
     "methods": [
-        wrong("--format", "xml", says="Invalid value for '--format'"),
-        wrong("--bogus-flag", says="No such option"),
+        WRONG_FORMAT,
+        UNKNOWN_OPTION,
     ],
 }
 

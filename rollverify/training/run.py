@@ -33,7 +33,7 @@ from rollverify.faults import describe, kill_point
 from rollverify.methods import METHODS
 from rollverify.metrics import EVAL_ACCURACY, OPS_MEAN, REWARD_MEAN
 from rollverify.preflight import check_before_start, sharding_problems
-from rollverify.run_folder import find_run, resumed_config
+from rollverify.run_folder import find_run, is_finished, resumed_config
 from rollverify.tasks.base import Task
 from rollverify.tracking import MLflowTracker, default_tracking_uri
 from rollverify.training.loop import TrainingLoop
@@ -141,8 +141,7 @@ def resume_plan(
     checkpoint = latest(run_dir / "checkpoints")
     config = resumed_config(run_dir, overrides, config_path)
     if checkpoint is not None:
-        asked = (overrides or {}).get("train.steps") is not None
-        if config.train.steps <= checkpoint.step and not asked:
+        if is_finished(checkpoint.step, config, overrides):
             raise RunFinished(
                 f"{run_dir} is finished: it trained all {checkpoint.step} steps; to train "
                 f"further, rvctl resume {run_dir} --steps N with N > {checkpoint.step}"

@@ -62,11 +62,7 @@ def sweep(
     )
     grid = load_grid(names, values)
     folder = sweep_dir or (_latest(Path(run_config.output), names) if resume else None)
-    check_grid(run_config, grid, gpus_here=address is None)  # every point, before Ray starts
-    if address is not None:  # before the live display: a dead address fails in seconds
-        from rollverify.engines.ray_runtime import check_reachable
-
-        check_reachable(address, "--address")
+    check_grid(run_config, grid, address)  # every point and the address, before the display
 
     from rollverify.sweep import sweep as run_sweep  # heavy: Ray, torch, TRL, MLflow
 

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rollverify.metrics import LIVE
 from rollverify.preflight import check_before_start
-from rollverify.run_folder import find_run, resumed_config
+from rollverify.run_folder import find_run, is_finished, resumed_config
 from rvctl.options import (
     ConfigOption,
     EngineOption,
@@ -112,9 +112,12 @@ def resume(
         settings,
         **{"train.checkpoint_every": checkpoint_every},
     )
+    from rollverify.checkpoint_files import newest_step  # (torch: not for every command)
+
     run_dir = find_run(run_dir)
     resumed = resumed_config(run_dir, overrides, config)
-    if not _finished(run_dir, resumed, overrides):  # (a finished one says so, exit 0, below)
+    finished = is_finished(newest_step(run_dir / "checkpoints"), resumed, overrides)
+    if not finished:  # (a finished one says so, exit 0, below)
         check_before_start(resumed)  # before TRL, Ray or an engine load
     from rollverify.training.run import RunFinished  # heavy: torch, TRL, MLflow
     from rollverify.training.run import resume as resume_run
@@ -129,15 +132,6 @@ def resume(
         print(finished)
         return
     _print_summary(summary, format)
-
-
-def _finished(run_dir: Path, config, overrides: dict) -> bool:
-    """The run trained all its steps and no --steps asks for more (resume_plan says so)."""
-    from rollverify.checkpoint_files import newest_step
-
-    step = newest_step(run_dir / "checkpoints")
-    asked = overrides.get("train.steps") is not None
-    return step is not None and config.train.steps <= step and not asked
 
 
 def _planned_steps(run_dir: Path) -> int | None:

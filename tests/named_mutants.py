@@ -471,6 +471,17 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "token-mode-left-on",
+        "a stopped local Ray gives its process back Ray's usual authentication mode",
+        "rollverify/engines/ray_runtime.py",
+        "    if _AUTH_MODE_OURS and os.environ.pop(_AUTH_MODE, None) is not None:",
+        "    if False:",
+        (
+            "tests/test_orchestration.py::"
+            "test_a_stopped_local_ray_leaves_the_process_as_a_users_shell",
+        ),
+    ),
+    Mutant(
         "stores-on-every-interface",
         "torchrun's stores of a launched multi-process run listen on loopback only",
         "rollverify/training/launch.py",

@@ -1,12 +1,14 @@
 """A real Ray cluster of one node for tests, as a user starts one: `ray start --head --block`,
-stopped by SIGTERM to that command (never `ray stop`, which would stop every Ray of this
-user, another test's too)."""
+with a token of its own (Ray 2.60's default token authentication; a user runs `ray
+get-auth-token --generate` first), stopped by SIGTERM to that command (never `ray stop`, which
+would stop every Ray of this user, another test's too)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -17,23 +19,33 @@ from contextlib import contextmanager
 from pathlib import Path
 
 RAY = str(Path(sys.executable).parent / "ray")
-SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # set by a local rvctl Ray in this process
+# What a local rvctl Ray sets in its own process while it runs (a user's shell has none)
+LOCAL_RAY_SETTINGS = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE")
+
+
+def user_shell() -> dict[str, str]:
+    """This process's environment as a user's shell would give it."""
+    return {k: v for k, v in os.environ.items() if k not in LOCAL_RAY_SETTINGS}
 
 
 @contextmanager
-def ray_cluster(log: Path, cpus: int = 2) -> Iterator[str]:
-    """Start the head node (its output in `log`); yields its address. In the environment a
-    user's shell would give it: not the single-machine mode a local rvctl Ray sets."""
+def ray_cluster(log: Path, cpus: int = 2) -> Iterator[tuple[str, dict[str, str]]]:
+    """Start the head node (its output in `log`, its token beside it); yields its address and
+    the environment of a client that connects as Ray's docs say (RAY_AUTH_MODE=token, the
+    token's file)."""
     port = _free_port()
     command = [RAY, "start", "--head", "--block", f"--port={port}", f"--num-cpus={cpus}"]
     command += ["--include-dashboard=false", "--disable-usage-stats"]
-    env = {k: v for k, v in os.environ.items() if k not in (SINGLE_MACHINE, "RAY_AUTH_TOKEN")}
+    token = log.parent / "ray_auth_token"
+    token.touch(mode=0o600)
+    token.write_text(secrets.token_hex(32))
+    env = user_shell() | {"RAY_AUTH_TOKEN_PATH": str(token)}  # the head finds it: token mode
     with log.open("w") as out:
         head = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     address = None
     try:
         address = f"{_node_address(log, head)}:{port}"
-        yield address
+        yield address, env | {"RAY_AUTH_MODE": "token"}
     finally:
         head.send_signal(signal.SIGTERM)  # it stops the processes it started
         try:

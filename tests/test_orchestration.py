@@ -17,7 +17,7 @@ from rollverify.compare import compare
 from rollverify.config import load_config
 from rollverify.training.run import train
 from tests.cli import run_rvctl
-from tests.ray_cluster import SINGLE_MACHINE, ray_cluster
+from tests.ray_cluster import LOCAL_RAY_SETTINGS, ray_cluster
 from tests.runs import comparable, history, metric_history, tiny_file
 from tests.sockets import beyond_loopback, listening, token_readable_by_others, tree
 
@@ -81,6 +81,27 @@ def test_compare_runs_every_method_under_one_parent_and_reports_it(tmp_path, mon
     assert comparable(child) == comparable(history(alone))
 
 
+def test_a_stopped_local_ray_leaves_the_process_as_a_users_shell(monkeypatch):
+    """ray.init() of a new local Ray turns token mode on in its process for good
+    (RAY_AUTH_MODE=token): once rvctl's local Ray stops, what the process starts next (a `ray
+    start`, which would then demand a token file; a client of a cluster) gets the user's own
+    settings again."""
+    from ray._private.authentication.authentication_token_setup import (
+        enable_token_auth_by_default,
+    )
+
+    from rollverify.engines import ray_runtime
+
+    for name in LOCAL_RAY_SETTINGS:  # (absent now and again after the test)
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    ray_runtime._enter_private_mode()
+    enable_token_auth_by_default()  # what ray.init() does for a new local Ray
+    assert {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN"} <= set(os.environ)
+    ray_runtime._leave_private_mode()
+    assert not set(LOCAL_RAY_SETTINGS) & set(os.environ)
+
+
 @pytest.mark.slow
 @pytest.mark.ray
 def test_compare_and_sweep_on_a_ray_cluster_run_there_side_by_side(tmp_path):
@@ -88,9 +109,7 @@ def test_compare_and_sweep_on_a_ray_cluster_run_there_side_by_side(tmp_path):
     command = [*RVCTL, "compare", "grpo", "rollverify", "--config", str(config_file)]
     command += ["--output", str(tmp_path / "runs"), "-f", "json"]
     # A user's shell (no local Ray's settings), connecting as Ray's docs have clients do.
-    shell = {k: v for k, v in os.environ.items() if k not in (SINGLE_MACHINE, "RAY_AUTH_TOKEN")}
-    token = shell | {"RAY_AUTH_MODE": "token"}
-    with ray_cluster(tmp_path / "head.log", cpus=2) as address:  # a trial holds 1 CPU
+    with ray_cluster(tmp_path / "head.log", cpus=2) as (address, token):  # a trial: 1 CPU
         result = subprocess.run(
             [*command, "--address", address], capture_output=True, text=True, env=token
         )
@@ -150,7 +169,7 @@ def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
     first trial finished, resume it, and the first trial is not run again. (Its `--dt 2` is
     the config's 2.0: a resumed trial must still find its finished run.)"""
     command = [*RVCTL, "sweep", "ds", "dt", "--ds", "0.01,0.05", "--dt", "2"]
-    command += ["--config", str(tiny_config(tmp_path, **{"train.threads": 2}))]
+    command += ["--config", str(tiny_config(tmp_path, **{"train.threads": 2, "train.steps": 1}))]
     command += ["--output", str(tmp_path)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 400

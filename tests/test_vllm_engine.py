@@ -327,22 +327,22 @@ def steps_logged(tmp_path: Path) -> int:
     )
 
 
-def start_and_stop(command: list[str], tmp_path: Path, steps: int, stop: str) -> str:
-    """Start rvctl, let it train until `steps` steps are logged, stop it as `stop` says; check
+def start_and_stop(command: list[str], tmp_path: Path, steps: int) -> str:
+    """Start rvctl, let it train until `steps` steps are logged, stop it with SIGTERM; check
     exit 130 and that none of its processes or /dev/shm blocks survive. Returns its stderr.
     If anything fails first, the whole process group is killed (no run left training)."""
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     try:
-        return _stop_and_check(process, tmp_path, steps, stop)
+        return _stop_and_check(process, tmp_path, steps)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
 
 
-def _stop_and_check(process, tmp_path: Path, steps: int, stop: str) -> str:
+def _stop_and_check(process, tmp_path: Path, steps: int) -> str:
     children: dict[int, object] = {}
     names: set[str] = set()  # read while they run (a dead process has no name to read)
     deadline = time.monotonic() + 300
@@ -374,10 +374,7 @@ def _stop_and_check(process, tmp_path: Path, steps: int, stop: str) -> str:
     sockets = listening(tree(process.pid))
     assert sockets and not beyond_loopback(sockets), beyond_loopback(sockets)
     assert token_readable_by_others(children.values()) is None
-    if stop == "sigterm":
-        process.send_signal(signal.SIGTERM)
-    else:
-        os.killpg(process.pid, signal.SIGINT)
+    process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr[-3000:]
     assert "interrupted" in stderr and "Traceback" not in stderr
@@ -389,15 +386,15 @@ def _stop_and_check(process, tmp_path: Path, steps: int, stop: str) -> str:
     return stderr
 
 
-def test_rvctl_with_vllm_stops_cleanly_and_resumes_what_was_in_flight(tmp_path):
+def test_rvctl_with_vllm_stops_cleanly_and_resumes_what_was_in_flight(engine, tmp_path):
     """`rvctl train --engine vllm`, stopped by SIGTERM (a scheduler's preemption) after a
-    step; then `rvctl resume`, stopped by Ctrl-C (SIGINT to the whole process group, as a
-    terminal sends it). Each time: exit 130, no process or /dev/shm block of Ray or vLLM left,
-    the MLflow run KILLED. The checkpoint written at the stop holds the trajectories that were
-    in flight; the resumed run resumes every one of them, in the same MLflow run."""
+    step: exit 130, no process or /dev/shm block of Ray or vLLM left, the MLflow run KILLED.
+    The checkpoint written at the stop holds the trajectories that were in flight; resumed
+    (here in-process, on the module's engine: one vLLM start fewer), the run resumes every
+    one of them, in the same MLflow run."""
     command = [*RVCTL, "train", "--engine", "vllm", "--steps", "200", "--checkpoint-every", "0"]
     command += ["--config", str(tiny_config_file(tmp_path)), "--output", str(tmp_path)]
-    start_and_stop(command, tmp_path, steps=1, stop="sigterm")
+    start_and_stop(command, tmp_path, steps=1)
     (run_dir,) = tmp_path.glob("rollverify-s0-*")
     stopped = latest(run_dir / "checkpoints")
     saved = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
@@ -409,16 +406,14 @@ def test_rvctl_with_vllm_stops_cleanly_and_resumes_what_was_in_flight(tmp_path):
     assert stopped.state["mlflow"]["run_id"] == runs[0].info.run_id
     in_flight = [r for r in stopped.state["cache"] if r["finish_reason"] is None]
 
-    start_and_stop(
-        [*RVCTL, "resume", str(run_dir)], tmp_path, steps=stopped.step + 1, stop="ctrl-c"
-    )
-    run = client.get_run(runs[0].info.run_id)
-    assert run.info.status == "KILLED"
-    resumed = client.get_metric_history(run.info.run_id, "resumed")
+    summary = resume(run_dir, {"train.steps": stopped.step + 1}, engine=engine)
+    assert summary.run_id == runs[0].info.run_id
+    assert client.get_run(summary.run_id).info.status == "FINISHED"
+    resumed = client.get_metric_history(summary.run_id, "resumed")
     first = [m.value for m in resumed if m.step == stopped.step + 1]
     assert first == [float(len(in_flight))], "every trajectory in flight at the stop resumes"
-    trained = client.get_metric_history(run.info.run_id, "reward_mean")
-    assert sorted({m.step for m in trained}) == list(range(1, max(m.step for m in trained) + 1))
+    trained = client.get_metric_history(summary.run_id, "reward_mean")
+    assert sorted({m.step for m in trained}) == list(range(1, stopped.step + 2))
 
 
 def _is_engine_core(name: str) -> bool:

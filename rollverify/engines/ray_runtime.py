@@ -87,13 +87,16 @@ def _init(address: str | None) -> None:
 
 SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine mode
 _OWN_TOKEN: str | None = None  # this process's token for the local Rays it starts
+_AUTH_MODE = "RAY_AUTH_MODE"  # ray.init() of a new local Ray sets it to "token", for good
+_AUTH_MODE_OURS = False  # it was unset when this process started its local Ray
 
 
 def _enter_private_mode() -> None:
     """Loopback and a private token for a local Ray (see the module docstring)."""
-    global _OWN_TOKEN
+    global _OWN_TOKEN, _AUTH_MODE_OURS
     import ray._private.ray_constants as constants
 
+    _AUTH_MODE_OURS = _AUTH_MODE not in os.environ
     os.environ[SINGLE_MACHINE] = "0"  # for the processes Ray starts
     constants.ENABLE_RAY_CLUSTER = False  # this process read it when it imported Ray
     # Token authentication is Ray's default for a new local Ray (RAY_AUTH_MODE unset); the
@@ -114,6 +117,12 @@ def _leave_private_mode() -> None:
         constants.ENABLE_RAY_CLUSTER = not constants.IS_WINDOWS_OR_OSX
     if _OWN_TOKEN is not None and os.environ.get("RAY_AUTH_TOKEN") == _OWN_TOKEN:
         _set_token(None)
+    if _AUTH_MODE_OURS and os.environ.pop(_AUTH_MODE, None) is not None:
+        # Without it, a `ray start` this process runs would demand a token file, and a
+        # cluster joined by address would be asked for one it may not use.
+        from ray._raylet import Config
+
+        Config.initialize("")  # as Ray refreshes it when it sets the mode
 
 
 def _set_token(token: str | None) -> None:

@@ -2,14 +2,20 @@
 
     <run>/checkpoints/step-000040/
         <name>.safetensors ...    groups of tensors (model, optimizer, rng, cache, ...)
+        <name>.shards/            or a group each rank wrote its own part of (a sharded run:
+                                  training/sharded_checkpoint.py): one safetensors file per
+                                  rank, torch.distributed.checkpoint's Hugging Face format
+                                  (each part's place in the whole in its header; no pickle)
         state.json                everything else (positions, monitor, ledger, run id, config)
         <name>.json ...           other JSON documents (trainer_state.json for transformers)
         manifest.json             sha256 and size of every file above; written last
 
 A checkpoint is written into a temporary folder and renamed into place, so a reader sees a
-whole checkpoint or none. `latest` walks back from the newest and skips any whose files do not
-match their manifest (truncated, corrupt, half-deleted), with a warning, so a run resumes from
-the last good one. Only the newest `keep` are kept.
+whole checkpoint or none (a sharded run's ranks write their parts into rank 0's temporary
+folder first: `begin`); a reader gets each group whole either way (`load`, `read_group`).
+`latest` walks back from the newest and skips any whose files do not match their manifest
+(truncated, corrupt, half-deleted), with a warning, so a run resumes from the last good one.
+Only the newest `keep` are kept.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from rollverify.faults import kill_point
 
 MANIFEST = "manifest.json"
 STATE = "state.json"
+SHARDS = ".shards"  # <group>.shards/: a group written by every rank, a part each
+ALIASES = "aliases.json"  # in a shards folder: {alias: stored name} (tied weights)
 _FORMAT = "rollverify.checkpoint/1"
 
 
@@ -47,15 +55,23 @@ def folder_for(root: Path, step: int) -> Path:
     return root / f"step-{step:06d}"
 
 
-def save(root: Path, checkpoint: Checkpoint, keep: int = 3) -> Path:
-    """Write `checkpoint` under root atomically; prune to the newest `keep`; return its folder."""
+def begin(root: Path, step: int) -> Path:
+    """A new temporary folder for the checkpoint of `step` (an earlier write that was killed
+    is cleared away first); `save` fills it and renames it into place."""
     root.mkdir(parents=True, exist_ok=True)
-    final = folder_for(root, checkpoint.step)
     _recover(root)
     for leftover in root.glob(".tmp-step-*"):  # a write that was killed: never a checkpoint
         shutil.rmtree(leftover, ignore_errors=True)
-    temporary = root / f".tmp-{final.name}-{os.getpid()}"
+    temporary = root / f".tmp-{folder_for(root, step).name}-{os.getpid()}"
     temporary.mkdir()
+    return temporary
+
+
+def save(root: Path, checkpoint: Checkpoint, keep: int = 3, temporary: Path | None = None) -> Path:
+    """Write `checkpoint` under root atomically; prune to the newest `keep`; return its folder.
+    temporary: begin()'s folder, already holding the groups the ranks wrote (else a new one)."""
+    final = folder_for(root, checkpoint.step)
+    temporary = temporary or begin(root, checkpoint.step)
     try:
         _write(temporary, checkpoint)
     except BaseException:  # a full disk, Ctrl-C: leave no half checkpoint behind
@@ -78,7 +94,7 @@ def _write(temporary: Path, checkpoint: Checkpoint) -> None:
     for name, document in checkpoint.documents.items():
         (temporary / f"{name}.json").write_text(json.dumps(document, indent=2))
     kill_point("checkpoint-write", checkpoint.step)  # tests: die with no manifest written
-    files = sorted(p.name for p in temporary.iterdir())
+    files = sorted(p.relative_to(temporary).as_posix() for p in _files(temporary))
     manifest = {
         "format": _FORMAT,
         "step": checkpoint.step,
@@ -160,12 +176,54 @@ def check(folder: Path) -> str | None:
 def load(folder: Path) -> Checkpoint:
     state = json.loads((folder / STATE).read_text())
     tensors = {p.stem: load_group(p) for p in sorted(folder.glob("*.safetensors"))}
+    tensors |= {p.name.removesuffix(SHARDS): load_shards(p) for p in _shard_folders(folder)}
     documents = {
         p.stem: json.loads(p.read_text())
         for p in sorted(folder.glob("*.json"))
         if p.name not in (STATE, MANIFEST)
     }
     return Checkpoint(state.pop("step"), tensors, state, documents, folder)
+
+
+def read_group(folder: Path, group: str) -> dict[str, torch.Tensor]:
+    """One group of a checkpoint, whole (from its file, or from every rank's part)."""
+    shards = folder / f"{group}{SHARDS}"
+    return load_shards(shards) if shards.is_dir() else load_group(folder / f"{group}.safetensors")
+
+
+def group_files(folder: Path, group: str) -> list[str]:
+    """The names (as the manifest has them) of the files that hold one group."""
+    shards = folder / f"{group}{SHARDS}"
+    if shards.is_dir():
+        return sorted(p.relative_to(folder).as_posix() for p in _files(shards))
+    return [f"{group}.safetensors"]
+
+
+def load_shards(shards: Path) -> dict[str, torch.Tensor]:
+    """A group every rank wrote a part of, put back whole in this process (no process group:
+    torch.distributed.checkpoint reads each part into its place, as its headers say)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+    layout = HuggingFaceStorageReader(str(shards)).read_metadata().state_dict_metadata
+    tensors = {
+        name: torch.empty(entry.size, dtype=entry.properties.dtype)
+        for name, entry in layout.items()
+    }
+    with warnings.catch_warnings():  # (that it reads in one process, as asked)
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(shards)), no_dist=True)
+    aliases = shards / ALIASES
+    names = json.loads(aliases.read_text()) if aliases.exists() else {}
+    return tensors | {alias: tensors[name] for alias, name in names.items()}
+
+
+def _shard_folders(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob(f"*{SHARDS}") if p.is_dir())
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file())
 
 
 def _without_aliases(
@@ -214,14 +272,15 @@ def _digest(path: Path) -> dict[str, Any]:
 
 
 def _fsync_tree(folder: Path) -> None:
-    for path in folder.iterdir():
+    for path in _files(folder):
         with path.open("rb") as handle:
             os.fsync(handle.fileno())
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    for directory in [*_shard_folders(folder), folder]:
+        descriptor = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
 
 
 def _prune(root: Path, keep: int) -> None:

@@ -5,8 +5,9 @@ rvctl export runs/rollverify-s0-20261201-171420 --out models/my-policy [--step 4
 
 The weights are the trainer's (the engines get them by weight sync); the config and tokenizer
 are the run's base model's (training changes neither). The folder is written beside --out
-and renamed into place: it is whole or absent. Only the checkpoint's model file is read (an
-8B checkpoint's optimizer moments are four times its weights).
+and renamed into place: it is whole or absent. Only the checkpoint's weights are read (an
+8B checkpoint's optimizer moments are four times its weights); a sharded run's parts, one per
+rank, are put together here into one model.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from pathlib import Path
 
 import yaml
 
-from rollverify.checkpoint_files import MANIFEST, folder_for, load_group, matches_manifest, steps
+from rollverify.checkpoint_files import (
+    MANIFEST,
+    folder_for,
+    group_files,
+    matches_manifest,
+    read_group,
+    steps,
+)
 
 
 def export(run_dir: Path, out: Path, step: int | None = None) -> Path:
@@ -56,14 +64,24 @@ def _checkpoint(run_dir: Path, step: int | None) -> Path:
                 f"--step {step}: {run_dir} has no checkpoint of that step (it has: "
                 f"{', '.join(map(str, have)) or 'none'})"
             )
-        problem = matches_manifest(folder, "model.safetensors")
+        problem = _model_problem(folder)
         if problem:
             raise ValueError(f"--step {step}: the checkpoint's model file {problem}")
         return folder
     for folder in [folder_for(root, saved) for saved in reversed(steps(root))]:
-        if matches_manifest(folder, "model.safetensors") is None:
+        if _model_problem(folder) is None:
             return folder
     raise ValueError(f"RUN_DIR {run_dir}: no whole checkpoint yet; train it further first")
+
+
+def _model_problem(folder: Path) -> str | None:
+    """None if the files of the checkpoint's weights (one, or each rank's part) match the
+    manifest; else what is wrong with the first that does not."""
+    for name in group_files(folder, "model"):
+        problem = matches_manifest(folder, name)
+        if problem:
+            return f"{name} {problem}" if "/" in name else problem
+    return None
 
 
 def _write_model(config, folder: Path, target: Path) -> None:
@@ -78,7 +96,7 @@ def _write_model(config, folder: Path, target: Path) -> None:
         model = AutoModelForCausalLM.from_config(
             model_config, dtype=getattr(torch, config.model.dtype)
         )
-    weights = load_group(folder / "model.safetensors")
+    weights = read_group(folder, "model")
     model.load_state_dict(weights, assign=True, strict=True)
     model.tie_weights()
     model.save_pretrained(target, safe_serialization=True)

@@ -298,15 +298,24 @@ MUTANTS = [
         ("tests/test_sharding.py::test_rank_0s_items_are_scored_in_equal_parts_by_every_rank",),
     ),
     Mutant(
-        "shards-not-reassembled",
-        "a sharded model's AdamW state is gathered whole for a checkpoint",
-        "rollverify/training/sharding.py",
-        "    reshard(model)\n    options = StateDictOptions(full_state_dict=True, cpu_offload",
-        "    options = StateDictOptions(full_state_dict=True, cpu_offload",
+        "ranks-write-whole-tensors",
+        "each rank of a sharded run writes its own part of each tensor, nothing gathered",
+        "rollverify/training/sharded_checkpoint.py",
+        '    _write(weights, temporary / f"model{SHARDS}")',
+        "    _write({k: v.full_tensor() for k, v in weights.items()},"
+        ' temporary / f"model{SHARDS}")',
         (
             "tests/test_sharding.py::"
-            "test_the_optimizer_state_gathers_whole_and_goes_back_into_shards",
+            "test_each_rank_writes_its_part_and_a_reader_gets_the_state_whole",
         ),
+    ),
+    Mutant(
+        "shard-parts-unchecked",
+        "rvctl export checks every rank's part of the weights against the manifest",
+        "rollverify/export.py",
+        '    for name in group_files(folder, "model"):',
+        '    for name in group_files(folder, "model")[:1]:',
+        ("tests/test_sharding.py::test_rvctl_export_puts_a_sharded_checkpoint_together",),
     ),
     Mutant(
         "dead-rank-misnamed",

@@ -1,27 +1,36 @@
 """One rank of test_sharding.py's world (torchrun, 2 processes, gloo): the embedded default
 model sharded with FSDP2 as accelerate shards it (each decoder layer, then the root), beside
 an unsharded copy on every rank, trained one AdamW step on the same batch; rank 0 writes
-what sharding.py's gathers gave against the copy as JSON to argv[1]. Also World.score's
-split of rank 0's items (training/world.py), scored through the shards."""
+what sharding.py's gathers gave against the copy as JSON to argv[1]. A checkpoint of the
+sharded model, each rank writing its part (sharded_checkpoint.py), goes into the run folder
+argv[2] (with its config.yaml and the gathered weights, for `rvctl export`); read back and
+put into fresh shards, then written again. Also World.score's split of rank 0's items
+(training/world.py), scored through the shards."""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+from types import SimpleNamespace as Trainer
 
 import torch
 import torch.distributed as dist
+import yaml
+from safetensors.torch import save_file
 from torch.distributed.fsdp import fully_shard
 from transformers import AutoModelForCausalLM
 
+from rollverify.checkpoint_files import Checkpoint, begin, folder_for, load, save
 from rollverify.config import load_config
 from rollverify.engines.protocol import probe_logprobs_of
-from rollverify.training.sharding import (
-    full_optimizer_state,
-    full_tensors,
-    is_sharded,
-    load_full_optimizer_state,
+from rollverify.training.run_state import (
+    _optimizer_parts,
+    load_optimizer_and_scheduler,
+    whole_state,
 )
+from rollverify.training.sharded_checkpoint import write_shards
+from rollverify.training.sharding import full_tensors, is_sharded
 from rollverify.training.world import World
 
 
@@ -63,6 +72,40 @@ def split_scoring(model, rank: int, size: int, vocab: int) -> dict:
     return {"scored_per_rank": counts, "split_gap": (scored - alone).abs().max().item()}
 
 
+def checkpoint(run_dir: Path, step: int, model, optimizer, rank: int) -> Checkpoint:
+    """A checkpoint as the training loop writes one for a sharded run (each rank its part
+    into rank 0's new folder; rank 0 the rest, as run_state has it, and the manifest), read
+    back by every rank."""
+    world, root = World(rank, dist.get_world_size()), run_dir / "checkpoints"
+    temporary = world.broadcast(begin(root, step) if rank == 0 else None)
+    write_shards(temporary, model, optimizer, rank == 0)
+    trainer = Trainer(
+        accelerator=Trainer(unwrap_model=lambda m: m), model=model, optimizer=optimizer
+    )
+    whole = whole_state(trainer, [] if rank == 0 else None)
+    if rank == 0:
+        assert whole.weights is None, "a sharded run's rank 0 gathers no weights"
+        rng = {"torch": torch.random.get_rng_state()}
+        state = {"optimizer": _optimizer_parts(whole.optimizer)[1], "scheduler": {}}
+        save(root, Checkpoint(step, {"rng": rng}, state), keep=5, temporary=temporary)
+    dist.barrier()
+    return load(folder_for(root, step))
+
+
+def optimizer_state(saved: Checkpoint, optimizer) -> dict:
+    """The checkpoint's optimizer tensors as optimizer.state_dict() of the unsharded model."""
+    state: dict = {}
+    for name, tensor in saved.tensors["optimizer"].items():
+        index, key = name.split(".", 1)
+        state.setdefault(int(index), {})[key] = tensor
+    return {"state": state, "param_groups": optimizer.state_dict()["param_groups"]}
+
+
+class Scheduler:  # (the resume restores one; these runs have none)
+    def load_state_dict(self, state: dict) -> None:
+        assert state == {}
+
+
 def main() -> None:
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
@@ -92,32 +135,33 @@ def main() -> None:
     result["probe_gap"] = (
         (probe_logprobs_of(sharded, probe) - probe_logprobs_of(reference, probe)).abs().max().item()
     )
-    state = full_optimizer_state(sharded, sharded_optimizer)
-    shared = [state]
-    dist.broadcast_object_list(shared, src=0)  # every rank reads the checkpoint's copy
-    state = shared[0]
+    run_dir = Path(sys.argv[2])
+    saved = checkpoint(run_dir, 1, sharded, sharded_optimizer, rank)
+    whole = dict(full_tensors(sharded))  # (every rank: a collective)
+    result["checkpoint_weights_gap"] = gap(saved.tensors["model"], whole)
     expected = reference_optimizer.state_dict()
+    state = optimizer_state(saved, sharded_optimizer)
     result["optimizer_indexes_equal"] = sorted(state["state"]) == sorted(expected["state"])
     result["optimizer_gap"] = max(
         (state["state"][i][key] - expected["state"][i][key]).abs().max().item()
         for i in expected["state"]
         for key in ("exp_avg", "exp_avg_sq")
     )
-    result["param_groups_equal"] = [g["params"] for g in state["param_groups"]] == [
-        g["params"] for g in expected["param_groups"]
-    ]
-    # back into a fresh sharded copy: its gathered state is the one saved
+    # back into fresh shards (a resume), then written again: the same state
     fresh = shard(load())
     fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=1e-2)
-    load_full_optimizer_state(fresh, fresh_optimizer, state)
-    again = full_optimizer_state(fresh, fresh_optimizer)
+    load_optimizer_and_scheduler(fresh, fresh_optimizer, Scheduler(), saved)  # as a resume does
+    again = optimizer_state(checkpoint(run_dir, 2, fresh, fresh_optimizer, rank), fresh_optimizer)
+    result["optimizer_roundtrip_gap"] = max(
+        (again["state"][i][key] - state["state"][i][key]).abs().max().item()
+        for i in state["state"]
+        for key in ("exp_avg", "exp_avg_sq", "step")
+    )
+    if rank == 0:
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(load_config().to_dict()))
+        save_file(whole, str(run_dir / "gathered.safetensors"))
     result |= split_scoring(sharded, rank, size, vocab)
     if rank == 0:
-        result["optimizer_roundtrip_gap"] = max(
-            (again["state"][i][key] - state["state"][i][key]).abs().max().item()
-            for i in state["state"]
-            for key in ("exp_avg", "exp_avg_sq")
-        )
         with open(sys.argv[1], "w") as handle:
             json.dump(result, handle)
     dist.destroy_process_group()

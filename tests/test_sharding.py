@@ -1,6 +1,7 @@
-"""The gathers a sharded (FSDP2) trainer needs, on a real 2-process gloo world: the embedded
-default model sharded as accelerate shards it (tests/sharded_worker.py). accelerate shards
-CUDA devices only, so the trainer itself runs FSDP on GPUs; these are the parts that are ours.
+"""The gathers and the checkpoint a sharded (FSDP2) trainer needs, on a real 2-process gloo
+world: the embedded default model sharded as accelerate shards it (tests/sharded_worker.py).
+accelerate shards CUDA devices only, so the trainer itself runs FSDP on GPUs; these are the
+parts that are ours.
 """
 
 from __future__ import annotations
@@ -11,8 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
 
+from rollverify.checkpoint_files import ALIASES, check
 from rollverify.config import ConfigError
+from rollverify.export import export
 from rollverify.training.run import train
 from tests.runs import tiny
 
@@ -22,13 +28,20 @@ WORKER = Path(__file__).with_name("sharded_worker.py")
 
 
 @pytest.fixture(scope="module")
-def gathered(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("sharded") / "result.json"
+def sharded_run(tmp_path_factory) -> Path:
+    """The folder the 2-process world wrote: result.json, run/ (its checkpoints)."""
+    folder = tmp_path_factory.mktemp("sharded")
+    (folder / "run").mkdir()
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc-per-node", "2", str(WORKER), str(out)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    command += ["--nproc-per-node", "2", str(WORKER), str(folder / "result.json")]
+    result = subprocess.run([*command, str(folder / "run")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(out.read_text())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def gathered(sharded_run) -> dict:
+    return json.loads((sharded_run / "result.json").read_text())
 
 
 def test_whole_tensors_gathered_from_the_shards_are_the_model(gathered):
@@ -39,10 +52,58 @@ def test_whole_tensors_gathered_from_the_shards_are_the_model(gathered):
     assert gathered["probe_gap"] < 1e-5  # the weight-sync probe, forward through the shards
 
 
-def test_the_optimizer_state_gathers_whole_and_goes_back_into_shards(gathered):
-    assert gathered["optimizer_indexes_equal"] and gathered["param_groups_equal"]
+def test_each_rank_writes_its_part_and_a_reader_gets_the_state_whole(gathered, sharded_run):
+    """A sharded checkpoint gathers nothing: rank r writes shard-0000<r+1> of the weights and
+    of AdamW's moments; rank 0 the rest and the manifest last. Read back (as a resume reads
+    it), it is the model and the optimizer state of the unsharded run; put into fresh shards
+    and written again, it is unchanged."""
+    folder = sharded_run / "run" / "checkpoints" / "step-000001"
+    assert check(folder) is None
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    parts = [f"shard-0000{rank}-model-00001-of-00001.safetensors" for rank in (1, 2)]
+    assert files == [
+        "manifest.json",
+        f"model.shards/{ALIASES}",
+        *(f"model.shards/{part}" for part in parts),
+        *(f"optimizer.shards/{part}" for part in parts),
+        "rng.safetensors",
+        "state.json",
+    ]
+    # each file holds its rank's rows of each tensor (not whole tensors, shared out): layer
+    # 0's up_proj weight (384 x 128, the optimizer's parameter 8), its moment, and the root
+    # unit's embedding (20 x 128: after a forward alone the root holds it gathered)
+    for group, name, rows in [
+        ("model", "model.layers.0.mlp.up_proj.weight", 192),
+        ("optimizer", "8.exp_avg", 192),
+        ("model", "model.embed_tokens.weight", 10),
+    ]:
+        shapes = [_shape(folder / f"{group}.shards" / part, name) for part in parts]
+        assert shapes == [[rows, 128], [rows, 128]], (name, shapes)
+    assert gathered["checkpoint_weights_gap"] == 0.0  # the parts, put together: the model
+    assert gathered["optimizer_indexes_equal"]
     assert gathered["optimizer_gap"] < 1e-6  # as the unsharded model's state_dict() gives it
-    assert gathered["optimizer_roundtrip_gap"] == 0.0  # loaded into fresh shards, unchanged
+    assert gathered["optimizer_roundtrip_gap"] == 0.0  # into fresh shards and out, unchanged
+
+
+def _shape(path: Path, name: str) -> list[int]:
+    with safe_open(str(path), framework="pt") as file:
+        return file.get_slice(name).get_shape()
+
+
+def test_rvctl_export_puts_a_sharded_checkpoint_together(sharded_run, tmp_path):
+    run_dir = sharded_run / "run"
+    export(run_dir, tmp_path / "model", step=1)
+    exported = load_file(str(tmp_path / "model" / "model.safetensors"))
+    gathered = load_file(str(run_dir / "gathered.safetensors"))
+    assert exported.keys() <= gathered.keys()  # (the tied lm_head stored once)
+    assert all(torch.equal(exported[name], gathered[name]) for name in exported)
+    # a rank's part that does not match the manifest: refused, naming the part
+    damaged = run_dir / "checkpoints" / "step-000002"
+    part = damaged / "model.shards" / "shard-00002-model-00001-of-00001.safetensors"
+    part.write_bytes(part.read_bytes()[:-8])
+    with pytest.raises(ValueError, match="model.shards/shard-00002-.* does not match"):
+        export(run_dir, tmp_path / "again", step=2)
+    assert check(damaged).startswith("model.shards/shard-00002")
 
 
 def test_rank_0s_items_are_scored_in_equal_parts_by_every_rank(gathered):

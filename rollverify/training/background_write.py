@@ -18,10 +18,9 @@ from rollverify.checkpoint_files import Checkpoint
 from rollverify.checkpoint_files import save as save_checkpoint
 
 
-def detached(checkpoint: Checkpoint, private: tuple[str, ...] = ()) -> Checkpoint:
-    """A copy of `checkpoint` that shares no tensor or container with the live run. Groups in
-    `private` are copies already (a sharded run's gathered weights and AdamW state) and are
-    kept as they are. Tensors that share storage (tied weights) share their copy too."""
+def detached(checkpoint: Checkpoint) -> Checkpoint:
+    """A copy of `checkpoint` that shares no tensor or container with the live run. Tensors
+    that share storage (tied weights) share their copy too."""
     copies: dict[tuple[int, int], torch.Tensor] = {}
 
     def copied(tensor: torch.Tensor) -> torch.Tensor:
@@ -33,7 +32,7 @@ def detached(checkpoint: Checkpoint, private: tuple[str, ...] = ()) -> Checkpoin
     return Checkpoint(
         checkpoint.step,
         tensors={
-            group: tensors if group in private else {n: copied(t) for n, t in tensors.items()}
+            group: {n: copied(t) for n, t in tensors.items()}
             for group, tensors in checkpoint.tensors.items()
         },
         state=copy.deepcopy(checkpoint.state),
@@ -42,19 +41,24 @@ def detached(checkpoint: Checkpoint, private: tuple[str, ...] = ()) -> Checkpoin
 
 
 class BackgroundWrite:
-    def __init__(self, root: Path, checkpoint: Checkpoint, keep: int) -> None:
+    def __init__(
+        self, root: Path, checkpoint: Checkpoint, keep: int, temporary: Path | None = None
+    ) -> None:
+        """temporary: the folder the ranks wrote their parts into (a sharded run), else None."""
         self.step, self.folder, self.seconds = checkpoint.step, None, 0.0
         self.error: Exception | None = None
         # Not a daemon: a run that ends or is interrupted still finishes the write (atomic).
         self.thread = threading.Thread(
-            target=self._write, args=(root, checkpoint, keep), name=f"checkpoint-{self.step}"
+            target=self._write,
+            args=(root, checkpoint, keep, temporary),
+            name=f"checkpoint-{self.step}",
         )
         self.thread.start()
 
-    def _write(self, root: Path, checkpoint: Checkpoint, keep: int) -> None:
+    def _write(self, root: Path, checkpoint: Checkpoint, keep: int, temporary: Path | None) -> None:
         start = time.perf_counter()
         try:
-            self.folder = save_checkpoint(root, checkpoint, keep=keep)
+            self.folder = save_checkpoint(root, checkpoint, keep=keep, temporary=temporary)
         except Exception as error:  # a full disk: reported at the wait, the older ones kept
             self.error = error
         finally:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 import time
 import warnings
 from collections.abc import Callable
@@ -40,9 +41,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint import CheckpointException
 from transformers import PreTrainedModel
 
 from rollverify.atomic import atomic_write_text
+from rollverify.checkpoint_files import begin as begin_checkpoint
 from rollverify.checkpoint_files import save as save_checkpoint
 from rollverify.config import RunConfig
 from rollverify.costmodel import GPUS, ModelShape, Pricing
@@ -72,6 +75,7 @@ from rollverify.training.records import (
 )
 from rollverify.training.run_state import capture, rng_parts, whole_state
 from rollverify.training.schedule import Schedule
+from rollverify.training.sharded_checkpoint import write_shards
 from rollverify.training.sharding import full_tensors, is_sharded
 from rollverify.training.stopping import RunInterrupted, StopRequest
 from rollverify.training.trl_adapter import (
@@ -446,34 +450,54 @@ class TrainingLoop:
     def checkpoint(self, background: bool = False) -> None:
         """Write a checkpoint of the step just finished (its time is a ledger phase), with
         every rank's RNG; `background`: from a copy, in a thread, while training goes on
-        (background_write.py). A write that fails (a full disk) is reported and training goes
-        on: the older ones are kept."""
+        (background_write.py). A sharded run's ranks first write their parts of the weights
+        and moments (sharded_checkpoint.py). A write that fails (a full disk) is reported
+        and training goes on: the older ones are kept."""
         self.finish_checkpoint()  # one write at a time
         start = time.perf_counter()
         step = self.trainer.state.global_step
-        whole = whole_state(self.trainer, self.world.gather(rng_parts()))  # (collectives)
-        folder = None
-        if self.world.main:
-            try:
+        root, keep = self.run_dir / "checkpoints", self.config.train.keep_checkpoints
+        folder, temporary = None, None
+        try:
+            temporary = self._write_shards(root, step)  # (a collective when sharded)
+            whole = whole_state(self.trainer, self.world.gather(rng_parts()))  # (a collective)
+            if self.world.main:
                 self.trace.flush(self.run_dir / "trace", step)  # its steps, once: before the save
                 snapshot = capture(self, self.tracker.run_id, self.tracker.uri, whole)
-                root, keep = self.run_dir / "checkpoints", self.config.train.keep_checkpoints
                 if background:
-                    # a sharded model's whole state is gathered into fresh copies already
-                    model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-                    private = ("model", "optimizer") if is_sharded(model) else ()
-                    self.pending_write = BackgroundWrite(root, detached(snapshot, private), keep)
+                    self.pending_write = BackgroundWrite(root, detached(snapshot), keep, temporary)
                 else:
-                    folder = save_checkpoint(root, snapshot, keep=keep)
-            except OSError as error:
-                warnings.warn(f"checkpoint of step {step} not written: {error}", stacklevel=2)
-            finally:
-                self.checkpoint_seconds = time.perf_counter() - start
+                    folder = save_checkpoint(root, snapshot, keep=keep, temporary=temporary)
+        except (OSError, CheckpointException) as error:
+            warnings.warn(f"checkpoint of step {step} not written: {error}", stacklevel=2)
+            if temporary is not None and self.world.main:
+                shutil.rmtree(temporary, ignore_errors=True)
+        finally:
+            self.checkpoint_seconds = time.perf_counter() - start
+            if self.world.main:
                 self.ledger.add_phase("checkpoint", self.checkpoint_seconds)
         if background:
             self.schedule.checkpointed, self.pending_step = step, step
         elif self.world.decide(folder is not None):  # every rank knows what was saved
             self.checkpointed_step = self.schedule.checkpointed = step
+
+    def _write_shards(self, root: Path, step: int) -> Path | None:
+        """A sharded run: rank 0's new checkpoint folder, with every rank's parts written into
+        it (checkpoint_files.save adds the rest). None for a run that is not sharded."""
+        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+        if not is_sharded(model):
+            return None
+        temporary, problem = None, None
+        if self.world.main:
+            try:
+                temporary = begin_checkpoint(root, step)
+            except OSError as error:
+                problem = error
+        temporary = self.world.broadcast(temporary)  # every rank writes there, or none does
+        if temporary is None:
+            raise problem or OSError(f"rank 0 could not make a checkpoint folder in {root}")
+        write_shards(temporary, model, self.trainer.optimizer, self.world.main)
+        return temporary
 
     def finish_checkpoint(self) -> None:
         """Wait for a checkpoint being written in the background; then every rank knows

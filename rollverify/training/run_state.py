@@ -3,7 +3,8 @@
 A checkpoint is taken at a step boundary, after the step's metrics are logged:
 
     tensors  model          the trainer's weights (the engine gets them by weight sync)
-             optimizer      AdamW moments, per parameter index
+             optimizer      AdamW moments, per parameter index (a sharded run: each rank
+                            writes its part of these two, sharded_checkpoint.py)
              rng            torch (CPU, CUDA), numpy keys, the engine's sampling state; in a
                             world of processes, every other rank's under rank<r>/
              cache          the partial-rollout cache: token ids, behavior log-probs, versions
@@ -31,12 +32,7 @@ import torch
 
 from rollverify.checkpoint_files import Checkpoint
 from rollverify.dicts import config_fields
-from rollverify.training.sharding import (
-    full_optimizer_state,
-    full_tensors,
-    is_sharded,
-    load_full_optimizer_state,
-)
+from rollverify.training.sharding import is_sharded, load_full_optimizer_state
 
 if TYPE_CHECKING:
     from rollverify.training.loop import TrainingLoop
@@ -66,7 +62,7 @@ RESUMABLE_CHANGES = (
 
 def capture(loop: TrainingLoop, run_id: str, tracking_uri: str, whole: WholeState) -> Checkpoint:
     """Everything needed to continue `loop` and its trainer from the step just finished.
-    whole: the model and optimizer state whole and every rank's RNG (whole_state())."""
+    whole: the model and optimizer state and every rank's RNG (whole_state())."""
     trainer = loop.trainer
     step = trainer.state.global_step
     optimizer_tensors, optimizer_state = _optimizer_parts(whole.optimizer)
@@ -75,14 +71,12 @@ def capture(loop: TrainingLoop, run_id: str, tracking_uri: str, whole: WholeStat
     rng_tensors, rng_state = _ranks_rng(whole.ranks_rng)
     rng_tensors["engine"] = loop.engine.sampling_state()
     trainer.state.stateful_callbacks["TrainerControl"] = trainer.control.state()
+    tensors = {"rng": rng_tensors, "cache": rollout["cache"]["tensors"]}
+    if whole.weights is not None:  # (else each rank wrote its part: sharded_checkpoint.py)
+        tensors |= {"model": whole.weights, "optimizer": optimizer_tensors}
     return Checkpoint(
         step,
-        tensors={
-            "model": whole.weights,
-            "optimizer": optimizer_tensors,
-            "rng": rng_tensors,
-            "cache": rollout["cache"]["tensors"],
-        },
+        tensors=tensors,
         state={
             "config": loop.config.to_dict(),
             "mlflow": {"run_id": run_id, "tracking_uri": tracking_uri},
@@ -119,30 +113,28 @@ def restore_loop(loop: TrainingLoop, checkpoint: Checkpoint) -> None:
 
 @dataclasses.dataclass
 class WholeState:
-    """What a checkpoint needs whole from a (possibly sharded) trainer, on rank 0."""
+    """What a checkpoint needs from the trainer beyond what the ranks wrote, on rank 0."""
 
-    weights: dict[str, torch.Tensor]
-    optimizer: dict[str, Any]  # as optimizer.state_dict() of the unsharded model
+    weights: dict[str, torch.Tensor] | None  # None: sharded, each rank wrote its part
+    optimizer: dict[str, Any]  # as optimizer.state_dict() (sharded: without its tensors)
     ranks_rng: list[tuple]  # rng_parts() of every rank, in rank order
 
 
 def whole_state(trainer: Any, ranks_rng: list[tuple] | None) -> WholeState | None:
-    """Gathered on every rank at the same moment (collectives when sharded: sharding.py);
-    the state on rank 0 (ranks_rng given), None on the others."""
+    """The state on rank 0 (ranks_rng given), None on the others. Unsharded, every rank holds
+    it all and rank 0 reads its own; sharded, the tensors are in the parts the ranks wrote
+    (sharded_checkpoint.py) and only the optimizer's groups and plain values are left."""
+    if ranks_rng is None:
+        return None
     model = trainer.accelerator.unwrap_model(trainer.model)
-    main = ranks_rng is not None
-    if not is_sharded(model):  # every rank holds it all: rank 0 reads its own
-        return (
-            WholeState(model.state_dict(), trainer.optimizer.state_dict(), ranks_rng)
-            if main
-            else None
-        )
-    weights = {}
-    for name, tensor in full_tensors(model):
-        if main:
-            weights[name] = tensor.cpu()
-    optimizer = full_optimizer_state(model, trainer.optimizer)
-    return WholeState(weights, optimizer, ranks_rng) if main else None
+    optimizer = trainer.optimizer.state_dict()
+    if not is_sharded(model):
+        return WholeState(model.state_dict(), optimizer, ranks_rng)
+    plain = {
+        index: {key: value for key, value in values.items() if not torch.is_tensor(value)}
+        for index, values in optimizer["state"].items()
+    }
+    return WholeState(None, {"state": plain, "param_groups": optimizer["param_groups"]}, ranks_rng)
 
 
 def load_optimizer_and_scheduler(

@@ -4,13 +4,14 @@ CUDA devices only: on a CPU, train.sharding must be none). What needs whole tens
 them here, one at a time, on every rank at the same moment (these are collectives):
 
     full_tensors(model)             the weights by name, each gathered in turn: the weight
-                                    sync streams them to the engines, a checkpoint keeps them
-    full_optimizer_state(...)       AdamW's state whole, on rank 0, as a one-process run's
-                                    optimizer.state_dict() (a checkpoint)
-    load_full_optimizer_state(...)  that state back into every rank's shards (a resume)
+                                    sync streams them to the engines
+    load_full_optimizer_state(...)  AdamW's state, as a one-process run's
+                                    optimizer.state_dict() gives it, back into every rank's
+                                    shards (a resume)
 
-On an unsharded model (one process, DDP) they cost nothing and return the tensors as they are,
-so the sync, the checkpoint and the resume have one code path.
+On an unsharded model (one process, DDP) they cost nothing and take the tensors as they are,
+so the sync and the resume have one code path. A checkpoint gathers nothing: each rank writes
+its own part (sharded_checkpoint.py).
 """
 
 from __future__ import annotations
@@ -53,35 +54,12 @@ def full_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
         yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
-def full_optimizer_state(model: torch.nn.Module, optimizer: Any) -> dict[str, Any] | None:
-    """The optimizer's state as `optimizer.state_dict()` of the unsharded model gives it
-    (parameter indexes in the optimizer's order, whole tensors on the CPU), on rank 0; None on
-    the other ranks. Unsharded: optimizer.state_dict() itself."""
-    if not is_sharded(model):
-        return optimizer.state_dict()
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-    reshard(model)
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    by_name = get_optimizer_state_dict(model, optimizer, options=options)
-    if torch.distributed.get_rank() != 0:
-        return None
-    order = [name for group in by_name["param_groups"] for name in group["params"]]
-    index = {name: i for i, name in enumerate(order)}
-    groups, start = [], 0
-    for group in by_name["param_groups"]:
-        count = len(group["params"])
-        groups.append(group | {"params": list(range(start, start + count))})
-        start += count
-    state = {index[name]: values for name, values in by_name["state"].items()}
-    return {"state": state, "param_groups": groups}
-
-
 def load_full_optimizer_state(
     model: torch.nn.Module, optimizer: Any, state: dict[str, Any]
 ) -> None:
-    """Put `state` (full_optimizer_state's form, read by every rank) back: each rank keeps its
-    shards. Unsharded: optimizer.load_state_dict."""
+    """Put `state` (optimizer.state_dict()'s form for the unsharded model: parameter indexes,
+    whole tensors; read by every rank) back: each rank keeps its shards. Unsharded:
+    optimizer.load_state_dict."""
     if not is_sharded(model):
         optimizer.load_state_dict(state)
         return

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import warnings
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,7 +177,7 @@ def check(folder: Path) -> str | None:
 def load(folder: Path) -> Checkpoint:
     state = json.loads((folder / STATE).read_text())
     tensors = {p.stem: load_group(p) for p in sorted(folder.glob("*.safetensors"))}
-    tensors |= {p.name.removesuffix(SHARDS): load_shards(p) for p in _shard_folders(folder)}
+    tensors |= {p.name.removesuffix(SHARDS): ShardedGroup(p) for p in _shard_folders(folder)}
     documents = {
         p.stem: json.loads(p.read_text())
         for p in sorted(folder.glob("*.json"))
@@ -216,6 +217,45 @@ def load_shards(shards: Path) -> dict[str, torch.Tensor]:
     aliases = shards / ALIASES
     names = json.loads(aliases.read_text()) if aliases.exists() else {}
     return tensors | {alias: tensors[name] for alias, name in names.items()}
+
+
+class ShardedGroup(Mapping[str, torch.Tensor]):
+    """A group every rank wrote a part of, read when first used: whole, as any group
+    (load_shards), or by a sharded run's rank straight into its own parts (`parts`), so no
+    rank holds the whole (at 8B, ~64 GB of AdamW moments)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._whole: dict[str, torch.Tensor] | None = None
+
+    def _tensors(self) -> dict[str, torch.Tensor]:
+        if self._whole is None:
+            self._whole = load_shards(self.folder)
+        return self._whole
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._tensors()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors())
+
+    def __len__(self) -> int:
+        return len(self._tensors())
+
+    def parts(
+        self, like: Callable[[str, torch.Size, torch.dtype], torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        """Every tensor of the group read into `like(name, whole shape, dtype)`: a DTensor
+        there is filled with this rank's part only (a collective: every rank at once)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+        layout = HuggingFaceStorageReader(str(self.folder)).read_metadata().state_dict_metadata
+        targets = {
+            name: like(name, entry.size, entry.properties.dtype) for name, entry in layout.items()
+        }
+        dcp.load(targets, storage_reader=HuggingFaceStorageReader(str(self.folder)))
+        return targets
 
 
 def _shard_folders(folder: Path) -> list[Path]:

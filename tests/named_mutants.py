@@ -310,6 +310,17 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "resume-reads-whole-moments",
+        "a sharded run's resume reads each rank's part of AdamW's moments, not the whole",
+        "rollverify/training/run_state.py",
+        "    parts = isinstance(tensors, ShardedGroup) and is_sharded(model)",
+        "    parts = False",
+        (
+            "tests/test_sharding.py::"
+            "test_each_rank_writes_its_part_and_a_reader_gets_the_state_whole",
+        ),
+    ),
+    Mutant(
         "shard-parts-unchecked",
         "rvctl export checks every rank's part of the weights against the manifest",
         "rollverify/export.py",

@@ -21,7 +21,8 @@ from safetensors.torch import save_file
 from torch.distributed.fsdp import fully_shard
 from transformers import AutoModelForCausalLM
 
-from rollverify.checkpoint_files import Checkpoint, begin, folder_for, load, save
+from rollverify.checkpoint_files import Checkpoint, begin, folder_for, save
+from rollverify.checkpoint_files import load as read_checkpoint
 from rollverify.config import load_config
 from rollverify.engines.protocol import probe_logprobs_of
 from rollverify.training.run_state import (
@@ -89,7 +90,7 @@ def checkpoint(run_dir: Path, step: int, model, optimizer, rank: int) -> Checkpo
         state = {"optimizer": _optimizer_parts(whole.optimizer)[1], "scheduler": {}}
         save(root, Checkpoint(step, {"rng": rng}, state), keep=5, temporary=temporary)
     dist.barrier()
-    return load(folder_for(root, step))
+    return read_checkpoint(folder_for(root, step))
 
 
 def optimizer_state(saved: Checkpoint, optimizer) -> dict:
@@ -147,10 +148,13 @@ def main() -> None:
         for i in expected["state"]
         for key in ("exp_avg", "exp_avg_sq")
     )
-    # back into fresh shards (a resume), then written again: the same state
+    # back into fresh shards (a resume: each rank reads its own parts), then written again:
+    # the same state
     fresh = shard(load())
     fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=1e-2)
-    load_optimizer_and_scheduler(fresh, fresh_optimizer, Scheduler(), saved)  # as a resume does
+    resumed = read_checkpoint(folder_for(run_dir / "checkpoints", 1))
+    load_optimizer_and_scheduler(fresh, fresh_optimizer, Scheduler(), resumed)
+    result["resume_read_whole_moments"] = resumed.tensors["optimizer"]._whole is not None
     again = optimizer_state(checkpoint(run_dir, 2, fresh, fresh_optimizer, rank), fresh_optimizer)
     result["optimizer_roundtrip_gap"] = max(
         (again["state"][i][key] - state["state"][i][key]).abs().max().item()

@@ -55,8 +55,8 @@ def test_whole_tensors_gathered_from_the_shards_are_the_model(gathered):
 def test_each_rank_writes_its_part_and_a_reader_gets_the_state_whole(gathered, sharded_run):
     """A sharded checkpoint gathers nothing: rank r writes shard-0000<r+1> of the weights and
     of AdamW's moments; rank 0 the rest and the manifest last. Read back (as a resume reads
-    it), it is the model and the optimizer state of the unsharded run; put into fresh shards
-    and written again, it is unchanged."""
+    it), it is the model and the optimizer state of the unsharded run; a resume into fresh
+    shards reads each rank's part of the moments only, and written again it is unchanged."""
     folder = sharded_run / "run" / "checkpoints" / "step-000001"
     assert check(folder) is None
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
@@ -83,6 +83,7 @@ def test_each_rank_writes_its_part_and_a_reader_gets_the_state_whole(gathered, s
     assert gathered["optimizer_indexes_equal"]
     assert gathered["optimizer_gap"] < 1e-6  # as the unsharded model's state_dict() gives it
     assert gathered["optimizer_roundtrip_gap"] == 0.0  # into fresh shards and out, unchanged
+    assert not gathered["resume_read_whole_moments"]  # each rank read its own parts only
 
 
 def _shape(path: Path, name: str) -> list[int]:

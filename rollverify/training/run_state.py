@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from rollverify.checkpoint_files import Checkpoint
+from rollverify.checkpoint_files import Checkpoint, ShardedGroup
 from rollverify.dicts import config_fields
-from rollverify.training.sharding import is_sharded, load_full_optimizer_state
+from rollverify.training.sharding import is_sharded, load_optimizer_state
 
 if TYPE_CHECKING:
     from rollverify.training.loop import TrainingLoop
@@ -140,10 +140,15 @@ def whole_state(trainer: Any, ranks_rng: list[tuple] | None) -> WholeState | Non
 def load_optimizer_and_scheduler(
     model: torch.nn.Module, optimizer: Any, scheduler: Any, checkpoint: Checkpoint
 ) -> None:
-    """The optimizer's state back (into this rank's shards when sharded), and the schedule."""
+    """The optimizer's state back (into this rank's shards when sharded: from the parts the
+    ranks wrote, each rank reading only its own), and the schedule."""
     saved = checkpoint.state["optimizer"]
+    tensors = checkpoint.tensors["optimizer"]
+    parts = isinstance(tensors, ShardedGroup) and is_sharded(model)
+    if parts:
+        tensors = tensors.parts(like=_moment_like(optimizer))
     per_parameter: dict[int, dict[str, Any]] = {}
-    for name, tensor in checkpoint.tensors["optimizer"].items():
+    for name, tensor in tensors.items():
         index, key = name.split(".", 1)
         per_parameter.setdefault(int(index), {})[key] = tensor
     for name, value in saved["plain"].items():
@@ -153,8 +158,24 @@ def load_optimizer_and_scheduler(
         {k: tuple(v) if k == "betas" else v for k, v in group.items()}
         for group in saved["param_groups"]
     ]
-    load_full_optimizer_state(model, optimizer, {"state": per_parameter, "param_groups": groups})
+    state = {"state": per_parameter, "param_groups": groups}
+    load_optimizer_state(model, optimizer, state, parts=parts)
     scheduler.load_state_dict(checkpoint.state["scheduler"])
+
+
+def _moment_like(optimizer: Any):
+    """Where a sharded checkpoint's `<index>.<key>` tensor is read to: a moment the shape of
+    its parameter into a tensor sharded as the parameter is; anything else (AdamW's step)
+    whole."""
+    parameters = [p for group in optimizer.param_groups for p in group["params"]]
+
+    def like(name: str, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+        parameter = parameters[int(name.split(".", 1)[0])]
+        if tuple(shape) == tuple(parameter.shape):
+            return torch.zeros_like(parameter, dtype=dtype)
+        return torch.zeros(shape, dtype=dtype)
+
+    return like
 
 
 def restore_rng(checkpoint: Checkpoint, rank: int = 0) -> None:

@@ -5,9 +5,10 @@ them here, one at a time, on every rank at the same moment (these are collective
 
     full_tensors(model)             the weights by name, each gathered in turn: the weight
                                     sync streams them to the engines
-    load_full_optimizer_state(...)  AdamW's state, as a one-process run's
-                                    optimizer.state_dict() gives it, back into every rank's
-                                    shards (a resume)
+    load_optimizer_state(...)       AdamW's state, whole as a one-process run's
+                                    optimizer.state_dict() gives it or in the parts a
+                                    sharded checkpoint holds, back into every rank's shards
+                                    (a resume)
 
 On an unsharded model (one process, DDP) they cost nothing and take the tensors as they are,
 so the sync and the resume have one code path. A checkpoint gathers nothing: each rank writes
@@ -54,12 +55,12 @@ def full_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
         yield name, tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
-def load_full_optimizer_state(
-    model: torch.nn.Module, optimizer: Any, state: dict[str, Any]
+def load_optimizer_state(
+    model: torch.nn.Module, optimizer: Any, state: dict[str, Any], parts: bool = False
 ) -> None:
-    """Put `state` (optimizer.state_dict()'s form for the unsharded model: parameter indexes,
-    whole tensors; read by every rank) back: each rank keeps its shards. Unsharded:
-    optimizer.load_state_dict."""
+    """Put `state` back (optimizer.state_dict()'s form for the unsharded model: parameter
+    indexes, whole tensors; or, `parts`, tensors sharded as the parameters, each rank's own
+    part read): each rank keeps its shards. Unsharded: optimizer.load_state_dict."""
     if not is_sharded(model):
         optimizer.load_state_dict(state)
         return
@@ -74,7 +75,7 @@ def load_full_optimizer_state(
             for group in state["param_groups"]
         ],
     }
-    options = StateDictOptions(full_state_dict=True)
+    options = StateDictOptions(full_state_dict=not parts)
     set_optimizer_state_dict(model, optimizer, by_name, options=options)
 
 

@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 from torch.distributed.fsdp import fully_shard
 from transformers import AutoModelForCausalLM
 
-from rollverify.checkpoint_files import Checkpoint, begin, folder_for, save
+from rollverify.checkpoint_files import Checkpoint, folder_for, save
 from rollverify.checkpoint_files import load as read_checkpoint
 from rollverify.config import load_config
 from rollverify.engines.protocol import probe_logprobs_of
@@ -30,7 +30,7 @@ from rollverify.training.run_state import (
     load_optimizer_and_scheduler,
     whole_state,
 )
-from rollverify.training.sharded_checkpoint import write_shards
+from rollverify.training.sharded_checkpoint import write_parts
 from rollverify.training.sharding import full_tensors, is_sharded
 from rollverify.training.world import World
 
@@ -78,8 +78,7 @@ def checkpoint(run_dir: Path, step: int, model, optimizer, rank: int) -> Checkpo
     into rank 0's new folder; rank 0 the rest, as run_state has it, and the manifest), read
     back by every rank."""
     world, root = World(rank, dist.get_world_size()), run_dir / "checkpoints"
-    temporary = world.broadcast(begin(root, step) if rank == 0 else None)
-    write_shards(temporary, model, optimizer, rank == 0)
+    temporary = write_parts(world, root, step, model, optimizer)
     trainer = Trainer(
         accelerator=Trainer(unwrap_model=lambda m: m), model=model, optimizer=optimizer
     )

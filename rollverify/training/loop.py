@@ -45,7 +45,6 @@ from torch.distributed.checkpoint import CheckpointException
 from transformers import PreTrainedModel
 
 from rollverify.atomic import atomic_write_text
-from rollverify.checkpoint_files import begin as begin_checkpoint
 from rollverify.checkpoint_files import save as save_checkpoint
 from rollverify.config import RunConfig
 from rollverify.costmodel import GPUS, ModelShape, Pricing
@@ -75,8 +74,8 @@ from rollverify.training.records import (
 )
 from rollverify.training.run_state import capture, rng_parts, whole_state
 from rollverify.training.schedule import Schedule
-from rollverify.training.sharded_checkpoint import write_shards
-from rollverify.training.sharding import full_tensors, is_sharded
+from rollverify.training.sharded_checkpoint import write_parts
+from rollverify.training.sharding import full_tensors
 from rollverify.training.stopping import RunInterrupted, StopRequest
 from rollverify.training.trl_adapter import (
     BehaviorRatioGRPOTrainer,
@@ -459,7 +458,9 @@ class TrainingLoop:
         root, keep = self.run_dir / "checkpoints", self.config.train.keep_checkpoints
         folder, temporary = None, None
         try:
-            temporary = self._write_shards(root, step)  # (a collective when sharded)
+            model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+            optimizer = self.trainer.optimizer  # sharded: each rank writes its part first
+            temporary = write_parts(self.world, root, step, model, optimizer)  # (a collective)
             whole = whole_state(self.trainer, self.world.gather(rng_parts()))  # (a collective)
             if self.world.main:
                 self.trace.flush(self.run_dir / "trace", step)  # its steps, once: before the save
@@ -480,24 +481,6 @@ class TrainingLoop:
             self.schedule.checkpointed, self.pending_step = step, step
         elif self.world.decide(folder is not None):  # every rank knows what was saved
             self.checkpointed_step = self.schedule.checkpointed = step
-
-    def _write_shards(self, root: Path, step: int) -> Path | None:
-        """A sharded run: rank 0's new checkpoint folder, with every rank's parts written into
-        it (checkpoint_files.save adds the rest). None for a run that is not sharded."""
-        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-        if not is_sharded(model):
-            return None
-        temporary, problem = None, None
-        if self.world.main:
-            try:
-                temporary = begin_checkpoint(root, step)
-            except OSError as error:
-                problem = error
-        temporary = self.world.broadcast(temporary)  # every rank writes there, or none does
-        if temporary is None:
-            raise problem or OSError(f"rank 0 could not make a checkpoint folder in {root}")
-        write_shards(temporary, model, self.trainer.optimizer, self.world.main)
-        return temporary
 
     def finish_checkpoint(self) -> None:
         """Wait for a checkpoint being written in the background; then every rank knows

@@ -21,10 +21,33 @@ from typing import Any
 
 import torch
 
-from rollverify.checkpoint_files import ALIASES, SHARDS
+from rollverify.checkpoint_files import ALIASES, SHARDS, begin
+from rollverify.training.sharding import is_sharded
+from rollverify.training.world import World
 
 
-def write_shards(temporary: Path, model: torch.nn.Module, optimizer: Any, main: bool) -> None:
+def write_parts(
+    world: World, root: Path, step: int, model: torch.nn.Module, optimizer: Any
+) -> Path | None:
+    """A sharded run: rank 0's new checkpoint folder for `step` under root, with every rank's
+    parts written into it (checkpoint_files.save adds the rest). None for a run that is not
+    sharded (rank 0 writes all of it). Every rank calls it at the same moment."""
+    if not is_sharded(model):
+        return None
+    temporary, problem = None, None
+    if world.main:
+        try:
+            temporary = begin(root, step)
+        except OSError as error:
+            problem = error
+    temporary = world.broadcast(temporary)  # every rank writes there, or none does
+    if temporary is None:
+        raise problem or OSError(f"rank 0 could not make a checkpoint folder in {root}")
+    _write_parts(temporary, model, optimizer, world.main)
+    return temporary
+
+
+def _write_parts(temporary: Path, model: torch.nn.Module, optimizer: Any, main: bool) -> None:
     """This rank's parts of the model and the optimizer state, into `temporary` (rank 0's
     checkpoint_files.begin() folder, on a filesystem every rank sees). A collective: every
     rank calls it at the same moment; a rank that fails to write fails it on every rank."""

@@ -2,8 +2,8 @@
 moments, rank 0 the rest and the manifest last (checkpoint_files.save). Nothing is gathered:
 at 8B, rank 0 would otherwise hold ~16 GB of weights and ~64 GB of fp32 moments at once.
 
-    step-N/model.shards/shard-0000<r+1>-model-00001-of-00001.safetensors      rank r's part
-    step-N/optimizer.shards/shard-0000<r+1>-model-00001-of-00001.safetensors
+    step-N/model.shards/shard-0000<r+1>-model-0000<f>-of-0000<F>.safetensors   rank r's part
+    step-N/optimizer.shards/shard-0000<r+1>-model-0000<f>-of-0000<F>.safetensors  of file f
 
 The files are torch.distributed.checkpoint's Hugging Face safetensors format, written with
 `save_distributed`: each part's offset in the whole tensor is in its file's header, so no
@@ -59,11 +59,30 @@ def _write_parts(temporary: Path, model: torch.nn.Module, optimizer: Any, main: 
     _write(_optimizer_tensors(optimizer), temporary / f"optimizer{SHARDS}")
 
 
+# DCP's safetensors writer builds each file in memory before writing it: files of at most this
+# many bytes of whole tensors (a rank's part is 1/N of it) bound what a write adds to a rank.
+FILE_BYTES = 1 << 29
+
+
 def _write(tensors: dict[str, torch.Tensor], folder: Path) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import HuggingFaceStorageWriter
 
-    dcp.save(tensors, storage_writer=HuggingFaceStorageWriter(str(folder), save_distributed=True))
+    files = _file_indexes(tensors)
+    writer = HuggingFaceStorageWriter(str(folder), files, save_distributed=True)
+    dcp.save(tensors, storage_writer=writer)
+
+
+def _file_indexes(tensors: dict[str, torch.Tensor]) -> dict[str, int]:
+    """{name: file number, from 1}: the tensors in order, a new file when FILE_BYTES would be
+    passed. From whole shapes (a DTensor's), so every rank numbers them alike."""
+    number, filled, files = 1, 0, {}
+    for name, tensor in tensors.items():
+        size = tensor.numel() * tensor.element_size()
+        if filled and filled + size > FILE_BYTES:
+            number, filled = number + 1, 0
+        files[name], filled = number, filled + size
+    return files
 
 
 def _unaliased(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

@@ -4,8 +4,8 @@ an unsharded copy on every rank, trained one AdamW step on the same batch; rank 
 what sharding.py's gathers gave against the copy as JSON to argv[1]. A checkpoint of the
 sharded model, each rank writing its part (sharded_checkpoint.py), goes into the run folder
 argv[2] (with its config.yaml and the gathered weights, for `rvctl export`); read back and
-put into fresh shards, then written again. Also World.score's split of rank 0's items
-(training/world.py), scored through the shards."""
+put into fresh shards, then written again (in files of 256 KiB of whole tensors). Also
+World.score's split of rank 0's items (training/world.py), scored through the shards."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from rollverify.checkpoint_files import Checkpoint, folder_for, save
 from rollverify.checkpoint_files import load as read_checkpoint
 from rollverify.config import load_config
 from rollverify.engines.protocol import probe_logprobs_of
+from rollverify.training import sharded_checkpoint
 from rollverify.training.run_state import (
     _optimizer_parts,
     load_optimizer_and_scheduler,
@@ -154,7 +155,9 @@ def main() -> None:
     resumed = read_checkpoint(folder_for(run_dir / "checkpoints", 1))
     load_optimizer_and_scheduler(fresh, fresh_optimizer, Scheduler(), resumed)
     result["resume_read_whole_moments"] = resumed.tensors["optimizer"]._whole is not None
+    sharded_checkpoint.FILE_BYTES = 1 << 18  # step 2's parts in several files per rank
     again = optimizer_state(checkpoint(run_dir, 2, fresh, fresh_optimizer, rank), fresh_optimizer)
+    fresh_whole = dict(full_tensors(fresh))  # (every rank: a collective)
     result["optimizer_roundtrip_gap"] = max(
         (again["state"][i][key] - state["state"][i][key]).abs().max().item()
         for i in state["state"]
@@ -163,6 +166,7 @@ def main() -> None:
     if rank == 0:
         (run_dir / "config.yaml").write_text(yaml.safe_dump(load_config().to_dict()))
         save_file(whole, str(run_dir / "gathered.safetensors"))
+        save_file(fresh_whole, str(run_dir / "gathered-2.safetensors"))
     result |= split_scoring(sharded, rank, size, vocab)
     if rank == 0:
         with open(sys.argv[1], "w") as handle:

@@ -98,9 +98,17 @@ def test_rvctl_export_puts_a_sharded_checkpoint_together(sharded_run, tmp_path):
     gathered = load_file(str(run_dir / "gathered.safetensors"))
     assert exported.keys() <= gathered.keys()  # (the tied lm_head stored once)
     assert all(torch.equal(exported[name], gathered[name]) for name in exported)
-    # a rank's part that does not match the manifest: refused, naming the part
+    # step 2's parts, written in files of 256 KiB of whole tensors: several per rank
     damaged = run_dir / "checkpoints" / "step-000002"
-    part = damaged / "model.shards" / "shard-00002-model-00001-of-00001.safetensors"
+    parts = sorted((damaged / "model.shards").glob("shard-00002-model-*-of-*.safetensors"))
+    assert len(parts) > 1
+    export(run_dir, tmp_path / "from-files", step=2)
+    again = load_file(str(tmp_path / "from-files" / "model.safetensors"))
+    fresh = load_file(str(run_dir / "gathered-2.safetensors"))
+    assert again.keys() == exported.keys()
+    assert all(torch.equal(again[name], fresh[name]) for name in again)
+    # a rank's part that does not match the manifest: refused, naming the part
+    part = parts[-1]
     part.write_bytes(part.read_bytes()[:-8])
     with pytest.raises(ValueError, match="model.shards/shard-00002-.* does not match"):
         export(run_dir, tmp_path / "again", step=2)

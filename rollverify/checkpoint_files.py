@@ -203,20 +203,35 @@ def group_files(folder: Path, group: str) -> list[str]:
 def load_shards(shards: Path) -> dict[str, torch.Tensor]:
     """A group every rank wrote a part of, put back whole in this process (no process group:
     torch.distributed.checkpoint reads each part into its place, as its headers say)."""
+    with warnings.catch_warnings():  # (that it reads in one process, as asked)
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        tensors = _read_parts(shards, _whole_tensor, alone=True)
+    aliases = shards / ALIASES
+    names = json.loads(aliases.read_text()) if aliases.exists() else {}
+    return tensors | {alias: tensors[name] for alias, name in names.items()}
+
+
+Like = Callable[[str, torch.Size, torch.dtype], torch.Tensor]
+
+
+def _whole_tensor(_: str, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype)
+
+
+def _read_parts(shards: Path, like: Like, alone: bool) -> dict[str, torch.Tensor]:
+    """Every tensor of a shards folder read into `like(name, whole shape, dtype)` by
+    torch.distributed.checkpoint: a DTensor there gets this rank's part only. `alone`: by
+    this process alone (no collective, even in a world of processes); else every rank at
+    once."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import HuggingFaceStorageReader
 
     layout = HuggingFaceStorageReader(str(shards)).read_metadata().state_dict_metadata
-    tensors = {
-        name: torch.empty(entry.size, dtype=entry.properties.dtype)
-        for name, entry in layout.items()
+    targets = {
+        name: like(name, entry.size, entry.properties.dtype) for name, entry in layout.items()
     }
-    with warnings.catch_warnings():  # (that it reads in one process, as asked)
-        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-        dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(shards)), no_dist=True)
-    aliases = shards / ALIASES
-    names = json.loads(aliases.read_text()) if aliases.exists() else {}
-    return tensors | {alias: tensors[name] for alias, name in names.items()}
+    dcp.load(targets, storage_reader=HuggingFaceStorageReader(str(shards)), no_dist=alone)
+    return targets
 
 
 class ShardedGroup(Mapping[str, torch.Tensor]):
@@ -242,20 +257,10 @@ class ShardedGroup(Mapping[str, torch.Tensor]):
     def __len__(self) -> int:
         return len(self._tensors())
 
-    def parts(
-        self, like: Callable[[str, torch.Size, torch.dtype], torch.Tensor]
-    ) -> dict[str, torch.Tensor]:
+    def parts(self, like: Like) -> dict[str, torch.Tensor]:
         """Every tensor of the group read into `like(name, whole shape, dtype)`: a DTensor
         there is filled with this rank's part only (a collective: every rank at once)."""
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint import HuggingFaceStorageReader
-
-        layout = HuggingFaceStorageReader(str(self.folder)).read_metadata().state_dict_metadata
-        targets = {
-            name: like(name, entry.size, entry.properties.dtype) for name, entry in layout.items()
-        }
-        dcp.load(targets, storage_reader=HuggingFaceStorageReader(str(self.folder)))
-        return targets
+        return _read_parts(self.folder, like, alone=False)
 
 
 def _shard_folders(folder: Path) -> list[Path]:

@@ -28,6 +28,7 @@ from rollverify.engines.protocol import probe_logprobs_of
 from rollverify.training import sharded_checkpoint
 from rollverify.training.run_state import (
     _optimizer_parts,
+    by_parameter,
     load_optimizer_and_scheduler,
     whole_state,
 )
@@ -95,10 +96,7 @@ def checkpoint(run_dir: Path, step: int, model, optimizer, rank: int) -> Checkpo
 
 def optimizer_state(saved: Checkpoint, optimizer) -> dict:
     """The checkpoint's optimizer tensors as optimizer.state_dict() of the unsharded model."""
-    state: dict = {}
-    for name, tensor in saved.tensors["optimizer"].items():
-        index, key = name.split(".", 1)
-        state.setdefault(int(index), {})[key] = tensor
+    state = by_parameter(saved.tensors["optimizer"])
     return {"state": state, "param_groups": optimizer.state_dict()["param_groups"]}
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -147,13 +148,9 @@ def load_optimizer_and_scheduler(
     parts = isinstance(tensors, ShardedGroup) and is_sharded(model)
     if parts:
         tensors = tensors.parts(like=_moment_like(optimizer))
-    per_parameter: dict[int, dict[str, Any]] = {}
-    for name, tensor in tensors.items():
-        index, key = name.split(".", 1)
-        per_parameter.setdefault(int(index), {})[key] = tensor
-    for name, value in saved["plain"].items():
-        index, key = name.split(".", 1)
-        per_parameter.setdefault(int(index), {})[key] = value
+    per_parameter = by_parameter(tensors)
+    for index, values in by_parameter(saved["plain"]).items():
+        per_parameter.setdefault(index, {}).update(values)
     groups = [
         {k: tuple(v) if k == "betas" else v for k, v in group.items()}
         for group in saved["param_groups"]
@@ -161,6 +158,16 @@ def load_optimizer_and_scheduler(
     state = {"state": per_parameter, "param_groups": groups}
     load_optimizer_state(model, optimizer, state, parts=parts)
     scheduler.load_state_dict(checkpoint.state["scheduler"])
+
+
+def by_parameter(values: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
+    """A checkpoint's `<index>.<key>` optimizer values as optimizer.state_dict()'s state:
+    {parameter index: {key: value}}."""
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in values.items():
+        index, key = name.split(".", 1)
+        state.setdefault(int(index), {})[key] = value
+    return state
 
 
 def _moment_like(optimizer: Any):

@@ -512,4 +512,60 @@ MUTANTS = [
             "test_a_stopped_then_killed_run_resumes_to_the_uninterrupted_weights",
         ),
     ),
+    Mutant(
+        "collective-sync-not-loaded",
+        "over the collective, each engine worker loads the tensors it receives",
+        "rollverify/engines/vllm_plugin.py",
+        "        model.load_weights(arriving())",
+        "        list(arriving())",
+        (
+            "tests/test_vllm_engine.py::"
+            "test_collective_weight_sync_broadcasts_each_tensor_to_the_workers",
+            "tests/test_vllm_engine.py::test_each_method_trains_on_the_shared_engine[rollverify]",
+        ),
+    ),
+    Mutant(
+        "replacement-without-synced-weights",
+        "a replaced sidecar takes the last synced weights, not the base model's",
+        "rollverify/engines/vllm_engine.py",
+        "weights = None if weights_coming else self._restart_weights()",
+        "weights = None",
+        (
+            "tests/test_vllm_engine.py::"
+            "test_a_dead_or_hung_sidecar_is_replaced_and_its_trajectories_finish[frozen]",
+        ),
+    ),
+    Mutant(
+        "collective-restart-copy-dropped",
+        "over the collective, rank 0 can give a replaced sidecar the synced weights again",
+        "rollverify/engines/vllm_engine.py",
+        "        if self._source is not None:",
+        "        if False:",
+        (
+            "tests/test_vllm_engine.py::"
+            "test_collective_weight_sync_broadcasts_each_tensor_to_the_workers",
+        ),
+    ),
+    Mutant(
+        "stream-specs-of-shards",
+        "a sharded weight stream announces whole shapes, not its rank's shard's",
+        "rollverify/training/weight_sync.py",
+        "            tuple(t.shape),",
+        '            tuple(t.to_local().shape if hasattr(t, "to_local") else t.shape),',
+        (
+            "tests/test_sharding.py::"
+            "test_the_weight_stream_of_shards_announces_whole_tensors_before_gathering_them",
+        ),
+    ),
+    Mutant(
+        "sharded-stream-restartable",
+        "rank 0 alone does not claim it can send sharded weights again",
+        "rollverify/training/weight_sync.py",
+        "        return not is_sharded(self.model)",
+        "        return True",
+        (
+            "tests/test_sharding.py::"
+            "test_the_weight_stream_of_shards_announces_whole_tensors_before_gathering_them",
+        ),
+    ),
 ]

@@ -34,6 +34,7 @@ from rollverify.training.run_state import (
 )
 from rollverify.training.sharded_checkpoint import write_parts
 from rollverify.training.sharding import full_tensors, is_sharded
+from rollverify.training.weight_sync import WeightStream
 from rollverify.training.world import World
 
 
@@ -117,7 +118,16 @@ def main() -> None:
     reference = load()
     sharded = shard(load())
     whole_before = dict(full_tensors(sharded))
+    stream = WeightStream(sharded, "bfloat16")  # what the weight sync sends the engines
+    sent = list(stream)  # (every rank: a collective per tensor)
     result = {
+        # the specs of a broadcast are known before anything is gathered: whole shapes
+        "stream_specs_match": stream.specs
+        == [(n, str(t.dtype)[6:], tuple(t.shape)) for n, t in sent]
+        and [n for n, _ in sent] == list(reference.state_dict())
+        and all(t.dtype == torch.bfloat16 for _, t in sent),
+        "stream_restartable": stream.restartable,
+        "reference_stream_restartable": WeightStream(reference, "bfloat16").restartable,
         "sharded": is_sharded(sharded),
         "reference_sharded": is_sharded(reference),
         "weights_gap_before": gap(whole_before, reference.state_dict()),

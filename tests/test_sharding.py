@@ -52,6 +52,14 @@ def test_whole_tensors_gathered_from_the_shards_are_the_model(gathered):
     assert gathered["probe_gap"] < 1e-5  # the weight-sync probe, forward through the shards
 
 
+def test_the_weight_stream_of_shards_announces_whole_tensors_before_gathering_them(gathered):
+    """A collective weight sync allocates each tensor on the engines from its spec: a spec
+    with a shard's shape would garble the broadcast. Rank 0 alone cannot send sharded
+    weights again (a replaced engine between syncs): the stream says so."""
+    assert gathered["stream_specs_match"]
+    assert not gathered["stream_restartable"] and gathered["reference_stream_restartable"]
+
+
 def test_each_rank_writes_its_part_and_a_reader_gets_the_state_whole(gathered, sharded_run):
     """A sharded checkpoint gathers nothing: rank r writes shard-0000<r+1> of the weights and
     of AdamW's moments; rank 0 the rest and the manifest last. Read back (as a resume reads

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from rollverify.engines.vllm_engine import SidecarFailed, VLLMEngine, VLLMSettin
 from rollverify.engines.vllm_plugin import DISABLE_ENV  # noqa: E402
 from rollverify.tasks.chain import ChainProblem  # noqa: E402
 from rollverify.training.run import resume, train  # noqa: E402
+from rollverify.training.weight_sync import WeightStream  # noqa: E402
 from rollverify.trajectory import Trajectory  # noqa: E402
 from tests.runs import TINY, cached, history, tiny, tiny_file, unfinished  # noqa: E402
 from tests.sockets import beyond_loopback, listening, token_readable_by_others, tree  # noqa: E402
@@ -143,11 +145,7 @@ def test_top_k_sampling_draws_kept_tokens_with_their_untruncated_logprobs(engine
 
 def test_weight_sync_makes_the_engine_score_like_the_trainer(engine, base, tokenizer):
     probe = torch.cat(prompts(tokenizer, 4)).tolist()
-    moved = AutoModelForCausalLM.from_pretrained(MODEL).eval()
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for parameter in moved.parameters():
-            parameter.add_(0.05 * torch.randn_like(parameter))
+    moved = _moved()
     before = engine.probe_logprobs(probe)[0]
     try:
         engine.load_weights(moved.state_dict().items(), version=1)
@@ -159,6 +157,43 @@ def test_weight_sync_makes_the_engine_score_like_the_trainer(engine, base, token
     assert (before - expected).abs().max() > 1e-2, "the perturbation must be visible"
     assert (after - expected).abs().max() < 1e-3  # the issue's fp32 bound
     restored = engine.probe_logprobs(probe)[0]
+    assert (restored - probe_logprobs_of(base, probe)).abs().max() < 1e-3
+
+
+def _moved(scale: float = 0.05):
+    moved = AutoModelForCausalLM.from_pretrained(MODEL).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in moved.parameters():
+            parameter.add_(scale * torch.randn_like(parameter))
+    return moved
+
+
+def test_collective_weight_sync_broadcasts_each_tensor_to_the_workers(
+    engine, base, tokenizer, monkeypatch
+):
+    """vllm.weight_sync: collective over gloo (NCCL on GPUs: the same code, another backend):
+    the workers receive every tensor from the trainer's broadcast, nothing is left in Ray's
+    object store, and a replacement sidecar would get the synced weights from rank 0."""
+    import ray
+
+    probe = torch.cat(prompts(tokenizer, 4)).tolist()
+    moved = _moved()
+    monkeypatch.setattr(engine, "settings", replace(engine.settings, weight_sync="collective"))
+    try:
+        engine.load_weights(WeightStream(moved, "float32"), version=1)
+        after = engine.probe_logprobs(probe)[0]
+        group = engine._weight_group
+        assert group is not None and engine._weights is None  # no object-store copy
+        restart = dict(ray.get(engine._restart_weights()))
+        assert all(torch.equal(restart[n], t) for n, t in moved.state_dict().items())
+        engine.load_weights(WeightStream(base, "float32"), version=0)
+        assert engine._weight_group is group  # the same members: the group is kept
+        restored = engine.probe_logprobs(probe)[0]
+    finally:
+        monkeypatch.undo()
+        engine.load_weights(base.state_dict().items(), version=0)
+    assert (after - probe_logprobs_of(moved, probe)).abs().max() < 1e-3
     assert (restored - probe_logprobs_of(base, probe)).abs().max() < 1e-3
 
 
@@ -177,12 +212,14 @@ def test_a_dead_or_hung_sidecar_is_replaced_and_its_trajectories_finish(
     """The sidecar's actor is killed mid-generation (as an OOM kill or a lost node would), or
     its process frozen with SIGSTOP (a wedged driver, a swapped-out node: it answers nothing,
     found by the poll timeout). The next poll notices, a new sidecar starts with the synced
-    weights, and every trajectory finishes exactly once; nothing hangs."""
+    weights (not the base model's, which a new engine loads), and every trajectory finishes
+    exactly once; nothing hangs."""
     import ray
 
     monkeypatch.setattr(vllm_engine, "SIDECAR_TIMEOUT_S", 5.0)  # 300 s in production
     probe = torch.cat(prompts(tokenizer, 4)).tolist()
-    engine.load_weights(base.state_dict().items(), version=0)
+    moved = _moved(0.01)  # small: the chains still end
+    engine.load_weights(moved.state_dict().items(), version=1)
     restarts = engine.stats.restarts
     trajectories = [Trajectory(p, i, 0) for i, p in enumerate(prompts(tokenizer, 8))]
     engine.submit(trajectories)
@@ -203,7 +240,9 @@ def test_a_dead_or_hung_sidecar_is_replaced_and_its_trajectories_finish(
     assert sorted(t.key for t in finished) == sorted(t.key for t in trajectories)
     assert all(t.finished and len(t.behavior_logprobs) == len(t) > 0 for t in trajectories)
     after = engine.probe_logprobs(probe)[0]  # the new sidecar has the synced weights
-    assert (after - probe_logprobs_of(base, probe)).abs().max() < 1e-3
+    engine.load_weights(base.state_dict().items(), version=0)
+    assert (after - probe_logprobs_of(moved, probe)).abs().max() < 1e-3
+    assert (after - probe_logprobs_of(base, probe)).abs().max() > 1e-2
 
 
 def test_a_reused_engine_must_fit_the_config(engine, tmp_path):
@@ -214,8 +253,12 @@ def test_a_reused_engine_must_fit_the_config(engine, tmp_path):
 
 
 @pytest.mark.parametrize("method", ["grpo", "partial", "rollverify"])
-def test_each_method_trains_on_the_shared_engine(engine, tmp_path, method):
+def test_each_method_trains_on_the_shared_engine(engine, tmp_path, method, monkeypatch):
     steps = 3
+    # rollverify's run syncs over the collective (gloo here), the others over the object store
+    weight_sync = "collective" if method == "rollverify" else "object_store"
+    monkeypatch.setattr(engine, "settings", replace(engine.settings, weight_sync=weight_sync))
+    engine._weight_group = None  # formed by this run if it syncs over the collective
     # Chains up to 32 (the default's tail): responses long enough to be in flight when a
     # step's groups complete, even when the engine runs ahead under CPU load (with chains of
     # 6 it once finished every request before the pause, in 1 of ~10 suites).
@@ -223,6 +266,7 @@ def test_each_method_trains_on_the_shared_engine(engine, tmp_path, method):
     config = tiny(tmp_path, method, **settings)
     summary = train(config, engine=engine)
     metrics = history(summary)
+    assert (engine._weight_group is not None) == (weight_sync == "collective")
     assert sorted(metrics["eval_accuracy"]) == [0, steps]
     assert sorted(metrics["sync_logprob_gap"]) == list(range(1, steps + 1))
     assert max(metrics["sync_logprob_gap"].values()) < 1e-3

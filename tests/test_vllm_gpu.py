@@ -110,3 +110,45 @@ def test_gpu_engine_pause_keeps_partial_tokens_and_resume_continues(gpu_engine):
     for t in trajectories:
         assert t.token_ids.tolist()[: len(kept[t.sample_index])] == kept[t.sample_index]
         assert len(t.behavior_logprobs) == len(t) == len(t.versions)
+
+
+def test_weight_sync_auto_is_a_collective_on_gpus_and_the_object_store_on_cpus(monkeypatch):
+    from rollverify.training.parts import vllm_settings
+
+    config = load_config(GPU_CONFIG)
+    assert vllm_settings(config).weight_sync == "collective"  # set in the 8B config
+    config.vllm.weight_sync = "auto"
+    for gpu, expected in [(True, "collective"), (False, "object_store")]:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda gpu=gpu: gpu)
+        assert vllm_settings(config).weight_sync == expected
+
+
+# NCCL allows one rank per GPU: the trainer's rank 0 and the engine's worker need two.
+needs_two_gpus = pytest.mark.skipif(
+    torch.cuda.device_count() < 2, reason="a collective weight sync over NCCL needs 2 GPUs"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.ray
+@needs_two_gpus
+def test_collective_weight_sync_over_nccl_makes_the_engine_score_like_the_trainer(gpu_engine):
+    from dataclasses import replace
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rollverify.engines.protocol import probe_logprobs_of
+    from rollverify.training.weight_sync import WeightStream
+
+    tokenizer = AutoTokenizer.from_pretrained(MODEL)
+    probe = tokenizer("Q:7+3x30= 7 10 13 16 19")["input_ids"]
+    moved = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.bfloat16).cuda().eval()
+    with torch.no_grad():
+        for parameter in moved.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    gpu_engine.settings = replace(gpu_engine.settings, weight_sync="collective")
+    gpu_engine.load_weights(WeightStream(moved, "bfloat16"), version=1)
+    after = gpu_engine.probe_logprobs(probe)[0]
+    assert gpu_engine._weights is None  # nothing through the object store
+    assert (after - probe_logprobs_of(moved, probe).cpu()).abs().max() < 0.1

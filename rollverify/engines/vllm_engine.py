@@ -4,15 +4,19 @@ Requests go to the least-loaded sidecar. A trajectory resumes by re-submitting p
 kept tokens as the prompt, with the rest of its token budget. Each request samples with its
 own seed (vLLM per-request generators), derived from the engine seed and a counter.
 
-Weight sync: the trainer's tensors travel through Ray's object store into each sidecar, which
-loads them into the running model (vllm_plugin.WeightSyncExtension) and drops its prefix cache.
-Then the engine scores a fixed probe sequence; its log-probs must match the trainer's within
+Weight sync (vllm.weight_sync): `object_store`, the trainer's tensors travel through Ray's
+object store into each sidecar, which loads them into the running model
+(vllm_plugin.WeightSyncExtension) and drops its prefix cache; `collective`, the trainer
+broadcasts each whole tensor in turn to every engine's workers over a process group of their
+own (weight_group.py: NCCL on GPUs, gloo on CPU), which load it as it comes. Then the engine
+scores a fixed probe sequence; its log-probs must match the trainer's within
 `vllm.sync_check_tolerance` or the run stops (training/loop.py, SyncCheckError) rather than
 train on a policy the engine does not have.
 
 A sidecar that dies (its actor or its engine core), or stops answering polls for
-SIDECAR_TIMEOUT_S, is replaced: a new actor starts, takes the last synced weights (kept in
-Ray's object store: one copy of the weights in host shared memory) and the trajectories that
+SIDECAR_TIMEOUT_S, is replaced: a new actor starts, takes the last synced weights (object_store:
+the copy kept in Ray's object store; collective: sent again by rank 0, which a sharded trainer
+cannot do alone, so there a lost engine stops the run) and the trajectories that
 were in flight on the dead one resume from the tokens they had when submitted. At most
 MAX_RESTARTS per engine: a sidecar that keeps dying stops the run instead of looping.
 """
@@ -31,7 +35,7 @@ import torch
 
 from rollverify.engines.protocol import EngineStats, check_unfinished
 from rollverify.engines.vllm_sidecar import EngineDead, unlink_shared_memory
-from rollverify.faults import describe
+from rollverify.faults import describe, own_error
 from rollverify.sampling import Sampling
 from rollverify.trace import EngineStep
 from rollverify.trajectory import Trajectory
@@ -52,6 +56,7 @@ class VLLMSettings:
     enable_prefix_caching: bool = True
     cpu_kv_cache_gib: int = 1
     placement: str = "pack"  # the placement group's strategy: pack or spread
+    weight_sync: str = "object_store"  # or collective (weight_group.py)
 
     def environment(self) -> dict[str, str]:
         """Set in each sidecar before vLLM loads. On CPU, vLLM's automatic KV size and its
@@ -131,6 +136,9 @@ class VLLMEngine:
         self._death = ""  # what the last one died of
         self._waiting: list[Trajectory] = []  # in flight on a dead sidecar: resubmitted later
         self._weights: Any = None  # ObjectRef of the last synced weights, for restarts
+        self._source: Any = None  # collective: what gives rank 0 the weights again, or None
+        self._weight_group: Any = None  # collective: rank 0 of the weight group, while formed
+        self._members: tuple[tuple[int, int], ...] = ()  # (index, id) of the sidecars in it
         self._group: Any = None  # the engines' Ray placement group, while started
         self.placed: dict[int, tuple[str, str | None]] = {}  # sidecar -> (host, its group)
 
@@ -205,9 +213,9 @@ class VLLMEngine:
     def _live(self) -> list[int]:
         return [i for i in range(len(self._actors)) if i not in self._dead]
 
-    def _revive(self) -> None:
-        """Replace dead sidecars (new actors with the last synced weights) and resubmit the
-        trajectories that were waiting for them."""
+    def _revive(self, weights_coming: bool = False) -> None:
+        """Replace dead sidecars (new actors with the last synced weights, unless a sync is
+        `weights_coming` to them) and resubmit the trajectories that were waiting for them."""
         import ray
 
         for index in sorted(self._dead):
@@ -222,8 +230,13 @@ class VLLMEngine:
             actor = self._new_actor(index)
             try:
                 report = ray.get(actor.start.remote(), timeout=START_TIMEOUT_S)
-                if self._weights is not None:
-                    ray.get(actor.load_weights.remote(self._weights), timeout=START_TIMEOUT_S)
+                weights = None if weights_coming else self._restart_weights()
+                if weights is not None:
+                    ray.get(actor.load_weights.remote(weights), timeout=START_TIMEOUT_S)
+            except SidecarFailed:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
+                raise
             except Exception as error:
                 with contextlib.suppress(Exception):
                     ray.kill(actor)
@@ -249,6 +262,7 @@ class VLLMEngine:
             with contextlib.suppress(Exception):
                 ray.kill(actor)
         self._actors, self._weights, self._dead, self._waiting = [], None, set(), []
+        self._source, self._weight_group, self._members = None, None, ()
         if self._group is not None:  # its GPUs back to the cluster
             with contextlib.suppress(Exception):
                 ray.util.remove_placement_group(self._group)
@@ -307,16 +321,89 @@ class VLLMEngine:
         return paused
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """`named_tensors`: (name, tensor) in the engines' dtype; a training.weight_sync
+        WeightStream gives them one at a time (and their specs first, for a broadcast)."""
         import ray
 
         if self.has_work:
             raise RuntimeError("pause the engine before loading weights: in-flight KV is stale")
-        self._weights = None  # drop the old copy first: one copy of the weights at a time
-        self._weights = ray.put([(name, tensor.detach().cpu()) for name, tensor in named_tensors])
-        self._revive()  # a replacement takes these weights as it starts
-        self._call("load_weights", {a: (self._weights,) for a in self._live()}, START_TIMEOUT_S)
+        if self.settings.weight_sync == "collective":
+            self._weights = None  # no copy: a replacement gets them from rank 0 again
+            self._revive(weights_coming=True)  # a replacement joins the group and receives them
+            self._broadcast(named_tensors)
+        else:
+            self._weights = None  # drop the old copy first: one copy of the weights at a time
+            self._weights = ray.put([(n, tensor.detach().cpu()) for n, tensor in named_tensors])
+            self._revive()  # a replacement takes these weights as it starts
+            self._call("load_weights", {a: (self._weights,) for a in self._live()}, START_TIMEOUT_S)
         self._revive()  # one that died while loading
         self.version = version
+
+    # -- collective weight sync ---------------------------------------------------------------
+
+    def _broadcast(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Every engine's workers receive each tensor as rank 0 broadcasts it. A sidecar lost
+        mid-broadcast leaves the others with half-loaded weights: the run stops."""
+        import ray
+
+        from rollverify.engines import weight_group
+
+        specs = getattr(named_tensors, "specs", None)
+        if specs is None:  # plain (name, tensor) pairs, already whole: their specs from them
+            named_tensors = list(named_tensors)  # references, no copies
+            specs = [(n, str(t.dtype)[6:], tuple(t.shape)) for n, t in named_tensors]
+        self._source = named_tensors if getattr(named_tensors, "restartable", True) else None
+        try:
+            self._form_group()
+            refs = [self._actors[a].receive_weights.remote(specs) for a, _ in self._members]
+            for (name, _, _), (sent, tensor) in zip(specs, named_tensors, strict=True):
+                assert name == sent, f"weight {sent} sent where its spec says {name}"
+                weight_group.broadcast(self._weight_group, tensor.detach().contiguous())
+            ray.get(refs, timeout=START_TIMEOUT_S)
+        except Exception as error:
+            self._weight_group, self._members = None, ()
+            raise SidecarFailed(
+                f"weight sync to the vLLM workers failed ({describe(own_error(error))}); the "
+                "engines' weights are mixed, so the run stops (rvctl resume continues it)"
+            ) from None
+
+    def _form_group(self) -> None:
+        """The weight group over the live sidecars' workers, formed again when they changed."""
+        import ray
+
+        from rollverify.engines import weight_group
+
+        members = tuple((a, id(self._actors[a])) for a in self._live())
+        if self._weight_group is not None and self._members == members:
+            return
+        host = ray.util.get_node_ip_address()  # 127.0.0.1 on rvctl's private Ray
+        server = weight_group.listener(host)
+        port, kind = server.getsockname()[1], weight_group.backend()
+        tp = self.settings.tensor_parallel_size
+        world = 1 + len(members) * tp
+        joins = [
+            self._actors[a].join_weight_group.remote(host, port, 1 + k * tp, world, kind)
+            for k, (a, _) in enumerate(members)
+        ]
+        self._weight_group = weight_group.join(host, port, 0, world, kind, server=server)
+        ray.get(joins, timeout=START_TIMEOUT_S)
+        self._members = members
+
+    def _restart_weights(self) -> Any:
+        """The last synced weights for a replacement sidecar, in Ray's object store."""
+        import ray
+
+        if self.settings.weight_sync != "collective":
+            return self._weights  # None before the first sync: the base weights are right
+        if self._source is not None:
+            return ray.put([(n, tensor.detach().cpu()) for n, tensor in self._source])
+        if self.version == 0:
+            return None
+        raise SidecarFailed(
+            f"vLLM sidecar died ({self._death}) and a sharded trainer cannot send its weights "
+            "to a replacement alone (vllm.weight_sync: collective); rvctl resume continues "
+            "the run from its last checkpoint"
+        )
 
     def probe_logprobs(self, token_ids: list[int]) -> torch.Tensor:
         """Each sidecar's log-probs of token_ids[1:] given the tokens before: float [E, T-1]."""

@@ -54,7 +54,9 @@ def unpack_tensors(packed) -> list[tuple[str, torch.Tensor]]:
 
 class WeightSyncExtension:
     """Methods vLLM mixes into its workers (parallel_config.worker_extension_cls); the sidecar
-    calls them through `collective_rpc`."""
+    calls them through `collective_rpc`. Weights come as packed bytes through Ray's object
+    store (rollverify_load_weights) or, tensor by tensor, over a broadcast from the trainer
+    (rollverify_join_weight_group, then rollverify_receive_weights at each sync)."""
 
     def rollverify_load_weights(self, packed: list) -> int:
         """Load trainer weights (HF names, packed by pack_tensors) into the running model."""
@@ -63,6 +65,37 @@ class WeightSyncExtension:
         named_tensors = unpack_tensors(packed)
         model.load_weights((name, tensor.to(device)) for name, tensor in named_tensors)
         return len(named_tensors)
+
+    def rollverify_join_weight_group(
+        self, host: str, port: int, first_rank: int, world_size: int, kind: str
+    ) -> int:
+        """Join the trainer's weight group (weight_group.py) as rank first_rank + this
+        worker's tensor-parallel rank; blocks until every member joined."""
+        from vllm.distributed import get_tensor_model_parallel_rank
+
+        from rollverify.engines import weight_group
+
+        rank = first_rank + get_tensor_model_parallel_rank()
+        self.rollverify_weight_group = (weight_group.join(host, port, rank, world_size, kind), kind)
+        return rank
+
+    def rollverify_receive_weights(self, specs: list[tuple[str, str, tuple[int, ...]]]) -> int:
+        """Receive each (name, dtype, shape) of `specs` in turn from the trainer's broadcast
+        and load it: one whole tensor at a time beside the model, never the model twice."""
+        from rollverify.engines import weight_group
+
+        group, kind = self.rollverify_weight_group
+        model = self.model_runner.model
+        device = next(model.parameters()).device
+        landing = weight_group.device_for(kind, device)
+
+        def arriving():  # each tensor as the loader asks for it (one load: it checks ties)
+            for name, dtype, shape in specs:
+                tensor = torch.empty(shape, dtype=getattr(torch, dtype), device=landing)
+                yield name, weight_group.broadcast(group, tensor).to(device)
+
+        model.load_weights(arriving())
+        return len(specs)
 
     def rollverify_prepacking_disabled(self) -> bool:
         import vllm._custom_ops as ops

@@ -4,7 +4,8 @@ The actor holds one AsyncLLM (which runs its EngineCore in a child process, talk
 IPC sockets: no network port). Requests stream token deltas with their sampled log-probs into
 per-request records; the owner collects finished records with `poll`, aborts everything with
 `abort_all` (partial tokens and log-probs kept, requests that never started included), and
-loads new weights through the worker extension in vllm_plugin.py (memory to memory, no disk).
+loads new weights through the worker extension in vllm_plugin.py (memory to memory, no disk):
+from Ray's object store, or broadcast by the trainer to the workers (weight_group.py).
 
 For the cost model it traces every engine iteration (rollverify/trace.py) through vLLM's own
 stat-logger interface, which reports each iteration's decoding and prefilling requests and the
@@ -249,6 +250,21 @@ class VLLMSidecar:
         await self.llm.collective_rpc(
             "rollverify_load_weights", args=(pack_tensors(named_tensors),)
         )
+        await self.llm.reset_prefix_cache()  # cached KV was computed by the old weights
+        return time.perf_counter() - started
+
+    async def join_weight_group(
+        self, host: str, port: int, first_rank: int, world_size: int, kind: str
+    ) -> list[int]:
+        """Every worker of this engine joins the trainer's weight group (weight_group.py)."""
+        return await self.llm.collective_rpc(
+            "rollverify_join_weight_group", args=(host, port, first_rank, world_size, kind)
+        )
+
+    async def receive_weights(self, specs: list) -> float:
+        """Load the tensors of `specs` as the trainer broadcasts them, in that order."""
+        started = time.perf_counter()
+        await self.llm.collective_rpc("rollverify_receive_weights", args=(specs,))
         await self.llm.reset_prefix_cache()  # cached KV was computed by the old weights
         return time.perf_counter() - started
 

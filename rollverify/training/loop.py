@@ -75,7 +75,6 @@ from rollverify.training.records import (
 from rollverify.training.run_state import capture, rng_parts, whole_state
 from rollverify.training.schedule import Schedule
 from rollverify.training.sharded_checkpoint import write_parts
-from rollverify.training.sharding import full_tensors
 from rollverify.training.stopping import RunInterrupted, StopRequest
 from rollverify.training.trl_adapter import (
     BehaviorRatioGRPOTrainer,
@@ -83,7 +82,7 @@ from rollverify.training.trl_adapter import (
     build_trainer,
     rollout_output,
 )
-from rollverify.training.weight_sync import check_weight_sync, in_dtype
+from rollverify.training.weight_sync import WeightStream, check_weight_sync
 from rollverify.training.world import World
 from rollverify.trajectory import PaddedTrajectories, Trajectory
 
@@ -368,7 +367,7 @@ class TrainingLoop:
         gap = None
         if not skip:
             model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-            tensors = in_dtype(full_tensors(model), self.config.model.dtype)
+            tensors = WeightStream(model, self.config.model.dtype)
             if self.world.main:
                 self.engine.load_weights(tensors, version=step)
             else:

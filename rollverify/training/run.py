@@ -41,7 +41,7 @@ from rollverify.training.parts import check_engine_fits, engine_running, make_en
 from rollverify.training.records import evaluation_metrics
 from rollverify.training.run_state import config_changes, restore_loop
 from rollverify.training.stopping import RunInterrupted, StopRequest
-from rollverify.training.weight_sync import in_dtype
+from rollverify.training.weight_sync import WeightStream
 from rollverify.training.world import World
 
 MLFLOW_RUN = "mlflow.json"  # in the run folder: its MLflow run, from the moment it exists
@@ -208,9 +208,7 @@ def run(plan: RunPlan) -> RunSummary:
         with _engine_for(plan, model, tokenizer) if world.main else nullcontext() as engine:
             if engine is not None:
                 engine.pause()  # a reused engine may hold another run's requests
-                engine.load_weights(
-                    in_dtype(model.state_dict().items(), config.model.dtype), version=plan.step
-                )
+                engine.load_weights(WeightStream(model, config.model.dtype), version=plan.step)
             return _train(plan, engine, model, tokenizer, task, started, world)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 import torch
 
 from rollverify.engines.protocol import RolloutEngine, SyncCheckError
+from rollverify.training.sharding import full_tensors, is_sharded
 
 
 def check_weight_sync(
@@ -40,3 +41,31 @@ def in_dtype(
     wanted = getattr(torch, dtype)
     for name, tensor in named_tensors:
         yield name, tensor.to(wanted) if tensor.is_floating_point() else tensor
+
+
+class WeightStream:
+    """The trainer's weights on their way to the engines: (name, whole tensor in the engines'
+    dtype), gathered one at a time as they are iterated (a collective: every rank iterates).
+    `specs` (name, dtype, shape) are known before any tensor is gathered, so an engine's
+    workers can receive a broadcast of each in turn (vllm.weight_sync: collective)."""
+
+    def __init__(self, model: torch.nn.Module, dtype: str) -> None:
+        self.model, self.dtype = model, dtype
+        wanted = getattr(torch, dtype)
+        self.specs = [  # a sharded tensor's shape is its whole shape
+            (
+                name,
+                str(wanted if t.is_floating_point() else t.dtype).removeprefix("torch."),
+                tuple(t.shape),
+            )
+            for name, t in model.state_dict().items()
+        ]
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        return in_dtype(full_tensors(self.model), self.dtype)
+
+    @property
+    def restartable(self) -> bool:
+        """Whether rank 0 alone can give the weights again (a replaced engine between syncs):
+        not when they are sharded, as gathering them needs every rank."""
+        return not is_sharded(self.model)

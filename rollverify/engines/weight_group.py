@@ -1,0 +1,65 @@
+"""The process group that carries weights from the trainer to the vLLM workers
+(vllm.weight_sync: collective): rank 0 is the trainer's rank 0, ranks 1.. the workers of every
+engine (engine e's tensor-parallel rank r is 1 + e x tp + r). Each whole tensor is broadcast
+once from rank 0 and reaches every worker, as TRL's vLLM client and vLLM's RLHF examples do:
+memory to memory over NCCL on GPUs, gloo on CPU (where the suite runs it); no copy of the
+weights in Ray's object store.
+
+It is a torch.distributed process group of its own (a TCPStore at rank 0's address, torch's
+own Gloo/NCCL backends), apart from the trainer's world and from vLLM's: the trainer's
+torchrun world and the engines' tensor-parallel groups are untouched.
+"""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+TIMEOUT = timedelta(seconds=300)  # a tensor of an 8B model crosses in well under a second
+
+
+def backend() -> str:
+    """NCCL where the trainer has a GPU (its tensors are on it), gloo otherwise."""
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def listener(host: str) -> socket.socket:
+    """Rank 0's store socket, bound to `host` only (a private run's loopback stays private)
+    on a free port, kept open until the store takes it (no other process can take the port)."""
+    server = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    server.bind((host, 0))
+    server.listen()
+    return server
+
+
+def join(
+    host: str, port: int, rank: int, world_size: int, kind: str, server: socket.socket | None = None
+) -> dist.ProcessGroup:
+    """This process's member of the group; blocks until every rank joined. Rank 0 serves the
+    store the others connect to, on its `server` socket (listener())."""
+    fd = {"master_listen_fd": server.detach()} if server is not None else {}
+    store = dist.TCPStore(
+        host, port, world_size, is_master=rank == 0, timeout=TIMEOUT, use_libuv=False, **fd
+    )
+    store = dist.PrefixStore("rollverify-weights", store)
+    if kind == "gloo":
+        return dist.ProcessGroupGloo(store, rank, world_size, TIMEOUT)
+    options = dist.ProcessGroupNCCL.Options()
+    options._timeout = TIMEOUT
+    return dist.ProcessGroupNCCL(store, rank, world_size, options)
+
+
+def broadcast(group: dist.ProcessGroup, tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` from rank 0 into every member's `tensor` (same shape and dtype), in place."""
+    options = dist.BroadcastOptions()
+    options.rootRank = 0
+    group.broadcast([tensor], options).wait()
+    return tensor
+
+
+def device_for(kind: str, device: torch.device) -> torch.device:
+    """Where a received tensor lands: the model's GPU over NCCL, host memory over gloo."""
+    return device if kind == "nccl" else torch.device("cpu")

@@ -69,7 +69,7 @@ def measure(model_path: Path, rounds: int) -> dict:
     settings = VLLMSettings(str(model_path), "float32", 256, slots_per_engine=4)
     engine = VLLMEngine(settings, max_new_tokens=16, temperature=1.0)
     engine.start()
-    probe = list(range(5, 69))
+    probe = [(7 * i + 3) % model.config.vocab_size for i in range(64)]
     seconds = {mode: [] for mode in MODES}
     gaps = {mode: [] for mode in MODES}
     formed = None

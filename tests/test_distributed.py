@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -143,6 +144,47 @@ def test_a_stopped_then_killed_run_resumes_to_the_uninterrupted_weights(runs, tm
     synced = after.pop(SYNC_LOGPROB_GAP)
     assert synced.items() <= uninterrupted.pop(SYNC_LOGPROB_GAP).items()
     assert after == uninterrupted
+
+
+def test_the_launchers_multi_node_form_trains_the_same_run(runs, tmp_path):
+    """docs/distributed.md's multi-node form: one torchrun per node, meeting over c10d
+    rendezvous, each running the worker entry point on the config (here two "nodes" of one
+    process on this machine: which one serves the rendezvous is said, as both match the
+    endpoint's address). The run is rvctl's own two-process run, exactly."""
+    _, two = runs
+    config = tiny_file(tmp_path / "tiny.yaml", **{"train.method": "rollverify", **TWO})
+    endpoint = f"127.0.0.1:{_free_port()}"
+    nodes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2"]
+            + ["--nproc-per-node", "1", "--node-rank", str(node), "--rdzv-backend", "c10d"]
+            + ["--rdzv-endpoint", endpoint, "--rdzv-conf", f"is_host={node == 0}"]
+            + ["-m", "rollverify.training.worker"]
+            + ["--config", str(config), "--output", str(tmp_path / "runs")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=os.environ | {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"},
+        )
+        for node in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=300) for node in nodes]
+    codes = [node.returncode for node in nodes]
+    errors = [f"node {i}: {stderr[-2000:]}" for i, (_, stderr) in enumerate(outputs)]
+    assert codes == [0, 0], "\n".join(errors)
+    (run_dir,) = (tmp_path / "runs").glob("rollverify-*")  # one run, made by rank 0
+    a, b = final_weights(two.run_dir), final_weights(run_dir)
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    saved = json.loads((run_dir / "mlflow.json").read_text())
+    assert unmodeled(metric_history(saved["tracking_uri"], saved["run_id"])) == unmodeled(
+        history(two)
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def test_processes_must_share_each_step_evenly(tmp_path):

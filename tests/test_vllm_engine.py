@@ -51,7 +51,14 @@ SLOTS, MAX_NEW_TOKENS = TINY["rollout.slots"], TINY["rollout.max_new_tokens"]
 @pytest.fixture(scope="module")
 def engine():
     ensure_ray()
-    settings = VLLMSettings(model=MODEL, dtype="float32", max_model_len=512, slots_per_engine=SLOTS)
+    # the object store here (rvctl's runs below sync over the default, the collective)
+    settings = VLLMSettings(
+        model=MODEL,
+        dtype="float32",
+        max_model_len=512,
+        slots_per_engine=SLOTS,
+        weight_sync="object_store",
+    )
     started = VLLMEngine(settings, max_new_tokens=MAX_NEW_TOKENS, temperature=1.0, seed=0)
     started.start()
     yield started

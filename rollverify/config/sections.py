@@ -396,12 +396,13 @@ class VLLMConfig:
     ray_address: str | None = config_field(
         None, "Ray cluster to join (None: a private local Ray on 127.0.0.1)."
     )
-    weight_sync: Literal["auto", "object_store", "collective"] = config_field(
-        "auto",
-        "How weights reach the engines after each update: object_store (through Ray's object "
-        "store, one copy kept for a replaced engine), collective (each tensor broadcast from "
-        "trainer rank 0 to every engine worker: NCCL on GPUs, gloo on CPU; no copy), auto "
-        "(collective where there is a GPU, object_store otherwise).",
+    weight_sync: Literal["collective", "object_store"] = config_field(
+        "collective",
+        "How weights reach the engines after each update: collective (each tensor broadcast "
+        "from trainer rank 0 to every engine worker: NCCL on GPUs, gloo on CPU; no copy; the "
+        "engines' nodes must reach rank 0's address), object_store (through Ray's object "
+        "store, one copy kept for a replaced engine; 11x slower at 133M parameters on CPU, "
+        "benchmarks/results/weight_sync.json).",
     )
 
 

@@ -56,7 +56,7 @@ class VLLMSettings:
     enable_prefix_caching: bool = True
     cpu_kv_cache_gib: int = 1
     placement: str = "pack"  # the placement group's strategy: pack or spread
-    weight_sync: str = "object_store"  # or collective (weight_group.py)
+    weight_sync: str = "collective"  # or object_store (weight_group.py)
 
     def environment(self) -> dict[str, str]:
         """Set in each sidecar before vLLM loads. On CPU, vLLM's automatic KV size and its

@@ -12,6 +12,7 @@ torchrun world and the engines' tensor-parallel groups are untouched.
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from datetime import timedelta
 
@@ -46,10 +47,21 @@ def join(
     )
     store = dist.PrefixStore("rollverify-weights", store)
     if kind == "gloo":
-        return dist.ProcessGroupGloo(store, rank, world_size, TIMEOUT)
+        options = dist.ProcessGroupGloo._Options()
+        options._timeout = TIMEOUT
+        options._devices = [_gloo_device(host)]
+        return dist.ProcessGroupGloo(store, rank, world_size, options)
     options = dist.ProcessGroupNCCL.Options()
     options._timeout = TIMEOUT
     return dist.ProcessGroupNCCL(store, rank, world_size, options)
+
+
+def _gloo_device(host: str):
+    """Where this member's gloo pairs listen: loopback when rank 0 is on loopback (a private
+    run on one machine stays private), else the interface gloo picks (GLOO_SOCKET_IFNAME)."""
+    if ipaddress.ip_address(socket.gethostbyname(host)).is_loopback:
+        return dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")
+    return dist.ProcessGroupGloo.create_default_device()
 
 
 def broadcast(group: dist.ProcessGroup, tensor: torch.Tensor) -> torch.Tensor:

@@ -66,16 +66,8 @@ def vllm_settings(config: RunConfig):
         enforce_eager=vllm.enforce_eager,
         cpu_kv_cache_gib=vllm.cpu_kv_cache_gib,
         placement=vllm.placement,
-        weight_sync=weight_sync_of(config),
+        weight_sync=vllm.weight_sync,
     )
-
-
-def weight_sync_of(config: RunConfig) -> str:
-    """vllm.weight_sync, `auto` resolved: a collective needs a GPU to be worth it (on CPU the
-    object store's copy is a memcpy; measured in benchmarks/weight_sync_bench.py)."""
-    if config.vllm.weight_sync != "auto":
-        return config.vllm.weight_sync
-    return "collective" if torch.cuda.is_available() else "object_store"
 
 
 def make_engine(config: RunConfig, model=None, tokenizer=None) -> RolloutEngine:

@@ -568,4 +568,15 @@ MUTANTS = [
             "test_the_weight_stream_of_shards_announces_whole_tensors_before_gathering_them",
         ),
     ),
+    Mutant(
+        "weight-group-kept-after-a-replacement",
+        "a replaced sidecar joins a new weight group before the next collective sync",
+        "rollverify/engines/vllm_engine.py",
+        "        if self._weight_group is not None and self._members == members:",
+        "        if self._weight_group is not None:",
+        (
+            "tests/test_vllm_engine.py::"
+            "test_a_dead_or_hung_sidecar_is_replaced_and_its_trajectories_finish[frozen]",
+        ),
+    ),
 ]

@@ -226,6 +226,11 @@ def test_a_dead_or_hung_sidecar_is_replaced_and_its_trajectories_finish(
     monkeypatch.setattr(vllm_engine, "SIDECAR_TIMEOUT_S", 5.0)  # 300 s in production
     probe = torch.cat(prompts(tokenizer, 4)).tolist()
     moved = _moved(0.01)  # small: the chains still end
+    collective = replace(engine.settings, weight_sync="collective")
+    object_store = replace(engine.settings, weight_sync="object_store")
+    monkeypatch.setattr(engine, "settings", collective)  # a weight group with the sidecar
+    engine.load_weights(WeightStream(base, "float32"), version=0)
+    monkeypatch.setattr(engine, "settings", object_store)  # the copy a replacement takes
     engine.load_weights(moved.state_dict().items(), version=1)
     restarts = engine.stats.restarts
     trajectories = [Trajectory(p, i, 0) for i, p in enumerate(prompts(tokenizer, 8))]
@@ -247,9 +252,13 @@ def test_a_dead_or_hung_sidecar_is_replaced_and_its_trajectories_finish(
     assert sorted(t.key for t in finished) == sorted(t.key for t in trajectories)
     assert all(t.finished and len(t.behavior_logprobs) == len(t) > 0 for t in trajectories)
     after = engine.probe_logprobs(probe)[0]  # the new sidecar has the synced weights
-    engine.load_weights(base.state_dict().items(), version=0)
+    # The weight group held the dead sidecar: a sync over it forms another with the new one.
+    monkeypatch.setattr(engine, "settings", collective)
+    engine.load_weights(WeightStream(base, "float32"), version=0)
+    restored = engine.probe_logprobs(probe)[0]
     assert (after - probe_logprobs_of(moved, probe)).abs().max() < 1e-3
     assert (after - probe_logprobs_of(base, probe)).abs().max() > 1e-2
+    assert (restored - probe_logprobs_of(base, probe)).abs().max() < 1e-3
 
 
 def test_a_reused_engine_must_fit_the_config(engine, tmp_path):

@@ -138,7 +138,9 @@ class VLLMEngine:
         self._weights: Any = None  # ObjectRef of the last synced weights, for restarts
         self._source: Any = None  # collective: what gives rank 0 the weights again, or None
         self._weight_group: Any = None  # collective: rank 0 of the weight group, while formed
-        self._members: tuple[tuple[int, int], ...] = ()  # (index, id) of the sidecars in it
+        self._members: tuple[tuple[int, int], ...] = ()  # (index, birth) of the sidecars in it
+        self._births: dict[int, int] = {}  # sidecar -> the count of actors made when it was
+        self._made = itertools.count()
         self._group: Any = None  # the engines' Ray placement group, while started
         self.placed: dict[int, tuple[str, str | None]] = {}  # sidecar -> (host, its group)
 
@@ -166,6 +168,7 @@ class VLLMEngine:
         kwargs = self.settings.engine_kwargs(self.seed + index)
         kwargs["logprobs_mode"] = self.sampling().vllm_logprobs_mode()
         actor = sidecar_class(self.settings, self._group, index)
+        self._births[index] = next(self._made)  # (a replacement: another weight group)
         return actor.remote(kwargs, self.settings.environment())
 
     def _check_started(self, index: int, report: dict[str, Any]) -> None:
@@ -373,7 +376,7 @@ class VLLMEngine:
 
         from rollverify.engines import weight_group
 
-        members = tuple((a, id(self._actors[a])) for a in self._live())
+        members = tuple((a, self._births[a]) for a in self._live())
         if self._weight_group is not None and self._members == members:
             return
         host = ray.util.get_node_ip_address()  # 127.0.0.1 on rvctl's private Ray

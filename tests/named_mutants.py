@@ -539,7 +539,7 @@ MUTANTS = [
         "collective-restart-copy-dropped",
         "over the collective, rank 0 can give a replaced sidecar the synced weights again",
         "rollverify/engines/vllm_engine.py",
-        "        if self._source is not None:",
+        '        if self._source is not None and getattr(self._source, "restartable", True):',
         "        if False:",
         (
             "tests/test_vllm_engine.py::"
@@ -561,8 +561,8 @@ MUTANTS = [
         "sharded-stream-restartable",
         "rank 0 alone does not claim it can send sharded weights again",
         "rollverify/training/weight_sync.py",
-        "        return not is_sharded(self.model)",
-        "        return True",
+        "        return model is not None and not is_sharded(model)",
+        "        return model is not None",
         (
             "tests/test_sharding.py::"
             "test_the_weight_stream_of_shards_announces_whole_tensors_before_gathering_them",
@@ -578,5 +578,13 @@ MUTANTS = [
             "tests/test_vllm_engine.py::"
             "test_a_dead_or_hung_sidecar_is_replaced_and_its_trajectories_finish[frozen]",
         ),
+    ),
+    Mutant(
+        "stream-keeps-its-model",
+        "the stream an engine keeps for a replacement does not keep a finished run's model",
+        "rollverify/training/weight_sync.py",
+        "self._model, self.dtype = weakref.ref(model), dtype",
+        "self._model, self.dtype = (lambda: model), dtype",
+        ("tests/test_sharding.py::test_a_weight_stream_does_not_keep_its_model_alive",),
     ),
 ]

@@ -116,7 +116,9 @@ def main() -> None:
         return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
 
     reference = load()
-    sharded = shard(load())
+    sharded = load()
+    first_sync = WeightStream(sharded, "bfloat16")  # a run's first sync: before the sharding
+    shard(sharded)
     whole_before = dict(full_tensors(sharded))
     stream = WeightStream(sharded, "bfloat16")  # what the weight sync sends the engines
     sent = list(stream)  # (every rank: a collective per tensor)
@@ -127,6 +129,7 @@ def main() -> None:
         and [n for n, _ in sent] == list(reference.state_dict())
         and all(t.dtype == torch.bfloat16 for _, t in sent),
         "stream_restartable": stream.restartable,
+        "first_sync_restartable_once_sharded": first_sync.restartable,
         "reference_stream_restartable": WeightStream(reference, "bfloat16").restartable,
         "sharded": is_sharded(sharded),
         "reference_sharded": is_sharded(reference),

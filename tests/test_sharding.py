@@ -6,6 +6,7 @@ parts that are ours.
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -58,6 +59,25 @@ def test_the_weight_stream_of_shards_announces_whole_tensors_before_gathering_th
     weights again (a replaced engine between syncs): the stream says so."""
     assert gathered["stream_specs_match"]
     assert not gathered["stream_restartable"] and gathered["reference_stream_restartable"]
+    # a run's first sync streams the model before accelerate shards it in place: asked later
+    # (a sidecar replaced before the second sync), it must not gather on rank 0 alone
+    assert not gathered["first_sync_restartable_once_sharded"]
+
+
+def test_a_weight_stream_does_not_keep_its_model_alive():
+    """An engine keeps its last sync's stream for a replacement; a finished run's model (on
+    a GPU) must still be freed."""
+    from transformers import AutoModelForCausalLM
+
+    from rollverify.config import load_config
+    from rollverify.training.weight_sync import WeightStream
+
+    model = AutoModelForCausalLM.from_pretrained(load_config().model_path())
+    stream = WeightStream(model, "float32")
+    assert stream.restartable and len(list(stream)) == len(model.state_dict())
+    del model
+    gc.collect()
+    assert not stream.restartable
 
 
 def test_each_rank_writes_its_part_and_a_reader_gets_the_state_whole(gathered, sharded_run):

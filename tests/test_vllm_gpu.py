@@ -132,13 +132,21 @@ needs_two_gpus = pytest.mark.skipif(
 @pytest.mark.ray
 @needs_two_gpus
 def test_collective_weight_sync_over_nccl_makes_the_engine_score_like_the_trainer(gpu_engine):
+    import os
     from dataclasses import replace
 
+    import ray
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rollverify.engines.protocol import probe_logprobs_of
     from rollverify.training.weight_sync import WeightStream
 
+    engine_gpus = ray.get(
+        gpu_engine._actors[0].__ray_call__.remote(lambda _: os.environ["CUDA_VISIBLE_DEVICES"])
+    )
+    taken = {int(gpu) for gpu in engine_gpus.split(",")}
+    trainer_gpu = min(set(range(torch.cuda.device_count())) - taken)
+    torch.cuda.set_device(trainer_gpu)  # rank 0's: another GPU than the engine's
     tokenizer = AutoTokenizer.from_pretrained(MODEL)
     probe = tokenizer("Q:7+3x30= 7 10 13 16 19")["input_ids"]
     moved = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.bfloat16).cuda().eval()

@@ -345,7 +345,8 @@ class VLLMEngine:
     # -- collective weight sync ---------------------------------------------------------------
 
     def _broadcast(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Every engine's workers receive each tensor as rank 0 broadcasts it. A sidecar lost
+        """Every engine's workers receive each tensor as rank 0 broadcasts it (on rank 0's GPU
+        over NCCL: the first sync of a run sends the weights from host memory). A sidecar lost
         mid-broadcast leaves the others with half-loaded weights: the run stops."""
         import ray
 
@@ -355,15 +356,22 @@ class VLLMEngine:
         if specs is None:  # plain (name, tensor) pairs, already whole: their specs from them
             named_tensors = list(named_tensors)  # references, no copies
             specs = [(n, str(t.dtype)[6:], tuple(t.shape)) for n, t in named_tensors]
-        self._source = named_tensors if getattr(named_tensors, "restartable", True) else None
+        self._source = named_tensors  # for a replacement before the next sync, if it can
         try:
             self._form_group()
+            kind = weight_group.backend()
             refs = [self._actors[a].receive_weights.remote(specs) for a, _ in self._members]
-            for (name, _, _), (sent, tensor) in zip(specs, named_tensors, strict=True):
+            pairs = zip(specs, named_tensors, strict=True)
+            for index, ((name, _, _), (sent, tensor)) in enumerate(pairs):
                 assert name == sent, f"weight {sent} sent where its spec says {name}"
-                weight_group.broadcast(self._weight_group, tensor.detach().contiguous())
+                weight_group.broadcast(self._weight_group, weight_group.sendable(tensor, kind))
+                done, _ = ray.wait(refs, timeout=0)
+                if done and index < len(specs) - 1:  # a worker's call ended before the last
+                    ray.get(done)  # its error
+                    raise RuntimeError(f"an engine worker stopped receiving after {name}")
             ray.get(refs, timeout=START_TIMEOUT_S)
         except Exception as error:
+            weight_group.abandon(self._weight_group)
             self._weight_group, self._members = None, ()
             raise SidecarFailed(
                 f"weight sync to the vLLM workers failed ({describe(own_error(error))}); the "
@@ -398,10 +406,11 @@ class VLLMEngine:
 
         if self.settings.weight_sync != "collective":
             return self._weights  # None before the first sync: the base weights are right
-        if self._source is not None:
-            return ray.put([(n, tensor.detach().cpu()) for n, tensor in self._source])
         if self.version == 0:
-            return None
+            return None  # the base weights, which a new sidecar loads
+        # (asked now: the stream of a run's first sync was of a model sharded since)
+        if self._source is not None and getattr(self._source, "restartable", True):
+            return ray.put([(n, tensor.detach().cpu()) for n, tensor in self._source])
         raise SidecarFailed(
             f"vLLM sidecar died ({self._death}) and a sharded trainer cannot send its weights "
             "to a replacement alone (vllm.weight_sync: collective); rvctl resume continues "

@@ -12,6 +12,7 @@ torchrun world and the engines' tensor-parallel groups are untouched.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 from datetime import timedelta
@@ -65,11 +66,33 @@ def _gloo_device(host: str):
 
 
 def broadcast(group: dist.ProcessGroup, tensor: torch.Tensor) -> torch.Tensor:
-    """`tensor` from rank 0 into every member's `tensor` (same shape and dtype), in place."""
+    """`tensor` from rank 0 into every member's `tensor` (same shape and dtype), in place,
+    done when this returns: an NCCL wait() only orders the GPU stream, so the host waits for
+    the stream too (else rank 0 would queue gathers and casts ahead of the broadcasts, up to
+    a whole model's worth of GPU memory, and a failed peer would show only at the end)."""
     options = dist.BroadcastOptions()
     options.rootRank = 0
     group.broadcast([tensor], options).wait()
+    if tensor.is_cuda:
+        torch.cuda.current_stream(tensor.device).synchronize()
     return tensor
+
+
+def sendable(tensor: torch.Tensor, kind: str) -> torch.Tensor:
+    """Rank 0's tensor as the backend sends it: contiguous, on rank 0's GPU over NCCL."""
+    tensor = tensor.detach()
+    if kind == "nccl" and not tensor.is_cuda:
+        tensor = tensor.to(torch.device("cuda", torch.cuda.current_device()))
+    return tensor.contiguous()
+
+
+def abandon(group: dist.ProcessGroup | None) -> None:
+    """A group a failed sync left: aborted, so no collective of it waits on (NCCL's
+    watchdog would otherwise kill the process over the stuck broadcasts)."""
+    abort = getattr(group, "abort", None) or getattr(group, "_shutdown", None)
+    if abort is not None:
+        with contextlib.suppress(Exception):
+            abort()
 
 
 def device_for(kind: str, device: torch.device) -> torch.device:

@@ -4,12 +4,13 @@ pi/mu of the next step would be wrong without anything failing."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Iterator
 
 import torch
 
 from rollverify.engines.protocol import RolloutEngine, SyncCheckError
-from rollverify.training.sharding import full_tensors, is_sharded
+from rollverify.training.sharding import full_tensors, is_sharded, reshard
 
 
 def check_weight_sync(
@@ -50,8 +51,11 @@ class WeightStream:
     workers can receive a broadcast of each in turn (vllm.weight_sync: collective)."""
 
     def __init__(self, model: torch.nn.Module, dtype: str) -> None:
-        self.model, self.dtype = model, dtype
+        # the model weakly: an engine keeps the stream of its last sync for a replacement,
+        # which must not keep a finished run's model alive
+        self._model, self.dtype = weakref.ref(model), dtype
         wanted = getattr(torch, dtype)
+        reshard(model)  # the state dict full_tensors will walk
         self.specs = [  # a sharded tensor's shape is its whole shape
             (
                 name,
@@ -62,10 +66,12 @@ class WeightStream:
         ]
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
-        return in_dtype(full_tensors(self.model), self.dtype)
+        return in_dtype(full_tensors(self._model()), self.dtype)
 
     @property
     def restartable(self) -> bool:
         """Whether rank 0 alone can give the weights again (a replaced engine between syncs):
-        not when they are sharded, as gathering them needs every rank."""
-        return not is_sharded(self.model)
+        not when they are sharded (asked when needed: a model may be sharded after its first
+        sync), as gathering them needs every rank; nor once the model is gone."""
+        model = self._model()
+        return model is not None and not is_sharded(model)

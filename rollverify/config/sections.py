@@ -401,7 +401,7 @@ class VLLMConfig:
         "How weights reach the engines after each update: collective (each tensor broadcast "
         "from trainer rank 0 to every engine worker: NCCL on GPUs, gloo on CPU; no copy; the "
         "engines' nodes must reach rank 0's address), object_store (through Ray's object "
-        "store, one copy kept for a replaced engine; 10x slower at 133M parameters on CPU, "
+        "store, one copy kept for a replaced engine; 11x slower at 133M parameters on CPU, "
         "benchmarks/results/weight_sync.json).",
     )
 

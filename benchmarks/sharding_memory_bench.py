@@ -42,25 +42,11 @@ def peak_megabytes(field: str = "VmHWM") -> float:
     raise RuntimeError(f"no {field} in /proc/self/status (Linux only)")
 
 
-def reset_peak() -> None:
-    Path("/proc/self/clear_refs").write_text("5")  # the peak starts again from now
+def model_config(layers: int = 8):
+    """A Qwen3-architecture model of 133M parameters at 8 layers (random weights)."""
+    from transformers import Qwen3Config
 
-
-def worker(mode: str, layers: int, out: Path) -> None:
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.fsdp import fully_shard
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    from rollverify.checkpoint_files import Checkpoint, begin, save
-    from rollverify.training.sharded_checkpoint import write_parts
-    from rollverify.training.world import World
-
-    dist.init_process_group("gloo")
-    rank, size = dist.get_rank(), dist.get_world_size()
-    world, figures = World(rank, size), {"before_model": peak_megabytes()}
-    torch.manual_seed(0)
-    config = Qwen3Config(
+    return Qwen3Config(
         vocab_size=32000,
         hidden_size=1024,
         intermediate_size=3072,
@@ -70,6 +56,27 @@ def worker(mode: str, layers: int, out: Path) -> None:
         head_dim=64,
         tie_word_embeddings=True,
     )
+
+
+def reset_peak() -> None:
+    Path("/proc/self/clear_refs").write_text("5")  # the peak starts again from now
+
+
+def worker(mode: str, layers: int, out: Path) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from transformers import Qwen3ForCausalLM
+
+    from rollverify.checkpoint_files import Checkpoint, begin, save
+    from rollverify.training.sharded_checkpoint import write_parts
+    from rollverify.training.world import World
+
+    dist.init_process_group("gloo")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    world, figures = World(rank, size), {"before_model": peak_megabytes()}
+    torch.manual_seed(0)
+    config = model_config(layers)
     reset_peak()
     model = Qwen3ForCausalLM(config)
     if mode.startswith("fsdp"):

@@ -37,21 +37,13 @@ MODES = ("object_store", "collective")
 def big_model(folder: Path) -> Path:
     """A 133M-parameter Qwen3 of random weights with the tiny model's tokenizer."""
     import torch
-    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+    from sharding_memory_bench import model_config
+    from transformers import AutoTokenizer, Qwen3ForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(TINY)
     torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=32000,
-        hidden_size=1024,
-        intermediate_size=3072,
-        num_hidden_layers=8,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=64,
-        tie_word_embeddings=True,
-        max_position_embeddings=1024,
-    )
+    config = model_config(layers=8)
+    config.max_position_embeddings = 1024
     Qwen3ForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

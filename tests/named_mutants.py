@@ -549,9 +549,9 @@ MUTANTS = [
     Mutant(
         "stream-specs-of-shards",
         "a sharded weight stream announces whole shapes, not its rank's shard's",
-        "rollverify/training/weight_sync.py",
-        "            tuple(t.shape),",
-        '            tuple(t.to_local().shape if hasattr(t, "to_local") else t.shape),',
+        "rollverify/engines/weight_group.py",
+        "tuple(tensor.shape)",
+        'tuple(getattr(tensor, "_local_tensor", tensor).shape)',
         (
             "tests/test_sharding.py::"
             "test_the_weight_stream_of_shards_announces_whole_tensors_before_gathering_them",

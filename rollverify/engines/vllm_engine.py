@@ -355,7 +355,7 @@ class VLLMEngine:
         specs = getattr(named_tensors, "specs", None)
         if specs is None:  # plain (name, tensor) pairs, already whole: their specs from them
             named_tensors = list(named_tensors)  # references, no copies
-            specs = [(n, str(t.dtype)[6:], tuple(t.shape)) for n, t in named_tensors]
+            specs = [weight_group.spec(name, tensor) for name, tensor in named_tensors]
         self._source = named_tensors  # for a replacement before the next sync, if it can
         try:
             self._form_group()

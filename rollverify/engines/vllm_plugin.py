@@ -16,6 +16,8 @@ import os
 
 import torch
 
+from rollverify.engines.weight_group import spec
+
 DISABLE_ENV = "ROLLVERIFY_VLLM_KEEP_PREPACKING"  # set to 1 to leave vLLM's packing on
 
 
@@ -40,7 +42,7 @@ def pack_tensors(named_tensors) -> list[tuple[str, str, tuple[int, ...], bytes]]
     for name, tensor in named_tensors:
         tensor = tensor.detach().cpu().contiguous()
         raw = tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
-        packed.append((name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), raw))
+        packed.append((*spec(name, tensor), raw))
     return packed
 
 

@@ -242,16 +242,11 @@ class VLLMSidecar:
     # -- weights ------------------------------------------------------------------------------
 
     async def load_weights(self, named_tensors: list) -> float:
-        started = time.perf_counter()
         # vLLM's RPC decodes tensors as views of its message buffers, which its executor then
         # fails to pickle on the way to the worker ("cannot pickle memoryview"): send bytes.
         from rollverify.engines.vllm_plugin import pack_tensors
 
-        await self.llm.collective_rpc(
-            "rollverify_load_weights", args=(pack_tensors(named_tensors),)
-        )
-        await self.llm.reset_prefix_cache()  # cached KV was computed by the old weights
-        return time.perf_counter() - started
+        return await self._load("rollverify_load_weights", pack_tensors(named_tensors))
 
     async def join_weight_group(
         self, host: str, port: int, first_rank: int, world_size: int, kind: str
@@ -263,8 +258,12 @@ class VLLMSidecar:
 
     async def receive_weights(self, specs: list) -> float:
         """Load the tensors of `specs` as the trainer broadcasts them, in that order."""
+        return await self._load("rollverify_receive_weights", specs)
+
+    async def _load(self, method: str, weights: list) -> float:
+        """New weights into every worker by the extension's `method`: seconds it took."""
         started = time.perf_counter()
-        await self.llm.collective_rpc("rollverify_receive_weights", args=(specs,))
+        await self.llm.collective_rpc(method, args=(weights,))
         await self.llm.reset_prefix_cache()  # cached KV was computed by the old weights
         return time.perf_counter() - started
 

@@ -28,6 +28,14 @@ def backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
+def spec(
+    name: str, tensor: torch.Tensor, dtype: torch.dtype | None = None
+) -> tuple[str, str, tuple[int, ...]]:
+    """(name, dtype's name, shape): what a worker allocates to receive `tensor` (cast to
+    `dtype`); a sharded tensor's shape is its whole shape."""
+    return name, str(dtype or tensor.dtype).removeprefix("torch."), tuple(tensor.shape)
+
+
 def listener(host: str) -> socket.socket:
     """Rank 0's store socket, bound to `host` only (a private run's loopback stays private)
     on a free port, kept open until the store takes it (no other process can take the port)."""

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 import torch
 
 from rollverify.engines.protocol import RolloutEngine, SyncCheckError
+from rollverify.engines.weight_group import spec
 from rollverify.training.sharding import full_tensors, is_sharded, reshard
 
 
@@ -56,12 +57,8 @@ class WeightStream:
         self._model, self.dtype = weakref.ref(model), dtype
         wanted = getattr(torch, dtype)
         reshard(model)  # the state dict full_tensors will walk
-        self.specs = [  # a sharded tensor's shape is its whole shape
-            (
-                name,
-                str(wanted if t.is_floating_point() else t.dtype).removeprefix("torch."),
-                tuple(t.shape),
-            )
+        self.specs = [
+            spec(name, t, wanted if t.is_floating_point() else None)
             for name, t in model.state_dict().items()
         ]
 

@@ -2,6 +2,12 @@
 
 A method is data, not code: the training step reads these flags. Loss-level methods name the
 TRL loss settings they need; everything else uses the config's loss (train.loss_type).
+
+The ratio's denominator pi_old: "behavior" puts each token's engine log-prob mu there (ours: a
+stale token looks stale to the clip); "recomputed" the batch scored by the weights before the
+step's first update (verl's and slime's partial rollout: a stale token looks on-policy). The
+peers' corrections (rollverify/corrections.py) run on the recomputed one and weight or mask
+tokens by pi_old/mu; their bounds are the config's `correction` section.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ class Method:
     switching: bool = False  # with verify: switch to on-policy when acceptance collapses
     sample_filter: Literal["staleness", "ops"] | None = None  # drop completed samples
     trl_overrides: dict[str, Any] = field(default_factory=dict)  # GRPOConfig fields
+    denominator: Literal["behavior", "recomputed"] = "behavior"  # pi_old (train.ratio_denominator)
+    correction: str | None = None  # one of corrections.CORRECTIONS
     summary: str = ""
 
 
@@ -27,6 +35,12 @@ METHODS: dict[str, Method] = {
     for m in [
         Method("grpo", partial=False, summary="on-policy, synchronous rollout"),
         Method("partial", partial=True, summary="naive partial rollout: pause, resume, no checks"),
+        Method(
+            "partial-recomputed",
+            partial=True,
+            denominator="recomputed",
+            summary="partial rollout as verl and slime run it: pi_old recomputed",
+        ),
         Method(
             "rollverify",
             partial=True,
@@ -83,5 +97,17 @@ METHODS: dict[str, Method] = {
             summary="partial + VESPO: variance-reduced sequence weights",
             trl_overrides={"loss_type": "vespo"},
         ),
+        # The peers' corrections on partial rollout, pi_old recomputed (rollverify/corrections.py).
+        *[
+            Method(name, partial=True, denominator="recomputed", correction=name, summary=summary)
+            for name, summary in [
+                ("tis", "partial-recomputed + TIS: token weight min(pi_old/mu, 2)"),
+                ("mis", "partial-recomputed + MIS: sequences outside [0.5, 2] masked"),
+                ("icepop", "partial-recomputed + IcePop: tokens outside [0.5, 5] masked"),
+                ("opsm", "partial-recomputed + OPSM: drifted negative sequences masked"),
+                ("decoupled", "partial-recomputed + AReaL's decoupled PPO (weight cap 5)"),
+                ("m2po", "decoupled + M2PO: second-moment token mask, tau 0.04"),
+            ]
+        ],
     ]
 }

@@ -26,6 +26,7 @@ TOKENS_GENERATED = "tokens_generated"
 TOKENS_DISCARDED = "tokens_discarded"
 SAMPLES_DROPPED = "samples_dropped"
 GROUPS_DROPPED = "groups_dropped"
+TRAJECTORIES_DROPPED_STALE = "trajectories_dropped_stale"
 RESUMED = "resumed"
 PAUSED = "paused"
 ENGINE_RESTARTS = "engine_restarts"
@@ -39,6 +40,8 @@ MEASURE_SECONDS = "measure_seconds"
 DEVICE_SECONDS = "device_seconds"
 EVAL_ACCURACY = "eval_accuracy"
 SYNC_LOGPROB_GAP = "sync_logprob_gap"
+MISMATCH_KL = "mismatch_kl"
+MISMATCH_ESS = "mismatch_ess"
 
 STEP = (
     REWARD_MEAN,
@@ -56,6 +59,7 @@ STEP = (
     TOKENS_DISCARDED,
     SAMPLES_DROPPED,
     GROUPS_DROPPED,
+    TRAJECTORIES_DROPPED_STALE,
     RESUMED,
     PAUSED,
     ENGINE_RESTARTS,
@@ -69,6 +73,8 @@ STEP = (
     DEVICE_SECONDS,
     EVAL_ACCURACY,
     SYNC_LOGPROB_GAP,
+    MISMATCH_KL,
+    MISMATCH_ESS,
 )
 
 # What a command shows live, per step: (metric, short label).
@@ -114,6 +120,9 @@ TRL_NAMES = (
     "trl/clip_ratio/<region>",
     "trl/completions/<stat>",
     "trl/rewards/<function>/<stat>",
+    "trl/correction/token_share",  # the peers' corrections (training/trl_adapter.py)
+    "trl/sampling/importance_sampling_ratio/<stat>",
+    "trl/sampling/sampling_logp_difference/<stat>",
     "trl/<name>",
 )
 

@@ -6,6 +6,9 @@ rows (dicts sharing keys) out.
 
 Only FINISHED runs are averaged; the others are counted in `unfinished`. A number that cannot
 be computed is None (null in json), never 0 or NaN.
+
+Beside each method's means, its difference to grpo with a paired t interval: runs pair by
+seed, so what a seed does to both methods alike (data order, sampling) cancels out of it.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from typing import Any
 from rollverify import metrics as m
 from rollverify.report_store import Report, RunRecord
 
-# Two-sided 95% Student t quantiles t(0.975, dof), used when scipy is not installed.
-_T95 = {
-    1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-    9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980,
-}  # fmt: skip
+# The metrics compared with grpo's seed by seed, under their column prefix.
+PAIRED = {
+    "accuracy": m.EVAL_ACCURACY,
+    "gpu_days": m.COST_GPU_DAYS,
+    "modeled_gpu_days": m.MODELED_GPU_DAYS,
+}
+MIN_PAIRS = 3  # fewer: no interval (2 pairs leave one dof, t = 12.7: an interval of no use)
 
 
 # ---- aggregation -------------------------------------------------------------------------
@@ -34,6 +39,9 @@ def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
     if "grpo" in groups:
         groups = {"grpo": groups.pop("grpo"), **groups}
     rows = [{"method": method, **_summary(group)} for method, group in groups.items()]
+    for row, group in zip(rows, groups.values(), strict=True):
+        if row["method"] != "grpo":  # grpo's own row gets no difference
+            row |= paired_diffs(group, groups.get("grpo", []))
     grpo = rows[0] if rows and rows[0]["method"] == "grpo" else {}
     for row in rows:
         for days, speedup in [
@@ -46,6 +54,7 @@ def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
     order += ["eval_accuracy_mean", "eval_accuracy_ci95", "gpu_days", "speedup_vs_grpo"]
     order += ["modeled_gpu_days", "modeled_speedup_vs_grpo"]
     order += ["ops_mean", "acceptance_rate_final", "switch_step"]
+    order += ["pairs", *(column for name in PAIRED for column in paired_columns(name))]
     sets = eval_sets(runs)
     if len(sets) > 1:  # per-set accuracy beside the mean, as the paper's tables
         position = order.index("eval_accuracy_ci95") + 1
@@ -66,6 +75,29 @@ def eval_sets(runs: Sequence[RunRecord]) -> list[str]:
 def set_columns(name: str) -> tuple[str, str]:
     """A set's report columns: mean over finished seeds of its last avg@k and pass@k."""
     return f"{name}_avg_at_k", f"{name}_pass_at_k"
+
+
+def paired_columns(name: str) -> tuple[str, str]:
+    """A paired metric's columns: mean difference to grpo, half-width of its 95% interval."""
+    return f"{name}_diff_vs_grpo", f"{name}_diff_ci95"
+
+
+def paired_diffs(group: Sequence[RunRecord], grpo: Sequence[RunRecord]) -> dict[str, Any]:
+    """`group` minus `grpo` on each seed both finished: mean and paired 95% t half-width.
+
+    `pairs` counts those seeds. A seed finished twice on one side counts once (its runs
+    averaged). With fewer than MIN_PAIRS differences the half-width is None.
+    """
+    ours, theirs = _seed_runs(group), _seed_runs(grpo)
+    seeds = sorted(ours.keys() & theirs.keys())
+    row: dict[str, Any] = {"pairs": len(seeds)}
+    for name, metric in PAIRED.items():
+        values = [(_mean_last(ours[s], metric), _mean_last(theirs[s], metric)) for s in seeds]
+        diffs = [a - b for a, b in values if a is not None and b is not None]
+        mean, ci95 = mean_ci95(diffs)
+        ci95 = ci95 if len(diffs) >= MIN_PAIRS else None
+        row |= dict(zip(paired_columns(name), (mean, ci95), strict=True))
+    return row
 
 
 def sweep_rows(runs: Sequence[RunRecord], sweep_params: Sequence[str]) -> list[dict[str, Any]]:
@@ -153,11 +185,9 @@ def mean_ci95(values: Sequence[float]) -> tuple[float | None, float | None]:
 
 
 def t_critical_95(dof: int) -> float:
-    """t(0.975, dof): scipy's when installed, else a table (rounded down to the next dof)."""
-    try:
-        from scipy.special import stdtrit  # ~0.3 s to import; scipy.stats costs ~2 s
-    except ImportError:
-        return _T95[max((d for d in _T95 if d <= dof), default=1)] if dof <= 120 else 1.96
+    """t(0.975, dof), the two-sided 95% Student t quantile."""
+    from scipy.special import stdtrit  # ~0.3 s to import; scipy.stats costs ~2 s
+
     return float(stdtrit(dof, 0.975))
 
 
@@ -193,6 +223,15 @@ def _group(runs: Iterable[RunRecord], key: Callable[[RunRecord], Any]) -> dict[A
     for run in runs:
         groups.setdefault(key(run), []).append(run)
     return groups
+
+
+def _seed_runs(runs: Iterable[RunRecord]) -> dict[int, list[RunRecord]]:
+    """The finished runs with a known seed, by seed."""
+    return _group((r for r in runs if r.finished and r.seed is not None), lambda r: r.seed)
+
+
+def _mean_last(runs: Iterable[RunRecord], metric: str) -> float | None:
+    return _mean(r.last(metric) for r in runs)
 
 
 def _first_step(run: RunRecord, metric: str, test: Callable[[float], bool]) -> int | None:

@@ -6,6 +6,8 @@
 
 With dynamic sampling (rollverify/dynamic_sampling.py) either schedule drops a group that
 completes with tied rewards and starts a new prompt in its place, up to a number per step.
+With a staleness cap (rollverify/staleness_cap.py) a group with a cached trajectory too many
+versions old is dropped before the cache resumes, and its prompt starts again.
 
 Groups come from a PromptSource; the answers of groups still in play live in `RolloutState`
 with the cache, so a checkpoint of the state is all that is needed to continue.
@@ -22,6 +24,7 @@ from typing import Protocol
 import torch
 
 from rollverify.engines.protocol import RolloutEngine
+from rollverify.staleness_cap import split_stale
 from rollverify.trajectory import Trajectory, TrajectoryCache
 
 
@@ -49,7 +52,11 @@ class RolloutState:
 
     cache: TrajectoryCache = field(default_factory=TrajectoryCache)
     answers: dict[int, str] = field(default_factory=dict)
-    dropped: int = 0  # groups dynamic sampling dropped in the step in progress (a stopped one)
+    # The step in progress (a stopped one) so far: groups dynamic sampling dropped, cached
+    # trajectories the staleness cap dropped, and their tokens.
+    dropped: int = 0
+    dropped_stale: int = 0
+    dropped_stale_tokens: int = 0
 
     def state_dict(self) -> dict:
         """The cache as tensors (token ids, behavior log-probs, versions) and JSON records,
@@ -57,13 +64,21 @@ class RolloutState:
         tensors, records = self.cache.to_tensors()
         answers = {str(group): answer for group, answer in self.answers.items()}
         cache = {"tensors": tensors, "records": records}
-        return {"cache": cache, "answers": answers, "dropped": self.dropped}
+        return {
+            "cache": cache,
+            "answers": answers,
+            "dropped": self.dropped,
+            "dropped_stale": self.dropped_stale,
+            "dropped_stale_tokens": self.dropped_stale_tokens,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         cache = state["cache"]
         self.cache = TrajectoryCache.from_tensors(cache["tensors"], cache["records"])
         self.answers = {int(group): answer for group, answer in state["answers"].items()}
         self.dropped = state.get("dropped", 0)  # (checkpoints from before dynamic sampling)
+        self.dropped_stale = state.get("dropped_stale", 0)  # (... before the staleness cap)
+        self.dropped_stale_tokens = state.get("dropped_stale_tokens", 0)
 
 
 class RolloutInterrupted(Exception):
@@ -91,6 +106,8 @@ class RolloutResult:
     tokens_regenerated: int  # of those, tokens generated again after a truncation
     dropped_groups: int = 0  # complete groups dynamic sampling dropped (tied rewards)
     dropped_tokens: int = 0  # their response tokens
+    dropped_stale: int = 0  # cached trajectories the staleness cap dropped (whole groups)
+    dropped_stale_tokens: int = 0  # their response tokens
 
     def trajectories(self) -> Iterator[Trajectory]:
         for group in self.groups:
@@ -109,13 +126,16 @@ def collect(
     should_stop: Callable[[], bool] = lambda: False,
     drop_group: Callable[[list[Trajectory], str], bool] | None = None,
     max_drops: int = 0,
+    max_staleness: int | None = None,
 ) -> RolloutResult:
     """Run one step's rollout; see the module docstring for the two schedules.
 
     When `should_stop()` turns true, everything in flight is paused into the cache (finished
     trajectories too, waiting for their groups) and RolloutInterrupted is raised: a rollout
     can stop at any time and lose nothing. `drop_group(group, answer)` (dynamic sampling)
-    drops a complete group, replaced by a new one, up to `max_drops` times in the step."""
+    drops a complete group, replaced by a new one, up to `max_drops` times in the step. With
+    `max_staleness` (None: off) a group with a cached trajectory more than that many versions
+    behind `engine.version` is dropped whole and its prompt started again (same group id)."""
     start, tokens_before = time.perf_counter(), engine.stats.tokens_generated
     regenerated_before = engine.stats.tokens_regenerated
     cached = state.cache.take_all()
@@ -123,6 +143,11 @@ def collect(
     if oversized:
         state.cache = TrajectoryCache(cached)  # leave the cache as it was
         raise ValueError(f"cached trajectories {oversized[:3]} do not fit group_size={group_size}")
+    stale: list[Trajectory] = []  # every cached member of the groups the staleness cap drops
+    if max_staleness is not None:
+        cached, stale = split_stale(cached, engine.version, max_staleness)
+        state.dropped_stale += len(stale)
+        state.dropped_stale_tokens += sum(len(t) for t in stale)
     finished: dict[int, list[Trajectory]] = defaultdict(list)
     complete: set[int] = set()  # groups whose G samples have all finished
     in_play: set[int] = set()
@@ -151,11 +176,15 @@ def collect(
     resumed = [t for t in cached if not t.finished]
     engine.submit(resumed)
 
-    def start_group() -> None:
-        group = source.next_group()
+    def start_group(group: PromptGroup | None = None) -> None:
+        group = group or source.next_group()
         state.answers[group.group_id] = group.answer
         in_play.add(group.group_id)
         engine.submit(group.samples(group_size))
+
+    prompts = {t.group_id: t.prompt_ids for t in stale}
+    for group, prompt_ids in sorted(prompts.items()):  # restarted: after the resumed ones
+        start_group(PromptGroup(group, prompt_ids, state.answers[group]))
 
     limit = max_inflight_groups if partial else batch_groups
     while len(complete) < batch_groups or (engine.has_work and not partial):
@@ -186,6 +215,8 @@ def collect(
     for trajectory in [*paused, *(t for members in finished.values() for t in members)]:
         state.cache.add(trajectory)  # unfinished, or finished and waiting for its group
     dropped, state.dropped = state.dropped, 0  # (the next step drops afresh)
+    dropped_stale, state.dropped_stale = state.dropped_stale, 0
+    dropped_stale_tokens, state.dropped_stale_tokens = state.dropped_stale_tokens, 0
     return RolloutResult(
         groups=groups,
         answers=[state.answers.pop(g) for g in chosen],
@@ -196,4 +227,6 @@ def collect(
         tokens_regenerated=engine.stats.tokens_regenerated - regenerated_before,
         dropped_groups=dropped,
         dropped_tokens=dropped_tokens,
+        dropped_stale=dropped_stale,
+        dropped_stale_tokens=dropped_stale_tokens,
     )

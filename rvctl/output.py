@@ -42,7 +42,8 @@ def print_rows(rows: Sequence[dict[str, Any]], format: Format, title: str | None
     else:
         table = Table(title=title)
         for column in columns:
-            table.add_column(column, justify="right" if _is_number(rows[0][column]) else "left")
+            first = next((row[column] for row in rows if row[column] is not None), None)
+            table.add_column(column, justify="right" if _is_number(first) else "left")
         for row in rows:
             table.add_row(*(_cell(row[c]) for c in columns))
         stdout.print(table)

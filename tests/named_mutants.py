@@ -90,6 +90,19 @@ MUTANTS = [
         ("tests/test_train.py::test_filters_drop_stale_and_off_policy_samples",),
     ),
     Mutant(
+        "staleness-cap-boundary",
+        "the staleness cap keeps a cached trajectory exactly max_staleness versions old",
+        "rollverify/staleness_cap.py",
+        "if staleness_of(t, version) > max_staleness}",
+        "if staleness_of(t, version) >= max_staleness}",
+        (
+            "tests/test_staleness_cap.py::"
+            "test_a_trajectory_needing_more_rollouts_than_the_cap_allows_is_starved",
+            "tests/test_staleness_cap.py::"
+            "test_without_a_cap_or_within_it_every_cached_trajectory_resumes[4]",
+        ),
+    ),
+    Mutant(
         "verify-skipped",
         "rollverify truncates the off-policy suffix of the cache",
         "rollverify/training/cache_check.py",
@@ -586,5 +599,124 @@ MUTANTS = [
         "self._model, self.dtype = weakref.ref(model), dtype",
         "self._model, self.dtype = (lambda: model), dtype",
         ("tests/test_sharding.py::test_a_weight_stream_does_not_keep_its_model_alive",),
+    ),
+    Mutant(
+        "report-pairs-by-order",
+        "rvctl report pairs a method's runs with grpo's by seed, not by their order",
+        "rollverify/report.py",
+        "    return _group((r for r in runs if r.finished and r.seed is not None), "
+        "lambda r: r.seed)",
+        "    return dict(enumerate([r] for r in runs if r.finished and r.seed is not None))",
+        ("tests/test_report.py::test_runs_pair_by_seed_not_by_order",),
+    ),
+    Mutant(
+        "tis-cap-trl-default",
+        "tis truncates pi_old/mu at the configured C (2), not TRL's default 3",
+        "rollverify/corrections.py",
+        '"tis": ("token_truncate", None, cfg.tis_cap),',
+        '"tis": ("token_truncate", None, 3.0),',
+        (
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[tis]",
+        ),
+    ),
+    Mutant(
+        "mis-per-token",
+        "mis masks whole sequences by their ratio, not single tokens",
+        "rollverify/corrections.py",
+        '"mis": ("sequence_mask", cfg.mis_low, cfg.mis_high),',
+        '"mis": ("token_mask", cfg.mis_low, cfg.mis_high),',
+        (
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[mis]",
+        ),
+    ),
+    Mutant(
+        "icepop-no-lower-bound",
+        "icepop masks tokens below its lower bound too",
+        "rollverify/corrections.py",
+        '"icepop": ("token_mask", cfg.icepop_low, cfg.icepop_high),',
+        '"icepop": ("token_mask", None, cfg.icepop_high),',
+        (
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[icepop]",
+        ),
+    ),
+    Mutant(
+        "decoupled-truncates",
+        "AReaL's decoupled weight masks a token above the cap (rejection), not truncates it",
+        "rollverify/corrections.py",
+        '"decoupled": ("token_mask", None, cfg.decoupled_cap),',
+        '"decoupled": ("token_truncate", None, cfg.decoupled_cap),',
+        (
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[decoupled]",
+        ),
+    ),
+    Mutant(
+        "opsm-off",
+        "opsm sets TRL's off-policy sequence mask",
+        "rollverify/corrections.py",
+        'return off | {"off_policy_mask_threshold": cfg.opsm_delta}',
+        "return off",
+        ("tests/test_corrections.py::test_opsm_masks_the_drifted_sequence_of_negative_advantage",),
+    ),
+    Mutant(
+        "m2po-mask-dropped",
+        "m2po's second-moment mask reaches the token weights",
+        "rollverify/training/trl_adapter.py",
+        'output["importance_sampling_ratio"] = output["importance_sampling_ratio"] * keep',
+        "pass",
+        (
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[m2po]",
+        ),
+    ),
+    Mutant(
+        "correction-not-in-the-loss",
+        "the loss multiplies each token's loss by its correction weight",
+        "rollverify/training/trl_adapter.py",
+        "with self._mismatch_correction():  # TRL multiplies the token losses by the weight",
+        "if True:",
+        (
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[tis]",
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[icepop]",
+        ),
+    ),
+    Mutant(
+        "recomputed-denominator-ignored",
+        "with the recomputed denominator the ratio is pi_theta / pi_old, not pi_theta / mu",
+        "rollverify/training/trl_adapter.py",
+        'if self.ratio_denominator == "behavior":',
+        "if True:",
+        (
+            "tests/test_corrections.py::test_the_ratio_denominator_is_mu_or_the_recomputed_pi_old[partial-recomputed-recomputed]",
+        ),
+    ),
+    Mutant(
+        "ratio-denominator-setting-ignored",
+        "train.ratio_denominator overrides the method's own denominator",
+        "rollverify/training/trl_adapter.py",
+        "return config.train.ratio_denominator or method.denominator",
+        "return method.denominator",
+        (
+            "tests/test_corrections.py::test_the_ratio_denominator_is_mu_or_the_recomputed_pi_old[partial-behavior]",
+        ),
+    ),
+    Mutant(
+        "correction-share-uncounted",
+        "trl/correction/token_share counts the tokens a correction masked",
+        "rollverify/corrections.py",
+        "    changed = weight == 0\n",
+        "    changed = weight < 0\n",
+        (
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[icepop]",
+        ),
+    ),
+    Mutant(
+        "rollout-counts-not-checkpointed",
+        "a run stopped in a rollout keeps the step's stale drops through its checkpoint",
+        "rollverify/training/run_state.py",
+        '**state.get("rollout_counts", {}),',
+        "",
+        (
+            "tests/test_staleness_cap.py::"
+            "test_a_run_stopped_in_the_rollout_after_a_stale_drop_still_counts_it",
+        ),
     ),
 ]

@@ -105,10 +105,11 @@ def test_a_stopped_local_ray_leaves_the_process_as_a_users_shell(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.ray
 def test_compare_and_sweep_on_a_ray_cluster_run_there_side_by_side(tmp_path):
-    # 8 steps (~5 s a run alone): two runs side by side overlap by more than the spread of
+    # 24 steps (~10 s a run alone): two runs side by side overlap by more than the spread of
     # their workers' start-up (with 1 step one started 47 ms after the other ended; with 3
-    # steps, 1.9 s a run on a faster machine, one started 81 ms after: a 2 s spread)
-    config_file = tiny_config(tmp_path, **{"train.steps": 8})
+    # steps, 1.9 s a run on a faster machine, one started 81 ms after: a 2 s spread; with 8,
+    # 3.4 s a run beside the rest of the suite, one started 68 ms after: a 3.5 s spread)
+    config_file = tiny_config(tmp_path, **{"train.steps": 24})
     command = [*RVCTL, "compare", "grpo", "rollverify", "--config", str(config_file)]
     command += ["--output", str(tmp_path / "runs"), "-f", "json"]
     # A user's shell (no local Ray's settings), connecting as Ray's docs have clients do.

@@ -18,8 +18,8 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from rollverify.plots import plot_metrics
-from rollverify.report import method_rows, sweep_grid, sweep_rows, t_critical_95
-from rollverify.report_store import load_report
+from rollverify.report import method_rows, paired_diffs, sweep_grid, sweep_rows, t_critical_95
+from rollverify.report_store import RunRecord, load_report
 from rvctl.app import app
 
 T_975_DOF2 = 4.302652729911275  # Student t quantile 0.975, 2 dof (statistical tables)
@@ -221,8 +221,9 @@ def test_unfinished_runs_are_counted_not_averaged(store):
 def test_a_method_with_only_unfinished_runs_reports_nulls(store):
     row = by_method(method_rows(load_report([store.compare], store.uri).runs))["ops-filter"]
     assert row["status"] == "unfinished" and row["seeds"] == 0 and row["unfinished"] == 2
-    numbers = [k for k in row if k not in ("method", "status", "seeds", "unfinished")]
-    assert numbers and all(row[k] is None for k in numbers)
+    counts = ("method", "status", "seeds", "unfinished", "pairs")
+    numbers = [k for k in row if k not in counts]
+    assert numbers and all(row[k] is None for k in numbers) and row["pairs"] == 0
 
 
 def test_sweep_rows_per_grid_point(store):
@@ -275,10 +276,93 @@ def test_bad_targets_are_value_errors_naming_them(store, tmp_path):
     assert not (tmp_path / "missing").exists()
 
 
-def test_t_quantile_without_scipy_comes_from_a_table(monkeypatch):
+def test_t_quantile_matches_the_tables():
     assert t_critical_95(2) == pytest.approx(T_975_DOF2, rel=1e-9)
-    monkeypatch.setitem(sys.modules, "scipy.special", None)  # import fails
-    assert t_critical_95(2) == 4.303 and t_critical_95(11) == 2.228 and t_critical_95(500) == 1.96
+    assert t_critical_95(10) == pytest.approx(2.228138851986274, rel=1e-9)
+
+
+# ---- differences to grpo, paired by seed (hand-built records) ----------------------------
+
+PAIRED_COLUMNS = [
+    "pairs",
+    "accuracy_diff_vs_grpo",
+    "accuracy_diff_ci95",
+    "gpu_days_diff_vs_grpo",
+    "gpu_days_diff_ci95",
+    "modeled_gpu_days_diff_vs_grpo",
+    "modeled_gpu_days_diff_ci95",
+]
+
+
+def record(method, seed, accuracy, gpu_days, modeled, status="FINISHED") -> RunRecord:
+    history = {
+        "eval_accuracy": {0: 0.2, STEPS: accuracy},
+        "cost_gpu_days": {STEPS: gpu_days},
+        "modeled_gpu_days": {STEPS: modeled},
+    }
+    params = {"train.method": method, "train.seed": str(seed)}
+    return RunRecord(f"{method}-{seed}", method, seed, status, 0, params, history)
+
+
+# seed: (accuracy, gpu_days, modeled_gpu_days)
+GRPO = {0: (0.5, 2.0, 0.20), 1: (0.6, 2.4, 0.30), 2: (0.7, 1.8, 0.25)}
+PARTIAL = {0: (0.6, 1.0, 0.10), 1: (0.8, 1.6, 0.20), 2: (0.75, 1.1, 0.15)}
+
+
+def runs_of(method, seeds: dict, status="FINISHED") -> list[RunRecord]:
+    return [record(method, seed, *values, status=status) for seed, values in seeds.items()]
+
+
+def assert_the_hand_computation(row):
+    """PARTIAL - GRPO per seed, computed here apart from the library."""
+    assert row["pairs"] == 3
+    accuracy = [0.6 - 0.5, 0.8 - 0.6, 0.75 - 0.7]  # [0.1, 0.2, 0.05]
+    mean = (0.1 + 0.2 + 0.05) / 3
+    sd = math.sqrt(((0.1 - mean) ** 2 + (0.2 - mean) ** 2 + (0.05 - mean) ** 2) / 2)
+    assert row["accuracy_diff_vs_grpo"] == pytest.approx(statistics.fmean(accuracy))
+    assert row["accuracy_diff_vs_grpo"] == pytest.approx(0.116666667)
+    assert row["accuracy_diff_ci95"] == pytest.approx(4.302652729911275 * sd / math.sqrt(3))
+    assert row["accuracy_diff_ci95"] == pytest.approx(0.18972915, rel=1e-6)
+    days_mean = (-1.0 - 0.8 - 0.7) / 3
+    days_sd = math.sqrt(((-1.0 - days_mean) ** 2 + (-0.8 - days_mean) ** 2
+                         + (-0.7 - days_mean) ** 2) / 2)  # fmt: skip
+    assert row["gpu_days_diff_vs_grpo"] == pytest.approx(days_mean)
+    assert row["gpu_days_diff_ci95"] == pytest.approx(T_975_DOF2 * days_sd / math.sqrt(3))
+    # the same -0.1 on every seed: a paired interval of zero width (an unpaired one, over
+    # each side's 0.05 spread, would be +-0.12)
+    assert row["modeled_gpu_days_diff_vs_grpo"] == pytest.approx(-0.1)
+    assert row["modeled_gpu_days_diff_ci95"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_paired_interval_matches_a_hand_computation():
+    rows = by_method(method_rows(runs_of("grpo", GRPO) + runs_of("partial", PARTIAL)))
+    assert_the_hand_computation(rows["partial"])
+    assert all(rows["grpo"][k] is None for k in PAIRED_COLUMNS)  # no difference to itself
+
+
+def test_runs_pair_by_seed_not_by_order():
+    grpo, partial = runs_of("grpo", GRPO), runs_of("partial", PARTIAL)
+    alone = record("partial", 5, 0.0, 9.0, 9.0)  # no grpo run on seed 5: not paired
+    runs = [partial[2], grpo[0], alone, partial[0], grpo[2], grpo[1], partial[1]]
+    assert_the_hand_computation(by_method(method_rows(runs))["partial"])
+
+
+def test_fewer_than_three_pairs_give_a_difference_without_an_interval():
+    two = {seed: PARTIAL[seed] for seed in (0, 1)}
+    row = paired_diffs(runs_of("partial", two), runs_of("grpo", GRPO))
+    assert row["pairs"] == 2
+    assert row["accuracy_diff_vs_grpo"] == pytest.approx((0.1 + 0.2) / 2)
+    assert row["accuracy_diff_ci95"] is None and row["gpu_days_diff_ci95"] is None
+    assert row["modeled_gpu_days_diff_ci95"] is None
+    none = paired_diffs(runs_of("partial", PARTIAL), [])  # no grpo run
+    assert none["pairs"] == 0 and all(none[k] is None for k in PAIRED_COLUMNS[1:])
+
+
+def test_unfinished_runs_are_not_paired():
+    runs = runs_of("grpo", GRPO) + runs_of("partial", PARTIAL)
+    runs += [record("grpo", 3, 0.1, 1.0, 1.0, status="KILLED"), record("partial", 3, 0.9, 5, 5)]
+    runs += [record("grpo", 4, 0.1, 1.0, 1.0), record("partial", 4, 0.9, 5, 5, status="RUNNING")]
+    assert_the_hand_computation(by_method(method_rows(runs))["partial"])
 
 
 def test_plots_skip_metrics_no_run_logged(store, tmp_path):
@@ -310,6 +394,39 @@ def test_cli_json_from_a_compare_folder(store, tmp_path, monkeypatch):
     assert [r["method"] for r in rows] == ["grpo", "partial", "rollverify", "ops-filter"]
     assert rows[3]["eval_accuracy_mean"] is None and rows[1]["eval_accuracy_ci95"] is None
 
+    # seeds 1-3 paired with grpo's (the KILLED seed 4 is not); partial ran seed 1 only
+    grpo, partial, rv = (by_method(rows)[m] for m in ("grpo", "partial", "rollverify"))
+    logged = {m: {seed: h.history["eval_accuracy"][STEPS] for seed, h in enumerate(runs, 1)}
+              for m, runs in store.runs.items()}  # fmt: skip
+    diffs = [logged["rollverify"][seed] - logged["grpo"][seed] for seed in (1, 2, 3)]
+    assert rv["pairs"] == 3 and rv["accuracy_diff_vs_grpo"] == pytest.approx(np.mean(diffs))
+    ci = T_975_DOF2 * statistics.stdev(diffs) / math.sqrt(3)
+    assert rv["accuracy_diff_ci95"] == pytest.approx(ci, rel=1e-6)
+    assert rv["gpu_days_diff_vs_grpo"] < 0 and rv["modeled_gpu_days_diff_ci95"] is not None
+    assert partial["pairs"] == 1 and partial["accuracy_diff_vs_grpo"] is not None
+    assert partial["accuracy_diff_ci95"] is None and grpo["pairs"] is None
+
+
+@pytest.mark.parametrize("format", ["json", "csv", "md"])
+def test_every_format_carries_the_paired_columns(store, format):
+    args = ["report", store.compare, "--tracking-uri", store.uri, "--format", format]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    if format == "json":
+        columns = list(json.loads(result.stdout)[0])
+        partial = by_method(json.loads(result.stdout))["partial"]
+    else:
+        lines = result.stdout.splitlines()
+        split = (lambda line: line.split(",")) if format == "csv" else (
+            lambda line: [c.strip() for c in line.strip("|").split("|")])  # fmt: skip
+        columns = split(lines[0])
+        body = [dict(zip(columns, split(line), strict=True)) for line in lines[1:]]
+        partial = next(r for r in body if r["method"] == "partial")
+    assert columns[-len(PAIRED_COLUMNS) :] == PAIRED_COLUMNS
+    # one pair: a difference, no interval (json null, csv empty, md "-"), and the count
+    assert partial["accuracy_diff_ci95"] == {"json": None, "csv": "", "md": "-"}[format]
+    assert str(partial["pairs"]) == "1" and partial["accuracy_diff_vs_grpo"] not in (None, "", "-")
+
 
 def test_cli_sweep_table_with_grids_and_plots(store, tmp_path):
     plots = tmp_path / "plots"
@@ -333,6 +450,16 @@ def test_cli_method_table_fits_80_columns(store):
     assert "rollverify" in result.stdout and "…" not in result.stdout  # nothing cut
     assert max(len(line) for line in result.stdout.splitlines()) <= 80
     assert "speedup" in result.stdout and "switch@" in result.stdout  # the split tables
+
+
+def test_the_table_carries_the_paired_columns_and_says_when_too_few_pairs(store):
+    result = CliRunner().invoke(app, ["report", store.compare, "--tracking-uri", store.uri])
+    assert result.exit_code == 0, result.output
+    for header in ("pairs", "Δacc", "±Δacc", "Δdevice-days", "±Δdevice", "ΔGPU-days*", "±ΔGPU*"):
+        assert header in result.stdout
+    partial = [line for line in result.stdout.splitlines() if line.startswith("│ partial")]
+    assert "".join(partial).count("n<3") == 3  # one pair: no interval, and the table says why
+    assert "n<3: under 3 pairs" in result.stderr  # the legend
 
 
 def test_cli_bad_target_is_one_line_exit_2(tmp_path):

@@ -8,7 +8,8 @@ CPU, in-process engine). Relative paths in a file resolve against its folder, th
 directory, then the package's shipped data (rollverify/paths.py); a shipped one keeps its name.
 The parts:
 
-    sections.py       the sections (model, task, rollout, verify, train, vllm, tracking, cost),
+    sections.py       the sections (model, task, rollout, verify, train, correction, vllm,
+                      tracking, cost),
                       each field with its default, its meaning and its rule (field.py)
     run_config.py     RunConfig: the sections together, and what a run derives from them
     load.py           load_config: defaults <- YAML file <- overrides; ConfigError;
@@ -21,6 +22,7 @@ The parts:
 from rollverify.config.load import ConfigError, load_config, parse_settings
 from rollverify.config.run_config import RunConfig
 from rollverify.config.sections import (
+    CorrectionConfig,
     CostConfig,
     ModelConfig,
     RolloutConfig,
@@ -33,6 +35,7 @@ from rollverify.config.sections import (
 
 __all__ = [
     "ConfigError",
+    "CorrectionConfig",
     "CostConfig",
     "ModelConfig",
     "RolloutConfig",

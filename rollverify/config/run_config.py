@@ -9,6 +9,7 @@ from typing import Any
 
 from rollverify.config.field import config_field
 from rollverify.config.sections import (
+    CorrectionConfig,
     CostConfig,
     ModelConfig,
     RolloutConfig,
@@ -28,6 +29,7 @@ class RunConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     cost: CostConfig = field(default_factory=CostConfig)

@@ -193,6 +193,19 @@ class RolloutConfig:
         lambda x: x is None or x >= 1,
         ">= 1 or null",
     )
+    max_staleness: int | None = config_field(
+        None,
+        "Partial methods: the staleness cap of prime-rl (max_off_policy_steps). When the cache "
+        "resumes, a group with a cached trajectory whose oldest token is more than this many "
+        "policy versions old is dropped, all G samples (tokens_discarded, "
+        "trajectories_dropped_stale), and its prompt starts again with new samples. A response "
+        "gets max_staleness + 1 rollouts to finish (train.updates_per_rollout u > 1: "
+        "max_staleness // u + 1) and its group trains only if all G samples of one start "
+        "finish in time: a prompt whose responses need longer is starved, restarted again and "
+        "again and never trained (rollverify/staleness_cap.py). null: off.",
+        lambda x: x is None or x >= 0,
+        ">= 0 or null",
+    )
 
 
 @dataclass
@@ -231,6 +244,57 @@ class VerifyConfig:
 
 
 @dataclass
+class CorrectionConfig:
+    """The peers' off-policy corrections (rollverify/corrections.py), each a method of its own
+    on partial rollout; defaults are the ones their code ships."""
+
+    tis_cap: float = config_field(
+        2.0,
+        "tis: token weight min(pi_old/mu, C), C this (verl's and slime's 2; TRL's own default "
+        "is 3).",
+        lambda x: x >= 1,
+        ">= 1",
+    )
+    mis_low: float = config_field(
+        0.5,
+        "mis: a sequence whose ratio prod_t pi_old/mu is below this is masked.",
+        lambda x: 0 < x <= 1,
+        "in (0, 1]",
+    )
+    mis_high: float = config_field(2.0, "mis: ... or above this.", lambda x: x >= 1, ">= 1")
+    icepop_low: float = config_field(
+        0.5,
+        "icepop: a token whose pi_old/mu is below this is masked (IcePop's [0.5, 5]).",
+        lambda x: 0 < x <= 1,
+        "in (0, 1]",
+    )
+    icepop_high: float = config_field(5.0, "icepop: ... or above this.", lambda x: x >= 1, ">= 1")
+    opsm_delta: float = config_field(
+        0.03,
+        "opsm: a sequence of negative advantage is masked when its mean over tokens of "
+        "log mu - log pi_theta exceeds this (DeepSeek-V3.2's delta, TRL's "
+        "off_policy_mask_threshold). The paper gives no value; 0.03 is AgileRL's default for "
+        "the same mask (TRL's docs suggest 0.5, which a tiny model's drift never reaches).",
+        positive,
+        "> 0",
+    )
+    decoupled_cap: float = config_field(
+        5.0,
+        "decoupled and m2po: AReaL's behavior weight pi_prox/mu; tokens above this are masked "
+        "(AReaL's rejection_sampling upper 5, action mask).",
+        lambda x: x >= 1,
+        ">= 1",
+    )
+    m2po_tau: float = config_field(
+        0.04,
+        "m2po: the tokens of largest (log mu - log pi_prox)^2 are masked until the mean of the "
+        "rest is below this (AReaL's m2_threshold).",
+        positive,
+        "> 0",
+    )
+
+
+@dataclass
 class TrainConfig:
     method: str = config_field(
         "rollverify",
@@ -250,6 +314,15 @@ class TrainConfig:
         "> 0",
     )
     warmup_steps: int = config_field(0, "Linear warmup steps.", lambda x: x >= 0, ">= 0")
+    ratio_denominator: Literal["behavior", "recomputed"] | None = config_field(
+        None,
+        "The ratio's denominator pi_old. behavior: each token's log-prob mu from the engine "
+        "that sampled it (a stale token looks stale to the clip). recomputed: the batch scored "
+        "by the weights before the step's first update (TRL's old_per_token_logps; a stale "
+        "token looks on-policy), as verl's and slime's partial rollout. null: the method's own "
+        "(`rvctl methods`: behavior for the paper's methods, recomputed for "
+        "partial-recomputed and the peers' corrections).",
+    )
     loss_type: Literal["grpo", "dapo", "dr_grpo", "bnpo"] = config_field(
         "dapo", "TRL loss aggregation for methods that keep the clipped surrogate."
     )

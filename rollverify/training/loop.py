@@ -4,7 +4,8 @@ TRL drives the loop; these are the parts that are ours, each filling its record 
 (training/records.py):
 
     rollout()        TRL's rollout_func: resume the cache, collect B complete groups (with
-                     dynamic sampling, groups of tied rewards replaced), score
+                     dynamic sampling, groups of tied rewards replaced; with the
+                     staleness cap, stale groups restarted), score
                      their OPS, filter (filter methods), reward them (the task's
                      verifier)                                                 -> BatchRecord
                      and hand TRL the tokens + behavior log-probs + rewards
@@ -47,6 +48,7 @@ from transformers import PreTrainedModel
 from rollverify.atomic import atomic_write_text
 from rollverify.checkpoint_files import save as save_checkpoint
 from rollverify.config import RunConfig
+from rollverify.corrections import mismatch
 from rollverify.costmodel import GPUS, ModelShape, Pricing
 from rollverify.dynamic_sampling import tie_filter
 from rollverify.engines.protocol import RolloutEngine, probe_logprobs_of
@@ -232,7 +234,9 @@ class TrainingLoop:
             generated=result.tokens_generated,
             regenerated=result.tokens_regenerated,
             kept=int(lengths[keep].sum()),
-            discarded=int(lengths[~keep].sum()) + result.dropped_tokens,
+            discarded=int(lengths[~keep].sum())
+            + result.dropped_tokens
+            + result.dropped_stale_tokens,
         )
         self.records.batch = self.generation = BatchRecord(
             result=result,
@@ -244,6 +248,7 @@ class TrainingLoop:
             .float()
             .mean()
             .item(),
+            mismatch=mismatch(current, batch.behavior_logprobs, batch.mask),  # current = pi_old
             cache_size=len(self.state.cache),
             engine_restarts=self.engine.stats.restarts,
             engine_steps=self.engine.take_trace(),
@@ -274,6 +279,7 @@ class TrainingLoop:
                 should_stop=stop_now,
                 drop_group=tie_filter(self._group_rewards),
                 max_drops=rollout.dynamic_sampling_max_drops,
+                max_staleness=rollout.max_staleness,
             )
         except RolloutInterrupted as interrupted:  # its tokens are in the cache: save, stop
             self.ledger.add_phase("rollout", interrupted.seconds)

@@ -31,15 +31,18 @@ class BatchRecord:
     ops: torch.Tensor
     lengths: torch.Tensor
     staleness_mean: float
+    mismatch: tuple[float, float]  # (k3, ESS) of pi_old/mu over the batch's tokens
     cache_size: int  # trajectories left in the cache
     engine_restarts: int
     engine_steps: list[EngineStep]  # the rollout's trace, priced after the update
 
     @property
     def tokens_dropped(self) -> float:
-        """Tokens of samples the filter dropped, and of groups dynamic sampling dropped
-        (generated, never trained)."""
-        return float(self.lengths[~self.keep].sum().item()) + self.result.dropped_tokens
+        """Tokens of samples the filter dropped, of groups dynamic sampling dropped, and of
+        cached trajectories the staleness cap dropped (generated, never trained)."""
+        result = self.result
+        dropped = result.dropped_tokens + result.dropped_stale_tokens
+        return float(self.lengths[~self.keep].sum().item()) + dropped
 
 
 @dataclass
@@ -206,9 +209,12 @@ def _batch_metrics(records: StepRecords) -> dict[str, float]:
         m.RESPONSE_LENGTH_MEAN: lengths.mean().item(),
         m.RESPONSE_LENGTH_P99: torch.quantile(lengths, 0.99).item(),
         m.STALENESS_MEAN: batch.staleness_mean,
+        m.MISMATCH_KL: batch.mismatch[0],
+        m.MISMATCH_ESS: batch.mismatch[1],
         m.TOKENS_GENERATED: float(result.tokens_generated),
         m.SAMPLES_DROPPED: float((~batch.keep).sum().item()),
         m.GROUPS_DROPPED: float(result.dropped_groups),
+        m.TRAJECTORIES_DROPPED_STALE: float(result.dropped_stale),
         m.RESUMED: float(result.resumed),
         m.PAUSED: float(result.paused),
         m.CACHE_SIZE: float(batch.cache_size),

@@ -86,6 +86,8 @@ def capture(loop: TrainingLoop, run_id: str, tracking_uri: str, whole: WholeStat
             "rng": rng_state,
             "cache": rollout["cache"]["records"],
             "answers": rollout["answers"],
+            # the step in progress's drops so far (dynamic sampling, the staleness cap)
+            "rollout_counts": {k: v for k, v in rollout.items() if k not in ("cache", "answers")},
             **owned,  # task, monitor, ledger, loop: each part's own state_dict()
             "engine": type(loop.engine).__name__,
         },
@@ -99,6 +101,7 @@ def restore_loop(loop: TrainingLoop, checkpoint: Checkpoint) -> None:
     rollout = {
         "cache": {"tensors": checkpoint.tensors["cache"], "records": state["cache"]},
         "answers": state["answers"],
+        **state.get("rollout_counts", {}),  # (absent in checkpoints from before they were kept)
     }
     owners = ("task", "monitor", "ledger", "loop")
     loop.load_state_dict({"rollout": rollout} | {k: state[k] for k in owners}, checkpoint.step)

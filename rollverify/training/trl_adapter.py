@@ -1,9 +1,12 @@
 """Our one subclass of TRL's GRPOTrainer, and the glue that plugs a training step into it.
 
 TRL owns the GRPO update: rewards -> group advantages -> clipped surrogate -> optimizer step.
-We change one thing: the ratio's denominator is each token's behavior log-prob (the weights that
+We change the ratio's denominator: by default each token's behavior log-prob (the weights that
 sampled it, as the engine reported it), so stale tokens look stale to the loss (spec, "Policy-
-gradient ratio"). Without this, TRL uses the current log-probs (ratio 1) unless use_vllm=True.
+gradient ratio"); with train.ratio_denominator "recomputed" TRL's own pi_old (the batch scored
+before the step's first update), as the peers' partial rollout. And we switch on TRL's
+importance-sampling corrections for the peers' methods (rollverify/corrections.py), which TRL
+applies only when it drives a vLLM itself.
 
 TRL's dataloader still iterates a prompt dataset; the prompts it hands to `rollout_func` are
 ignored, because under partial rollout the engine, not the sampler, decides which groups finish
@@ -12,7 +15,8 @@ in a step. Our task's prompt stream feeds the engine instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -23,6 +27,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rollverify.checkpoint_files import Checkpoint
 from rollverify.config import RunConfig
+from rollverify.corrections import changed_share, m2po_mask, trl_settings
 from rollverify.faults import kill_point
 from rollverify.methods import Method
 from rollverify.rollout import RolloutResult
@@ -35,7 +40,8 @@ if TYPE_CHECKING:
 
 
 class BehaviorRatioGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer whose importance ratio is pi_theta / mu_{v_t} for every token.
+    """GRPOTrainer whose importance ratio is pi_theta / mu_{v_t} for every token (denominator
+    "behavior"), or TRL's pi_theta / pi_old ("recomputed"), with the peers' corrections.
 
     It also resumes from rollverify checkpoints: `train(resume_from_checkpoint=folder)` with
     `resume_from` set reads transformers' trainer_state.json from the folder, and the three
@@ -43,6 +49,8 @@ class BehaviorRatioGRPOTrainer(GRPOTrainer):
     """
 
     resume_from: Checkpoint | None = None
+    ratio_denominator: str = "behavior"  # or "recomputed" (train.ratio_denominator)
+    m2po_tau: float | None = None  # M2PO's second-moment bound (method m2po)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         pass  # the weights were loaded before the trainer was built: the engine needed them
@@ -58,10 +66,70 @@ class BehaviorRatioGRPOTrainer(GRPOTrainer):
             self.resume_from.tensors.clear()  # the last reader: free the checkpoint's memory
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        output = super()._generate_and_score_completions(inputs)
-        # rollout_func's logprobs arrive as sampling_per_token_logps [B, T] (right-padded).
-        output["old_per_token_logps"] = output["sampling_per_token_logps"]
+        with self._mismatch_correction():  # TRL: pi_old recomputed, and its weight pi_old/mu
+            output = super()._generate_and_score_completions(inputs)
+        if self.m2po_tau is not None:  # M2PO's mask on top of the decoupled weight
+            keep = m2po_mask(
+                output["sampling_per_token_logps"],
+                output["old_per_token_logps"],
+                output["completion_mask"],
+                self.m2po_tau,
+            )
+            output["importance_sampling_ratio"] = output["importance_sampling_ratio"] * keep
+        if self.args.vllm_importance_sampling_correction:
+            self._log_changed_share(output)
+        if self.ratio_denominator == "behavior":
+            # rollout_func's logprobs arrive as sampling_per_token_logps [B, T] (right-padded).
+            output["old_per_token_logps"] = output["sampling_per_token_logps"]
         return output
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        with self._mismatch_correction():  # TRL multiplies the token losses by the weight
+            return super()._compute_loss(model, inputs)
+
+    @contextmanager
+    def _mismatch_correction(self) -> Iterator[None]:
+        """TRL 1.16 applies `vllm_importance_sampling_*` only when it drives a vLLM itself
+        (use_vllm); our engines feed it through rollout_func, and their log-probs are mu all the
+        same. The flag is on for the two calls that read it for the correction, and TRL's own
+        weight sync to its (absent) vLLM is skipped: ours syncs the engines."""
+        if not self.args.vllm_importance_sampling_correction:
+            yield
+            return
+        self.use_vllm, self._last_loaded_step = True, self.state.global_step
+        try:
+            yield
+        finally:
+            self.use_vllm = False
+
+    def get_off_policy_mask(self, advantages, per_token_logps, sampling_per_token_logps, mask,
+                            off_policy_threshold):  # fmt: skip
+        """TRL's OPSM mask (B, 1), and the share of the pass's tokens it masked."""
+        keep = super().get_off_policy_mask(
+            advantages, per_token_logps, sampling_per_token_logps, mask, off_policy_threshold
+        )
+        self._record_share(float((mask * (1 - keep)).sum()), float(mask.sum()))
+        return keep
+
+    def _log_changed_share(self, output: dict[str, Any]) -> None:
+        """The share of tokens whose weight pi_old/mu TRL truncated or masked (M2PO's too)."""
+        truncating = self.args.vllm_importance_sampling_mode.endswith("truncate")
+        args = self.args
+        bounds = (
+            (args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max)
+            if truncating
+            else (None, None)
+        )
+        mask = output["completion_mask"]
+        self._record_share(*changed_share(output["importance_sampling_ratio"], mask, *bounds))
+
+    def _record_share(self, changed: float, tokens: float) -> None:
+        """trl/correction/token_share: over every rank's tokens (a collective)."""
+        device = self.accelerator.device
+        totals = self.accelerator.reduce(torch.tensor([changed, tokens], device=device), "sum")
+        mode = "train" if self.model.training else "eval"
+        share = (totals[0] / totals[1].clamp(min=1.0)).item()
+        self._metrics[mode]["correction/token_share"].append(share)
 
     @torch.no_grad()
     def current_logprobs(
@@ -135,6 +203,7 @@ def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfi
         "epsilon_high": train.epsilon_high,
     }
     settings.update(method.trl_overrides)  # loss-level methods (gspo, sapo, vespo)
+    settings.update(trl_settings(method.correction, config.correction))  # the peers' corrections
     checkpointing = train.gradient_checkpointing
     if train.sharding == "fsdp":  # parameters, gradients and AdamW state sharded
         # FSDP's own activation checkpointing (transformers refuses both; the Trainer's would
@@ -203,7 +272,15 @@ def build_trainer(
     )
     for printer in (PrinterCallback, ProgressCallback):  # rvctl shows progress, not TRL
         trainer.remove_callback(printer)
+    trainer.ratio_denominator = ratio_denominator(config, method)
+    if method.correction == "m2po":
+        trainer.m2po_tau = config.correction.m2po_tau
     return trainer
+
+
+def ratio_denominator(config: RunConfig, method: Method) -> str:
+    """train.ratio_denominator, else the method's own."""
+    return config.train.ratio_denominator or method.denominator
 
 
 class LoopCallback(TrainerCallback):

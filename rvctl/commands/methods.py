@@ -18,6 +18,8 @@ def methods(format: FormatOption = Format.table) -> None:
             "token_stage": m.verify and m.token_stage,
             "switching": m.switching,
             "filter": m.sample_filter,
+            "denominator": m.denominator,
+            "correction": m.correction,
             "summary": m.summary,
         }
         for m in METHODS.values()

@@ -24,13 +24,21 @@ TABLE_HEADERS = {
     "ops_mean": "OPS",
     "acceptance_rate_final": "accept",
     "switch_step": "switch@",
+    "accuracy_diff_vs_grpo": "Δacc",
+    "accuracy_diff_ci95": "±Δacc",
+    "gpu_days_diff_vs_grpo": "Δdevice-days",
+    "gpu_days_diff_ci95": "±Δdevice",
+    "modeled_gpu_days_diff_vs_grpo": "ΔGPU-days*",
+    "modeled_gpu_days_diff_ci95": "±ΔGPU*",
 }
+FEW_PAIRS = "n<3"  # the table's cell for a difference without an interval (too few pairs)
 LEGEND = (
     "acc: final eval accuracy, mean over finished seeds (±ci95: Student t half-width); "
     "acc@0: the base model; device-days: measured (on a CPU, process-days); GPU-days*: the "
     "same work priced on the cost.gpu by the cost model; speedup(*): grpo's days / the row's; "
     "accept: final acceptance rate; switch@: median step of the switch to on-policy; unfin.: "
-    "runs not finished"
+    "runs not finished; Δ: the row minus grpo, mean over the seeds both finished (pairs), "
+    f"±Δ: its paired Student t half-width ({FEW_PAIRS}: under 3 pairs, no interval)"
 )
 
 
@@ -80,13 +88,27 @@ def show_report(
                 grid = sweep_grid(rows, names[0], names[1], value)
                 _print(grid, format, f"{TABLE_HEADERS[value]}, {names[0]} x {names[1]}")
     else:
-        _print(method_rows(found.runs), format, f"methods ({found.kind})")
+        rows = method_rows(found.runs)
+        if format is Format.table:
+            rows = [_mark_few_pairs(row) for row in rows]
+        _print(rows, format, f"methods ({found.kind})")
 
     if format is Format.table:
         _log(LEGEND)
     if plots_dir is not None:
         for path in plot_metrics(run_groups(found), plots_dir):
             _log(f"wrote {path}")
+
+
+def _mark_few_pairs(row: dict[str, Any]) -> dict[str, Any]:
+    """A difference shown without its interval says why (json/csv/md: null, and `pairs`)."""
+    from rollverify.report import PAIRED, paired_columns
+
+    marked = dict(row)
+    for mean, ci95 in map(paired_columns, PAIRED):
+        if row[mean] is not None and row[ci95] is None:
+            marked[ci95] = FEW_PAIRS
+    return marked
 
 
 def _print(rows: list[dict[str, Any]], format: Format, title: str, keys: int = 1) -> None:

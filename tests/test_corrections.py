@@ -1,0 +1,232 @@
+"""The peers' corrections and the ratio's denominator, checked by hand on a small batch.
+
+The real trainer of each method (TRL 1.16's GRPOTrainer through our adapter, the shipped tiny
+model) is handed one batch through its rollout_func: 2 groups of 2 responses whose behavior
+log-probs mu are pi_old (the model's own log-probs) shifted by chosen token weights
+w = pi_old / mu. What TRL's batch carries (the weight of each token, the ratio's denominator)
+and the loss it computes are compared with the published rules written out here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+from rollverify.corrections import CORRECTIONS, m2po_mask, mismatch
+from rollverify.methods import METHODS
+from rollverify.training.trl_adapter import build_trainer
+from tests.cli import run_rvctl
+from tests.runs import tiny
+
+# Token weights w = pi_old / mu, one row per response (2 groups of 2, 6 tokens each).
+WEIGHTS = torch.tensor(
+    [
+        [0.3, 1.0, 1.5, 3.0, 6.0, 1.0],  # each bound crossed once; sequence ratio 8.1
+        [1.0] * 6,  # on-policy
+        [1.2] * 6,  # sequence ratio 1.2^6 = 2.99: outside MIS's [0.5, 2]
+        [0.9] * 6,  # sequence ratio 0.53: inside; mean log(mu/pi) = 0.105 > OPSM's 0.03
+    ]
+)
+REWARDS = [0.0, 1.0, 1.0, 0.0]  # rows 0 and 3 get negative advantages
+PROMPT = [3, 4, 5, 6]
+
+
+def batch(trainer, weights: torch.Tensor) -> dict:
+    """rollout_func's answer: fixed responses, mu = pi_old / weights (pi_old: the model now)."""
+    rows, width = weights.shape
+    generator = torch.Generator().manual_seed(0)
+    completions = torch.randint(3, 15, (rows, width), generator=generator)
+    ids = torch.cat([torch.tensor([PROMPT] * rows), completions], dim=1)
+    with torch.no_grad():
+        pi_old, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, torch.ones_like(ids), width
+        )
+    mu = pi_old.float() - weights.log()
+    return {
+        "prompt_ids": [PROMPT] * rows,
+        "completion_ids": completions.tolist(),
+        "logprobs": mu.tolist(),
+        "reward_value": REWARDS,
+    }
+
+
+def trainer_of(tmp_path, method: str, weights: torch.Tensor = WEIGHTS, **settings):
+    config = tiny(tmp_path, method, **settings)
+    model = AutoModelForCausalLM.from_pretrained(config.model_path())
+    tokenizer = AutoTokenizer.from_pretrained(config.model_path())
+
+    def reward(reward_value, **_):
+        return reward_value
+
+    trainer = build_trainer(
+        config,
+        METHODS[method],
+        model,
+        tokenizer,
+        reward,
+        lambda prompts, trainer: batch(trainer, weights),
+        TrainerCallback(),
+        str(tmp_path / "trl"),
+    )
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # (set by TRL's training loop)
+    return trainer
+
+
+def scored(trainer) -> dict:
+    output = trainer._generate_and_score_completions([{"prompt": ""} for _ in REWARDS])
+    assert (output["advantages"] != 0).all(), "every row must carry a learning signal"
+    return output
+
+
+def m2po_by_hand(log_w: torch.Tensor, tau: float) -> torch.Tensor:
+    """M2PO as AReaL's docs say it: drop the largest (log w)^2, one at a time, until the mean
+    of the rest is below tau (one token at least stays)."""
+    m2 = (log_w**2).flatten().tolist()
+    kept = set(range(len(m2)))
+    while len(kept) > 1 and sum(m2[i] for i in kept) / len(kept) >= tau:
+        kept.remove(max(kept, key=lambda i: m2[i]))
+    return torch.tensor([i in kept for i in range(len(m2))]).view(log_w.shape)
+
+
+def expected_weights(name: str, cfg) -> torch.Tensor:
+    """The weight each rule puts on each token of WEIGHTS ([4, 6]; 0: masked)."""
+    w = WEIGHTS
+    inside = lambda low, high: (w >= low) & (w <= high)  # noqa: E731
+    if name == "tis":
+        return w.clamp(max=cfg.tis_cap)
+    if name == "icepop":
+        return w * inside(cfg.icepop_low, cfg.icepop_high)
+    if name == "decoupled":
+        return w * (w <= cfg.decoupled_cap)
+    if name == "m2po":
+        return w * (w <= cfg.decoupled_cap) * m2po_by_hand(w.log(), cfg.m2po_tau)
+    if name == "mis":
+        sequence = w.prod(dim=1, keepdim=True)
+        inside_sequence = (sequence >= cfg.mis_low) & (sequence <= cfg.mis_high)
+        return (sequence * inside_sequence).expand_as(w)
+    raise AssertionError(name)
+
+
+def dapo_loss(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """DAPO's token-mean loss at pi_theta = pi_old (every ratio 1, nothing clipped)."""
+    return -(advantages[:, None] * weights).sum() / weights.numel()
+
+
+WEIGHTED = [name for name in CORRECTIONS if name != "opsm"]
+
+
+@pytest.mark.parametrize("name", WEIGHTED)
+def test_each_token_weight_is_the_published_rule_and_the_loss_applies_it(tmp_path, name):
+    trainer = trainer_of(tmp_path, name)
+    cfg = tiny(tmp_path, name).correction
+    output = scored(trainer)
+    expected = expected_weights(name, cfg)
+    weight = output["importance_sampling_ratio"].expand_as(expected)
+    torch.testing.assert_close(weight, expected, atol=1e-4, rtol=1e-4)
+    loss = trainer._compute_loss(trainer.model, output)
+    torch.testing.assert_close(
+        loss, dapo_loss(output["advantages"], expected), rtol=1e-4, atol=1e-5
+    )
+    changed = (expected == 0) | (expected == cfg.tis_cap) if name == "tis" else expected == 0
+    share = trainer._metrics["train"]["correction/token_share"]
+    assert share == [pytest.approx(changed.float().mean().item())]
+
+
+def test_opsm_masks_the_drifted_sequence_of_negative_advantage(tmp_path):
+    """Row 3: negative advantage and mean log(mu / pi_theta) = -log 0.9 = 0.105 > 0.03.
+    Row 0 has a negative advantage too, but its mu is below pi_theta on average: kept."""
+    trainer = trainer_of(tmp_path, "opsm")
+    output = scored(trainer)
+    advantages = output["advantages"]
+    assert advantages[0] < 0 and advantages[3] < 0 < advantages[2]
+    assert "importance_sampling_ratio" not in output  # a mask, no weight
+    assert -math.log(0.9) > tiny(tmp_path, "opsm").correction.opsm_delta
+    keep = torch.tensor([1.0, 1.0, 1.0, 0.0])[:, None].expand_as(WEIGHTS)
+    loss = trainer._compute_loss(trainer.model, output)
+    torch.testing.assert_close(loss, dapo_loss(advantages, keep), rtol=1e-4, atol=1e-5)
+    assert trainer._metrics["train"]["correction/token_share"] == [pytest.approx(0.25)]
+
+
+@pytest.mark.parametrize(
+    ("method", "denominator"),
+    [("partial", "behavior"), ("partial-recomputed", "recomputed"), ("tis", "recomputed")],
+)
+def test_the_ratio_denominator_is_mu_or_the_recomputed_pi_old(tmp_path, method, denominator):
+    """behavior: the loss's pi_old is mu (a stale token's ratio is pi_theta/mu, far from 1);
+    recomputed: the weights before the update (ratio 1 at the first pass). The config's
+    train.ratio_denominator overrides the method's."""
+    assert METHODS[method].denominator == denominator
+    for chosen in [None, "behavior", "recomputed"]:
+        trainer = trainer_of(tmp_path, method, **{"train.ratio_denominator": chosen})
+        output = scored(trainer)
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        with torch.no_grad():
+            pi, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, ids, attention, WEIGHTS.shape[1]
+            )
+        old = output.get("old_per_token_logps", pi)  # TRL's None: the loss's own, detached
+        ratio = (pi - old).exp()
+        if (chosen or denominator) == "behavior":
+            torch.testing.assert_close(old, output["sampling_per_token_logps"])
+            torch.testing.assert_close(ratio, WEIGHTS, rtol=1e-4, atol=1e-4)
+        else:
+            torch.testing.assert_close(ratio, torch.ones_like(WEIGHTS), rtol=1e-4, atol=1e-4)
+
+
+ON_POLICY = ["partial", "partial-recomputed", *CORRECTIONS]
+
+
+def test_without_staleness_every_correction_trains_as_grpo(tmp_path):
+    """mu = pi_old for every token: no weight, no mask, the same loss and gradient as grpo."""
+    on_policy = torch.ones_like(WEIGHTS)
+    reference = trainer_of(tmp_path / "grpo", "grpo", on_policy)
+    grpo_output = scored(reference)
+    grpo_loss = reference._compute_loss(reference.model, grpo_output)
+    grpo_gradient = torch.autograd.grad(grpo_loss, list(reference.model.parameters()))
+    for method in ON_POLICY:
+        trainer = trainer_of(tmp_path / method, method, on_policy)
+        output = scored(trainer)
+        loss = trainer._compute_loss(trainer.model, output)
+        torch.testing.assert_close(loss, grpo_loss, msg=method)
+        gradient = torch.autograd.grad(loss, list(trainer.model.parameters()))
+        for a, b in zip(gradient, grpo_gradient, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7, msg=method)
+
+
+def test_m2po_drops_the_largest_second_moments_until_the_rest_is_below_tau():
+    log_w = torch.tensor([[0.5, 0.1, -0.3, 0.0, 0.05, 9.0]])  # last: padding
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0]])
+    zeros = torch.zeros_like(log_w)
+    # m2 = 0.25, 0.01, 0.09, 0, 0.0025: mean 0.0705; without 0.25: 0.0256 < 0.04
+    keep = m2po_mask(log_w, zeros, mask, tau=0.04)
+    assert keep.tolist() == [[False, True, True, True, True, False]]
+    # ... < 0.01 only without 0.25 and 0.09 as well (0.0125 / 3)
+    keep = m2po_mask(log_w, zeros, mask, tau=0.01)
+    assert keep.tolist() == [[False, True, False, True, True, False]]
+    keep = m2po_mask(log_w, zeros, mask, tau=1e-9)  # never below: one token stays
+    assert keep.sum() == 1 and keep[0, 3]
+
+
+def test_the_mismatch_is_k3_and_the_effective_sample_size_of_pi_old_over_mu():
+    ratios = torch.tensor([[1.0, 2.0, 0.5, 7.0]])  # last: padding
+    mask = torch.tensor([[True, True, True, False]])
+    k3, ess = mismatch(ratios.log(), torch.zeros_like(ratios), mask)
+    # k3: 0, 2 - 1 - ln 2, 0.5 - 1 + ln 2 -> 0.5 / 3; ESS: 3.5^2 / (3 * 5.25)
+    assert k3 == pytest.approx(0.5 / 3)
+    assert ess == pytest.approx(3.5**2 / (3 * 5.25))
+    assert mismatch(ratios.log(), ratios.log(), mask) == (pytest.approx(0.0), pytest.approx(1.0))
+
+
+def test_rvctl_methods_says_which_denominator_and_correction_each_method_uses(monkeypatch, capsys):
+    result = run_rvctl(["methods", "--format", "json"], monkeypatch, capsys)
+    rows = {row["method"]: row for row in json.loads(result.stdout)}
+    assert rows["partial"]["denominator"] == "behavior"
+    assert rows["partial-recomputed"]["denominator"] == "recomputed"
+    for name in CORRECTIONS:
+        assert (rows[name]["denominator"], rows[name]["correction"]) == ("recomputed", name)

@@ -75,3 +75,39 @@ def _curve(histories: Sequence[Mapping[int, float]]) -> tuple | None:
         [max(c) for c in columns],
         len(present),
     )
+
+
+def plot_gaps(rows: Sequence[Mapping], knob: str, out_dir: Path) -> Path | None:
+    """`<out_dir>/accuracy_gap_vs_<knob>.png` for a grid over methods and one knob: each
+    method's paired accuracy difference to grpo (report.sweep_rows) against the knob's values,
+    with its 95% interval; None when no row has a difference."""
+    from matplotlib.figure import Figure
+
+    lines: dict[str, list[tuple]] = {}
+    for row in rows:
+        if row.get("accuracy_diff_vs_grpo") is not None:
+            point = (row[knob], row["accuracy_diff_vs_grpo"], row["accuracy_diff_ci95"] or 0.0)
+            lines.setdefault(row["method"], []).append(point)
+    if not lines:
+        return None
+    labels = list(dict.fromkeys(str(row[knob]) for row in rows))  # the knob's values, in order
+    figure = Figure(figsize=(7, 4.2), layout="constrained")
+    axes = figure.add_subplot()
+    for offset, (method, points) in enumerate(lines.items()):
+        shift = (offset - (len(lines) - 1) / 2) * 0.06  # side by side, not on top
+        x = [labels.index(str(value)) + shift for value, _, _ in points]
+        y, error = [p[1] for p in points], [p[2] for p in points]
+        axes.errorbar(x, y, yerr=error, marker="o", capsize=3, label=method)
+    axes.axhline(0.0, color="grey", lw=0.8)
+    axes.set_xticks(range(len(labels)), labels)
+    axes.set(
+        title=f"eval accuracy minus grpo's vs {knob}",
+        xlabel=knob,
+        ylabel="accuracy difference to grpo",
+    )
+    axes.grid(alpha=0.3)
+    axes.legend(title="mean over seeds, paired 95% interval", fontsize="small")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"accuracy_gap_vs_{knob}.png"
+    figure.savefig(path, dpi=120)
+    return path

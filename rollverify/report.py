@@ -115,6 +115,7 @@ def sweep_rows(runs: Sequence[RunRecord], sweep_params: Sequence[str]) -> list[d
 
     groups = _group(runs, point)
     keys = (["method"] if by_method else []) + names
+    grpo_points = _grpo_points(groups, keys)
     rows = []
     for values in sorted(groups, key=lambda v: [_sort_key(x) for x in v]):
         summary = _summary(groups[values])
@@ -124,8 +125,29 @@ def sweep_rows(runs: Sequence[RunRecord], sweep_params: Sequence[str]) -> list[d
         row["gpu_days"] = summary["gpu_days"]
         row["modeled_gpu_days"] = summary["modeled_gpu_days"]
         row["acceptance_rate_final"] = summary["acceptance_rate_final"]
+        if grpo_points:  # a grid over methods: each point against grpo's at the same values
+            base = grpo_points.get(values)
+            row |= paired_diffs(groups[values], groups[base]) if base else _no_pairs()
         rows.append(_clean(row))
     return rows
+
+
+def _grpo_points(groups: dict[tuple, list], keys: list[str]) -> dict[tuple, tuple]:
+    """In a grid over methods, each non-grpo point's grpo point (the same other values)."""
+    if "method" not in keys:
+        return {}
+    i = keys.index("method")
+    found = {}
+    for values in groups:
+        base = (*values[:i], "grpo", *values[i + 1 :])
+        if values[i] != "grpo" and base in groups:
+            found[values] = base
+    return found
+
+
+def _no_pairs() -> dict[str, Any]:
+    """The paired columns of a row without a grpo to pair with (grpo's own)."""
+    return {"pairs": None} | {c: None for name in PAIRED for c in paired_columns(name)}
 
 
 def sweep_grid(

@@ -719,4 +719,15 @@ MUTANTS = [
             "test_a_run_stopped_in_the_rollout_after_a_stale_drop_still_counts_it",
         ),
     ),
+    Mutant(
+        "sweep-pairs-across-knobs",
+        "in a grid over methods each point is paired with grpo at the same other values",
+        "rollverify/report.py",
+        'base = (*values[:i], "grpo", *values[i + 1 :])',
+        'base = next(v for v in groups if v[i] == "grpo")',
+        (
+            "tests/test_report.py::"
+            "test_a_grid_over_methods_pairs_each_point_with_grpo_at_the_same_knob",
+        ),
+    ),
 ]

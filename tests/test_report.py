@@ -17,7 +17,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
-from rollverify.plots import plot_metrics
+from rollverify.plots import plot_gaps, plot_metrics
 from rollverify.report import method_rows, paired_diffs, sweep_grid, sweep_rows, t_critical_95
 from rollverify.report_store import RunRecord, load_report
 from rvctl.app import app
@@ -477,3 +477,27 @@ def test_cli_bad_target_is_one_line_exit_2(tmp_path):
     )
     # A user error: its one line, no hint to read a traceback (nothing unexpected happened).
     assert len(lines) == 1 and result.stdout == ""
+
+
+def test_a_grid_over_methods_pairs_each_point_with_grpo_at_the_same_knob(tmp_path):
+    """sweep method knob: partial at knob=4 is compared with grpo at knob=4 (seed by seed), not
+    with grpo at knob=1; grpo's points get no difference. The gap plot draws it."""
+    params = ["train.method", "train.updates_per_rollout"]
+
+    def at(knob, runs):
+        for run in runs:
+            run.params["train.updates_per_rollout"] = str(knob)
+        return runs
+
+    far = {seed: (a - 0.4, d, m) for seed, (a, d, m) in GRPO.items()}  # grpo at knob 1
+    runs = at(4, runs_of("grpo", GRPO)) + at(4, runs_of("partial", PARTIAL))
+    runs += at(1, runs_of("grpo", far)) + at(1, runs_of("partial", PARTIAL))
+    rows = {(r["method"], r["updates_per_rollout"]): r for r in sweep_rows(runs, params)}
+    assert_the_hand_computation(rows[("partial", 4)])
+    assert rows[("partial", 1)]["accuracy_diff_vs_grpo"] == pytest.approx(0.116666667 + 0.4)
+    assert all(rows[("grpo", k)][c] is None for k in (1, 4) for c in PAIRED_COLUMNS)
+    path = plot_gaps(list(rows.values()), "updates_per_rollout", tmp_path)
+    assert path.name == "accuracy_gap_vs_updates_per_rollout.png" and path.stat().st_size > 0
+    ds_dt = sweep_rows(at(4, runs_of("rollverify", PARTIAL)), ["verify.ds"])
+    assert "pairs" not in ds_dt[0], "a grid of one method has nothing to pair"
+    assert plot_gaps(ds_dt, "ds", tmp_path) is None

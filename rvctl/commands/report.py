@@ -69,7 +69,7 @@ def show_report(
     targets: list[str], tracking_uri: str | None, format: Format, plots_dir: Path | None = None
 ) -> None:
     """The report of `targets` (see `report`); compare and sweep end with it."""
-    from rollverify.plots import plot_metrics
+    from rollverify.plots import plot_gaps, plot_metrics
     from rollverify.report import method_rows, run_groups, short_names, sweep_grid
     from rollverify.report import sweep_rows as grid_point_rows
     from rollverify.report_store import load_report
@@ -82,7 +82,8 @@ def show_report(
         rows = grid_point_rows(found.runs, found.sweep_params)
         names = short_names(found.sweep_params)
         point = len(rows[0]) - len(rows[0].keys() - {"method", *names})
-        _print(rows, format, f"sweep over {', '.join(found.sweep_params)}", keys=point)
+        shown = [_mark_few_pairs(row) for row in rows] if format is Format.table else rows
+        _print(shown, format, f"sweep over {', '.join(found.sweep_params)}", keys=point)
         if format is Format.table and len(names) == 2 and "method" not in rows[0]:
             for value in ("eval_accuracy_mean", "gpu_days"):
                 grid = sweep_grid(rows, names[0], names[1], value)
@@ -98,6 +99,10 @@ def show_report(
     if plots_dir is not None:
         for path in plot_metrics(run_groups(found), plots_dir):
             _log(f"wrote {path}")
+        knobs = [n for n in names if n != "method"] if found.kind == "sweep" else []
+        over_methods = len(knobs) == 1 and "method" in rows[0]  # and one knob: a gap plot
+        if over_methods and (path := plot_gaps(rows, knobs[0], plots_dir)) is not None:
+            _log(f"wrote {path}")
 
 
 def _mark_few_pairs(row: dict[str, Any]) -> dict[str, Any]:
@@ -106,7 +111,7 @@ def _mark_few_pairs(row: dict[str, Any]) -> dict[str, Any]:
 
     marked = dict(row)
     for mean, ci95 in map(paired_columns, PAIRED):
-        if row[mean] is not None and row[ci95] is None:
+        if row.get(mean) is not None and row[ci95] is None:
             marked[ci95] = FEW_PAIRS
     return marked
 

@@ -53,7 +53,7 @@ def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
     order = ["method", "status", "seeds", "unfinished", "eval_accuracy_before"]
     order += ["eval_accuracy_mean", "eval_accuracy_ci95", "gpu_days", "speedup_vs_grpo"]
     order += ["modeled_gpu_days", "modeled_speedup_vs_grpo"]
-    order += ["ops_mean", "acceptance_rate_final", "switch_step"]
+    order += ["ops_mean", "staleness_mean", "mismatch_kl", "acceptance_rate_final", "switch_step"]
     order += ["pairs", *(column for name in PAIRED for column in paired_columns(name))]
     sets = eval_sets(runs)
     if len(sets) > 1:  # per-set accuracy beside the mean, as the paper's tables
@@ -124,7 +124,10 @@ def sweep_rows(runs: Sequence[RunRecord], sweep_params: Sequence[str]) -> list[d
             row[key] = summary[key]
         row["gpu_days"] = summary["gpu_days"]
         row["modeled_gpu_days"] = summary["modeled_gpu_days"]
-        row["acceptance_rate_final"] = summary["acceptance_rate_final"]
+        for key in ["ops_mean", "staleness_mean", "mismatch_kl"]:
+            row[key] = summary[key]
+        for key in ["acceptance_rate_final", "switch_step"]:
+            row[key] = summary[key]
         if grpo_points:  # a grid over methods: each point against grpo's at the same values
             base = grpo_points.get(values)
             row |= paired_diffs(groups[values], groups[base]) if base else _no_pairs()
@@ -227,7 +230,9 @@ def _summary(group: Sequence[RunRecord]) -> dict[str, Any]:
         "eval_accuracy_ci95": ci95,
         "gpu_days": _mean(r.last(m.COST_GPU_DAYS) for r in done),
         "modeled_gpu_days": _mean(r.last(m.MODELED_GPU_DAYS) for r in done),
-        "ops_mean": _mean(_mean(r.history.get(m.OPS_MEAN, {}).values()) for r in done),
+        "ops_mean": _mean_over_steps(done, m.OPS_MEAN),
+        "staleness_mean": _mean_over_steps(done, m.STALENESS_MEAN),
+        "mismatch_kl": _mean_over_steps(done, m.MISMATCH_KL),
         "acceptance_rate_final": _mean(r.last(m.ACCEPTANCE_RATE) for r in done),
         # median over the seeds that switched
         "switch_step": statistics.median(switches) if switches else None,
@@ -250,6 +255,11 @@ def _group(runs: Iterable[RunRecord], key: Callable[[RunRecord], Any]) -> dict[A
 def _seed_runs(runs: Iterable[RunRecord]) -> dict[int, list[RunRecord]]:
     """The finished runs with a known seed, by seed."""
     return _group((r for r in runs if r.finished and r.seed is not None), lambda r: r.seed)
+
+
+def _mean_over_steps(runs: Iterable[RunRecord], metric: str) -> float | None:
+    """Mean over runs of each run's mean over its steps."""
+    return _mean(_mean(r.history.get(metric, {}).values()) for r in runs)
 
 
 def _mean_last(runs: Iterable[RunRecord], metric: str) -> float | None:

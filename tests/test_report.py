@@ -501,3 +501,15 @@ def test_a_grid_over_methods_pairs_each_point_with_grpo_at_the_same_knob(tmp_pat
     ds_dt = sweep_rows(at(4, runs_of("rollverify", PARTIAL)), ["verify.ds"])
     assert "pairs" not in ds_dt[0], "a grid of one method has nothing to pair"
     assert plot_gaps(ds_dt, "ds", tmp_path) is None
+
+
+def test_rows_carry_the_mean_staleness_and_mismatch_over_steps():
+    runs = runs_of("grpo", GRPO) + runs_of("partial", PARTIAL)
+    for run, (stale, k3) in zip(runs[3:], [(1.0, 0.001), (2.0, 0.002), (6.0, 0.006)], strict=True):
+        run.history |= {"staleness_mean": {1: 0.0, 2: stale}, "mismatch_kl": {1: 0.0, 2: k3}}
+    partial = by_method(method_rows(runs))["partial"]
+    assert partial["staleness_mean"] == pytest.approx((0.5 + 1.0 + 3.0) / 3)
+    assert partial["mismatch_kl"] == pytest.approx((0.0005 + 0.001 + 0.003) / 3)
+    (point,) = [r for r in sweep_rows(runs, ["train.method"]) if r["method"] == "partial"]
+    assert point["staleness_mean"] == partial["staleness_mean"]
+    assert by_method(method_rows(runs))["grpo"]["staleness_mean"] is None  # never logged

@@ -22,6 +22,8 @@ TABLE_HEADERS = {
     "modeled_gpu_days": "GPU-days*",
     "modeled_speedup_vs_grpo": "speedup*",
     "ops_mean": "OPS",
+    "staleness_mean": "stale",
+    "mismatch_kl": "k3",
     "acceptance_rate_final": "accept",
     "switch_step": "switch@",
     "accuracy_diff_vs_grpo": "Δacc",
@@ -36,6 +38,7 @@ LEGEND = (
     "acc: final eval accuracy, mean over finished seeds (±ci95: Student t half-width); "
     "acc@0: the base model; device-days: measured (on a CPU, process-days); GPU-days*: the "
     "same work priced on the cost.gpu by the cost model; speedup(*): grpo's days / the row's; "
+    "stale: versions behind, k3: KL(mu || pi_old) per token, both means over steps; "
     "accept: final acceptance rate; switch@: median step of the switch to on-policy; unfin.: "
     "runs not finished; Δ: the row minus grpo, mean over the seeds both finished (pairs), "
     f"±Δ: its paired Student t half-width ({FEW_PAIRS}: under 3 pairs, no interval)"

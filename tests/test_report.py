@@ -82,6 +82,8 @@ class Store:
                 "reward_mean": 0.2 + 0.03 * step + rng.normal(0, 0.02),
                 "entropy_mean": 1.5 - 0.05 * step + rng.normal(0, 0.02),
                 "ops_mean": rng.uniform(0.0, 0.1),
+                "staleness_mean": rng.uniform(0.0, 4.0),
+                "mismatch_kl": rng.uniform(0.0, 0.01),
                 "response_length_mean": rng.uniform(20, 40),
                 "switched": float(switch_at is not None and step >= switch_at),
                 "cost_device_seconds": device_seconds,
@@ -195,6 +197,9 @@ def test_method_rows_match_what_was_logged(store):
 
     ops = [np.mean(list(h.history["ops_mean"].values())) for h in store.runs["rollverify"]]
     assert rv["ops_mean"] == pytest.approx(np.mean(ops))
+    for name in ("staleness_mean", "mismatch_kl"):  # read back from the store
+        means = [np.mean(list(h.history[name].values())) for h in store.runs["rollverify"]]
+        assert rv[name] == pytest.approx(np.mean(means)), name
     # seed 2 logged NaN at its last step: its final rate is the step before
     acceptance = [last(h.history["acceptance_rate"]) for h in store.runs["rollverify"]]
     assert acceptance[1] == store.runs["rollverify"][1].history["acceptance_rate"][STEPS - 1]

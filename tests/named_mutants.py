@@ -699,6 +699,14 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "correction-on-behavior-denominator",
+        "a correction's weight pi_old/mu is refused on the ratio pi_theta/mu (mu counted twice)",
+        "rollverify/config/check_links.py",
+        'if correction and config.train.ratio_denominator == "behavior":',
+        "if False:",
+        ("tests/test_corrections.py::test_a_correction_refuses_the_behavior_denominator[tis]",),
+    ),
+    Mutant(
         "correction-share-uncounted",
         "trl/correction/token_share counts the tokens a correction masked",
         "rollverify/corrections.py",

@@ -16,6 +16,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
+from rollverify.config import ConfigError
 from rollverify.corrections import CORRECTIONS, m2po_mask, mismatch
 from rollverify.methods import METHODS
 from rollverify.training.trl_adapter import build_trainer
@@ -159,9 +160,12 @@ def test_opsm_masks_the_drifted_sequence_of_negative_advantage(tmp_path):
 def test_the_ratio_denominator_is_mu_or_the_recomputed_pi_old(tmp_path, method, denominator):
     """behavior: the loss's pi_old is mu (a stale token's ratio is pi_theta/mu, far from 1);
     recomputed: the weights before the update (ratio 1 at the first pass). The config's
-    train.ratio_denominator overrides the method's."""
+    train.ratio_denominator overrides the method's (a correction refuses behavior: below)."""
     assert METHODS[method].denominator == denominator
-    for chosen in [None, "behavior", "recomputed"]:
+    choices = (
+        [None, "recomputed"] if METHODS[method].correction else [None, "behavior", "recomputed"]
+    )
+    for chosen in choices:
         trainer = trainer_of(tmp_path, method, **{"train.ratio_denominator": chosen})
         output = scored(trainer)
         ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
@@ -177,6 +181,14 @@ def test_the_ratio_denominator_is_mu_or_the_recomputed_pi_old(tmp_path, method, 
             torch.testing.assert_close(ratio, WEIGHTS, rtol=1e-4, atol=1e-4)
         else:
             torch.testing.assert_close(ratio, torch.ones_like(WEIGHTS), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", CORRECTIONS)
+def test_a_correction_refuses_the_behavior_denominator(tmp_path, name):
+    """Each correction weights or masks by pi_old/mu: on the ratio pi_theta/mu that would count
+    mu twice, so the config says so before anything runs."""
+    with pytest.raises(ConfigError, match=f"train.ratio_denominator: method {name} weights"):
+        tiny(tmp_path, name, **{"train.ratio_denominator": "behavior"})
 
 
 ON_POLICY = ["partial", "partial-recomputed", *CORRECTIONS]

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from rollverify.config.run_config import RunConfig
+from rollverify.methods import METHODS
 
 
 def check_links(config: RunConfig, problems: list[str]) -> None:
@@ -44,6 +45,13 @@ def check_links(config: RunConfig, problems: list[str]) -> None:
         problems.append(
             f"train.epsilon_high: must be >= train.epsilon ({config.train.epsilon}), got "
             f"{config.train.epsilon_high}"
+        )
+    correction = METHODS[config.train.method].correction
+    if correction and config.train.ratio_denominator == "behavior":
+        # The correction's weight is pi_old/mu: on a ratio pi/mu it would count mu twice.
+        problems.append(
+            f"train.ratio_denominator: method {config.train.method} weights tokens by "
+            "pi_old/mu and needs pi_old recomputed, got behavior; set recomputed or null"
         )
     batch = rollout.batch_groups * rollout.group_size
     updates = config.train.updates_per_rollout

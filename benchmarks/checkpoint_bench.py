@@ -19,7 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from rollverify.quiet import quiet_environment
+from rollverify.infra.quiet import quiet_environment
 
 quiet_environment()  # before TRL loads
 

@@ -30,9 +30,9 @@ import torch
 from provenance import provenance
 
 from rollverify.config import load_config
-from rollverify.costmodel import fit_step_cost, fit_step_cost_to_totals
-from rollverify.engines.simulated import SimulatedEngine
-from rollverify.rollout import RolloutState, collect
+from rollverify.cost.costmodel import fit_step_cost, fit_step_cost_to_totals
+from rollverify.rollout.engines.simulated import SimulatedEngine
+from rollverify.rollout.schedules import RolloutState, collect
 
 GOAL = 0.10
 

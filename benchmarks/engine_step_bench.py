@@ -26,8 +26,8 @@ from provenance import provenance
 from torch.profiler import ProfilerActivity, profile
 
 from rollverify.config import load_config
-from rollverify.engines.hf_engine import HFEngine
-from rollverify.trajectory import Trajectory
+from rollverify.rollout.engines.hf_engine import HFEngine
+from rollverify.rollout.trajectory import Trajectory
 
 ATTENTION = ("aten::_scaled_dot_product_flash_attention_for_cpu",)
 MATMUL = ("aten::mm", "aten::addmm", "aten::bmm")

@@ -24,15 +24,15 @@ import time
 
 import torch
 
-from rollverify.quiet import quiet_environment
+from rollverify.infra.quiet import quiet_environment
 
 quiet_environment()  # before TRL loads
 
 from provenance import provenance  # noqa: E402
 
 from rollverify.config import load_config  # noqa: E402
-from rollverify.engines.protocol import probe_logprobs_of  # noqa: E402
-from rollverify.rollout import RolloutState, collect  # noqa: E402
+from rollverify.rollout.engines.protocol import probe_logprobs_of  # noqa: E402
+from rollverify.rollout.schedules import RolloutState, collect  # noqa: E402
 
 
 def rollout_run(engine, model, config, partial: bool, steps: int, seed: int) -> dict:

@@ -68,9 +68,9 @@ def worker(mode: str, layers: int, out: Path) -> None:
     from torch.distributed.fsdp import fully_shard
     from transformers import Qwen3ForCausalLM
 
-    from rollverify.checkpoint_files import Checkpoint, begin, save
-    from rollverify.training.sharded_checkpoint import write_parts
-    from rollverify.training.world import World
+    from rollverify.training.checkpoint.files import Checkpoint, begin, save
+    from rollverify.training.checkpoint.sharded import write_parts
+    from rollverify.training.distributed.world import World
 
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
@@ -121,8 +121,8 @@ def gathered_write(model, optimizer, root, rank: int) -> None:
     import torch
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-    from rollverify.checkpoint_files import Checkpoint, begin, save
-    from rollverify.training.sharding import full_tensors
+    from rollverify.training.checkpoint.files import Checkpoint, begin, save
+    from rollverify.training.distributed.sharding import full_tensors
 
     weights = {name: tensor.cpu() for name, tensor in full_tensors(model)}
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)

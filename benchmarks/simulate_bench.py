@@ -5,8 +5,8 @@ each simulation takes here. Prints one JSON object.
 
 The config is experiments/qwen3-8b-dapo-math.yaml (Qwen3-8B, 128 x 8 per step, 4 engines + 4
 trainer GPUs); lengths, acceptance and prompts are rvctl simulate's defaults, which the JSON
-records (rollverify/simulate.py says why each was chosen). The paper reports, for GRPO vs
-RollVerify on Qwen3-8B: 8K 16.6 -> 15.1 GPU-days (1.10x), 64K 261 -> 137 (1.91x), and a
+records (rollverify/experiments/simulate.py says why each was chosen). The paper reports, for
+GRPO vs RollVerify on Qwen3-8B: 8K 16.6 -> 15.1 GPU-days (1.10x), 64K 261 -> 137 (1.91x), and a
 rollout share of 70-80%. Nothing here is tuned to those figures.
 """
 
@@ -20,8 +20,8 @@ from dataclasses import asdict, replace
 from provenance import provenance
 
 from rollverify.config import load_config
-from rollverify.paths import ASSETS
-from rollverify.simulate import Settings, rows, simulate_one
+from rollverify.experiments.simulate import Settings, rows, simulate_one
+from rollverify.infra.paths import ASSETS
 
 CONFIG = ASSETS / "experiments" / "qwen3-8b-dapo-math.yaml"
 

@@ -19,8 +19,8 @@ import time
 import torch
 from provenance import provenance
 
-from rollverify.ops import token_ops
-from rollverify.verify import verify
+from rollverify.core.off_policy_shift import token_ops
+from rollverify.core.verify import verify
 
 
 def make_cache_batch(batch: int, width: int, seed: int = 0):

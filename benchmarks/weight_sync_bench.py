@@ -53,8 +53,8 @@ def measure(model_path: Path, rounds: int) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rollverify.engines.protocol import probe_logprobs_of
-    from rollverify.engines.vllm_engine import VLLMEngine, VLLMSettings
+    from rollverify.rollout.engines.protocol import probe_logprobs_of
+    from rollverify.rollout.engines.vllm_engine import VLLMEngine, VLLMSettings
     from rollverify.training.weight_sync import WeightStream
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/weight_sync.json")
     args = parser.parse_args()
-    from rollverify.engines.ray_runtime import ensure_ray, stop_ray
+    from rollverify.rollout.engines.ray_runtime import ensure_ray, stop_ray
 
     ensure_ray()
     try:

@@ -10,7 +10,7 @@ import warnings
 import typer
 from typer._click import exceptions as usage  # typer 0.29 ships its own click
 
-from rollverify.quiet import quiet_environment
+from rollverify.infra.quiet import quiet_environment
 from rvctl.commands import (
     compare,
     config,

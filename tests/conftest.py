@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rollverify.quiet import quiet_environment
+from rollverify.infra.quiet import quiet_environment
 
 # Measured here: tiny-model ops with 2 OpenMP threads slow down ~50x when another process is
 # busy on the 2 cores (threads spin-wait for each other). One thread keeps tests predictable.

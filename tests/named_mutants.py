@@ -84,7 +84,7 @@ MUTANTS = [
     Mutant(
         "filter-staleness-inverted",
         "the staleness filter drops the stale samples, not the fresh ones",
-        "rollverify/filters.py",
+        "rollverify/core/filters.py",
         "return staleness(versions, mask, current_version) <= bound",
         "return staleness(versions, mask, current_version) > bound",
         ("tests/test_train.py::test_filters_drop_stale_and_off_policy_samples",),
@@ -92,7 +92,7 @@ MUTANTS = [
     Mutant(
         "staleness-cap-boundary",
         "the staleness cap keeps a cached trajectory exactly max_staleness versions old",
-        "rollverify/staleness_cap.py",
+        "rollverify/rollout/staleness_cap.py",
         "if staleness_of(t, version) > max_staleness}",
         "if staleness_of(t, version) >= max_staleness}",
         (
@@ -168,7 +168,7 @@ MUTANTS = [
     Mutant(
         "engine-change-refused",
         "a run may resume on another engine",
-        "rollverify/training/run_state.py",
+        "rollverify/training/checkpoint/run_state.py",
         '    "rollout.engine",\n',
         "",
         ("tests/test_vllm_engine.py::test_a_run_resumes_on_another_engine",),
@@ -176,7 +176,7 @@ MUTANTS = [
     Mutant(
         "prepacking-check-ignored",
         "a vLLM sidecar with CPU weight prepacking on refuses to start",
-        "rollverify/engines/vllm_engine.py",
+        "rollverify/rollout/engines/vllm_engine.py",
         'if not all(report["prepacking_disabled"]) and not torch.cuda.is_available():',
         "if False:",
         ("tests/test_vllm_engine.py::test_a_sidecar_with_weight_prepacking_on_refuses_to_start",),
@@ -184,7 +184,7 @@ MUTANTS = [
     Mutant(
         "hang-not-detected",
         "a sidecar that stops answering is taken for dead",
-        "rollverify/engines/vllm_engine.py",
+        "rollverify/rollout/engines/vllm_engine.py",
         "except (RayActorError, GetTimeoutError) as error:",
         "except RayActorError as error:",
         (
@@ -195,7 +195,7 @@ MUTANTS = [
     Mutant(
         "restart-cap-removed",
         "a sidecar that keeps dying stops the run after MAX_RESTARTS",
-        "rollverify/engines/vllm_engine.py",
+        "rollverify/rollout/engines/vllm_engine.py",
         "if self.restarts >= MAX_RESTARTS:",
         "if False:",
         ("tests/test_vllm_engine.py::test_the_restart_cap_stops_the_run_with_one_line",),
@@ -204,7 +204,7 @@ MUTANTS = [
         "weight-sync-plugin-off",
         "vLLM's CPU weight prepacking is turned off, so synced weights take effect (caught "
         "by the engine's refusal to start: the module's engine fixture errors)",
-        "rollverify/engines/vllm_plugin.py",
+        "rollverify/rollout/engines/vllm_plugin.py",
         'if os.environ.get(DISABLE_ENV) == "1":\n        return',
         "return",
         ("tests/test_vllm_engine.py::test_weight_sync_makes_the_engine_score_like_the_trainer",),
@@ -220,7 +220,7 @@ MUTANTS = [
     Mutant(
         "decode-roofline-summed",
         "a decode step costs the larger of its memory and compute times, not their sum",
-        "rollverify/costmodel/roofline.py",
+        "rollverify/cost/costmodel/roofline.py",
         "    return max(memory, compute) + overhead",
         "    return memory + compute + overhead",
         ("tests/test_costmodel.py",),
@@ -228,7 +228,7 @@ MUTANTS = [
     Mutant(
         "sketch-no-regeneration",
         "the simulator counts tokens generated again after a truncation",
-        "rollverify/engines/simulated.py",
+        "rollverify/rollout/engines/simulated.py",
         "        start, self.length = self.length, self.length + count\n"
         "        return self._regenerated(start)",
         "        start, self.length = self.length, self.length + count\n        return 0",
@@ -240,7 +240,7 @@ MUTANTS = [
     Mutant(
         "simulate-acceptance-constant",
         "rvctl simulate follows an acceptance curve step by step (--acceptance-from)",
-        "rollverify/simulate.py",
+        "rollverify/experiments/simulate.py",
         "acceptance = settings.acceptance[min(step, len(settings.acceptance)) - 1]",
         "acceptance = settings.acceptance[-1]",
         (
@@ -251,7 +251,7 @@ MUTANTS = [
     Mutant(
         "eval-sets-pooled",
         "eval_accuracy is the mean over eval sets, each weighing the same (not pooled samples)",
-        "rollverify/evaluation.py",
+        "rollverify/tasks/evaluation.py",
         "return statistics.fmean(score.avg_at_k for score in self.sets.values())",
         "return statistics.fmean(\n"
         "            s.avg_at_k for s in self.sets.values() for _ in range(s.problems)\n"
@@ -275,7 +275,7 @@ MUTANTS = [
     Mutant(
         "list-answer-first-only",
         "an answer given as a list accepts any of its answers",
-        "rollverify/rewards/math_answer.py",
+        "rollverify/tasks/rewards/math_answer.py",
         "    answers = [answer] if isinstance(answer, str) else list(answer)",
         "    answers = [answer] if isinstance(answer, str) else list(answer)[:1]",
         (
@@ -297,7 +297,7 @@ MUTANTS = [
     Mutant(
         "ranks-train-the-whole-batch",
         "each process trains its own slice of the rollout batch",
-        "rollverify/training/world.py",
+        "rollverify/training/distributed/world.py",
         "        mine = slice(self.rank * share, (self.rank + 1) * share)",
         "        mine = slice(None)",
         ("tests/test_distributed.py::test_two_processes_with_half_the_batch_each_train_as_one",),
@@ -305,7 +305,7 @@ MUTANTS = [
     Mutant(
         "scoring-not-split",
         "every rank scores an equal part of rank 0's trajectories",
-        "rollverify/training/world.py",
+        "rollverify/training/distributed/world.py",
         "        mine = items[self.rank * part : (self.rank + 1) * part]",
         "        mine = items",
         ("tests/test_sharding.py::test_rank_0s_items_are_scored_in_equal_parts_by_every_rank",),
@@ -313,7 +313,7 @@ MUTANTS = [
     Mutant(
         "ranks-write-whole-tensors",
         "each rank of a sharded run writes its own part of each tensor, nothing gathered",
-        "rollverify/training/sharded_checkpoint.py",
+        "rollverify/training/checkpoint/sharded.py",
         '    _write(weights, temporary / f"model{SHARDS}")',
         "    _write({k: v.full_tensor() for k, v in weights.items()},"
         ' temporary / f"model{SHARDS}")',
@@ -325,7 +325,7 @@ MUTANTS = [
     Mutant(
         "resume-reads-whole-moments",
         "a sharded run's resume reads each rank's part of AdamW's moments, not the whole",
-        "rollverify/training/run_state.py",
+        "rollverify/training/checkpoint/run_state.py",
         "    parts = isinstance(tensors, ShardedGroup) and is_sharded(model)",
         "    parts = False",
         (
@@ -336,7 +336,7 @@ MUTANTS = [
     Mutant(
         "shard-parts-unchecked",
         "rvctl export checks every rank's part of the weights against the manifest",
-        "rollverify/export.py",
+        "rollverify/training/checkpoint/export.py",
         '    for name in group_files(folder, "model"):',
         '    for name in group_files(folder, "model")[:1]:',
         ("tests/test_sharding.py::test_rvctl_export_puts_a_sharded_checkpoint_together",),
@@ -369,8 +369,8 @@ MUTANTS = [
         "hf-engine-needs-vllm",
         "a laptop without vLLM trains with the hf engine (nothing imports vllm on its path)",
         "rollverify/training/parts.py",
-        "from rollverify.engines.hf_engine import HFEngine\n",
-        "import vllm  # noqa: F401\n\nfrom rollverify.engines.hf_engine import HFEngine\n",
+        "from rollverify.rollout.engines.hf_engine import HFEngine\n",
+        "import vllm  # noqa: F401\n\nfrom rollverify.rollout.engines.hf_engine import HFEngine\n",
         ("tests/test_compare_resume.py::test_a_killed_comparison_goes_on_where_it_stopped",),
     ),
     Mutant(
@@ -395,7 +395,7 @@ MUTANTS = [
     Mutant(
         "background-checkpoint-not-a-copy",
         "a checkpoint written in the background is a copy the next steps cannot touch",
-        "rollverify/training/background_write.py",
+        "rollverify/training/checkpoint/background_write.py",
         "    return Checkpoint(\n        checkpoint.step,",
         "    return checkpoint\n    return Checkpoint(\n        checkpoint.step,",
         (
@@ -406,7 +406,7 @@ MUTANTS = [
     Mutant(
         "top-k-ignored",
         "rollout.top_k narrows what an engine samples",
-        "rollverify/sampling.py",
+        "rollverify/core/sampling.py",
         "        if self.top_k > 0:",
         "        if False:",
         (
@@ -417,7 +417,7 @@ MUTANTS = [
     Mutant(
         "truncated-logprobs",
         "with truncation, vLLM reports the untruncated softmax's log-probs (raw at temperature 1)",
-        "rollverify/sampling.py",
+        "rollverify/core/sampling.py",
         'return "raw_logprobs" if self.temperature == 1 else "processed_logprobs"',
         'return "processed_logprobs"',
         (
@@ -428,7 +428,7 @@ MUTANTS = [
     Mutant(
         "tied-groups-kept",
         "dynamic sampling drops the groups whose rewards all tie",
-        "rollverify/dynamic_sampling.py",
+        "rollverify/rollout/dynamic_sampling.py",
         "    return max(rewards) == min(rewards)",
         "    return False",
         ("tests/test_dapo_options.py::test_dynamic_sampling_trains_no_group_of_tied_rewards",),
@@ -436,7 +436,7 @@ MUTANTS = [
     Mutant(
         "ray-on-every-interface",
         "a local Ray listens on loopback only (Ray's single-machine mode)",
-        "rollverify/engines/ray_runtime.py",
+        "rollverify/rollout/engines/ray_runtime.py",
         "    constants.ENABLE_RAY_CLUSTER = False  # this process read it when it imported Ray",
         "    pass",
         (
@@ -446,7 +446,7 @@ MUTANTS = [
     Mutant(
         "ray-token-in-a-file",
         "a local Ray's token is passed in the environment, not in Ray's world-readable file",
-        "rollverify/engines/ray_runtime.py",
+        "rollverify/rollout/engines/ray_runtime.py",
         "        _set_token(_OWN_TOKEN)",
         "        pass",
         (
@@ -456,7 +456,7 @@ MUTANTS = [
     Mutant(
         "output-not-probed",
         "a run's output folder is tried (a folder made and removed), not judged by os.access",
-        "rollverify/preflight.py",
+        "rollverify/training/preflight.py",
         '        os.rmdir(tempfile.mkdtemp(prefix=".rvctl-check-", dir=existing))',
         "        os.access(existing, os.W_OK)",
         (
@@ -479,7 +479,7 @@ MUTANTS = [
     Mutant(
         "grid-points-unchecked",
         "every grid point of a sweep is checked before Ray starts",
-        "rollverify/sweep.py",
+        "rollverify/experiments/sweep.py",
         '    points = {f"grid point {point_name(p)}": p for p in grid_points(grid)}',
         "    points = {}",
         ("tests/test_bad_input.py::test_a_sweep_names_each_bad_grid_point_before_ray_starts",),
@@ -487,7 +487,7 @@ MUTANTS = [
     Mutant(
         "pair-failure-unnamed",
         "a run that fails inside a comparison is told as that pair's one line",
-        "rollverify/compare.py",
+        "rollverify/experiments/compare.py",
         "                raise failed from error",
         "                raise",
         ("tests/test_bad_input.py::test_a_run_that_fails_inside_a_comparison_is_its_one_line",),
@@ -495,7 +495,7 @@ MUTANTS = [
     Mutant(
         "trial-failure-unnamed",
         "a failed sweep trial is told by its grid point in one line",
-        "rollverify/sweep.py",
+        "rollverify/experiments/sweep.py",
         "        raise failed",
         "        pass",
         (
@@ -506,7 +506,7 @@ MUTANTS = [
     Mutant(
         "token-mode-left-on",
         "a stopped local Ray gives its process back Ray's usual authentication mode",
-        "rollverify/engines/ray_runtime.py",
+        "rollverify/rollout/engines/ray_runtime.py",
         "    if _AUTH_MODE_OURS and os.environ.pop(_AUTH_MODE, None) is not None:",
         "    if False:",
         (
@@ -528,7 +528,7 @@ MUTANTS = [
     Mutant(
         "collective-sync-not-loaded",
         "over the collective, each engine worker loads the tensors it receives",
-        "rollverify/engines/vllm_plugin.py",
+        "rollverify/rollout/engines/vllm_plugin.py",
         "        model.load_weights(arriving())",
         "        list(arriving())",
         (
@@ -540,7 +540,7 @@ MUTANTS = [
     Mutant(
         "replacement-without-synced-weights",
         "a replaced sidecar takes the last synced weights, not the base model's",
-        "rollverify/engines/vllm_engine.py",
+        "rollverify/rollout/engines/vllm_engine.py",
         "weights = None if weights_coming else self._restart_weights()",
         "weights = None",
         (
@@ -551,7 +551,7 @@ MUTANTS = [
     Mutant(
         "collective-restart-copy-dropped",
         "over the collective, rank 0 can give a replaced sidecar the synced weights again",
-        "rollverify/engines/vllm_engine.py",
+        "rollverify/rollout/engines/vllm_engine.py",
         '        if self._source is not None and getattr(self._source, "restartable", True):',
         "        if False:",
         (
@@ -562,7 +562,7 @@ MUTANTS = [
     Mutant(
         "stream-specs-of-shards",
         "a sharded weight stream announces whole shapes, not its rank's shard's",
-        "rollverify/engines/weight_group.py",
+        "rollverify/rollout/engines/weight_group.py",
         "tuple(tensor.shape)",
         'tuple(getattr(tensor, "_local_tensor", tensor).shape)',
         (
@@ -584,7 +584,7 @@ MUTANTS = [
     Mutant(
         "weight-group-kept-after-a-replacement",
         "a replaced sidecar joins a new weight group before the next collective sync",
-        "rollverify/engines/vllm_engine.py",
+        "rollverify/rollout/engines/vllm_engine.py",
         "        if self._weight_group is not None and self._members == members:",
         "        if self._weight_group is not None:",
         (
@@ -603,7 +603,7 @@ MUTANTS = [
     Mutant(
         "report-pairs-by-order",
         "rvctl report pairs a method's runs with grpo's by seed, not by their order",
-        "rollverify/report.py",
+        "rollverify/experiments/report.py",
         "    return _group((r for r in runs if r.finished and r.seed is not None), "
         "lambda r: r.seed)",
         "    return dict(enumerate([r] for r in runs if r.finished and r.seed is not None))",
@@ -612,7 +612,7 @@ MUTANTS = [
     Mutant(
         "tis-cap-trl-default",
         "tis truncates pi_old/mu at the configured C (2), not TRL's default 3",
-        "rollverify/corrections.py",
+        "rollverify/core/corrections.py",
         '"tis": ("token_truncate", None, cfg.tis_cap),',
         '"tis": ("token_truncate", None, 3.0),',
         (
@@ -622,7 +622,7 @@ MUTANTS = [
     Mutant(
         "mis-per-token",
         "mis masks whole sequences by their ratio, not single tokens",
-        "rollverify/corrections.py",
+        "rollverify/core/corrections.py",
         '"mis": ("sequence_mask", cfg.mis_low, cfg.mis_high),',
         '"mis": ("token_mask", cfg.mis_low, cfg.mis_high),',
         (
@@ -632,7 +632,7 @@ MUTANTS = [
     Mutant(
         "icepop-no-lower-bound",
         "icepop masks tokens below its lower bound too",
-        "rollverify/corrections.py",
+        "rollverify/core/corrections.py",
         '"icepop": ("token_mask", cfg.icepop_low, cfg.icepop_high),',
         '"icepop": ("token_mask", None, cfg.icepop_high),',
         (
@@ -642,7 +642,7 @@ MUTANTS = [
     Mutant(
         "decoupled-truncates",
         "AReaL's decoupled weight masks a token above the cap (rejection), not truncates it",
-        "rollverify/corrections.py",
+        "rollverify/core/corrections.py",
         '"decoupled": ("token_mask", None, cfg.decoupled_cap),',
         '"decoupled": ("token_truncate", None, cfg.decoupled_cap),',
         (
@@ -652,7 +652,7 @@ MUTANTS = [
     Mutant(
         "opsm-off",
         "opsm sets TRL's off-policy sequence mask",
-        "rollverify/corrections.py",
+        "rollverify/core/corrections.py",
         'return off | {"off_policy_mask_threshold": cfg.opsm_delta}',
         "return off",
         ("tests/test_corrections.py::test_opsm_masks_the_drifted_sequence_of_negative_advantage",),
@@ -709,7 +709,7 @@ MUTANTS = [
     Mutant(
         "correction-share-uncounted",
         "trl/correction/token_share counts the tokens a correction masked",
-        "rollverify/corrections.py",
+        "rollverify/core/corrections.py",
         "    changed = weight == 0\n",
         "    changed = weight < 0\n",
         (
@@ -719,7 +719,7 @@ MUTANTS = [
     Mutant(
         "rollout-counts-not-checkpointed",
         "a run stopped in a rollout keeps the step's stale drops through its checkpoint",
-        "rollverify/training/run_state.py",
+        "rollverify/training/checkpoint/run_state.py",
         '**state.get("rollout_counts", {}),',
         "",
         (
@@ -730,7 +730,7 @@ MUTANTS = [
     Mutant(
         "sweep-pairs-across-knobs",
         "in a grid over methods each point is paired with grpo at the same other values",
-        "rollverify/report.py",
+        "rollverify/experiments/report.py",
         'base = (*values[:i], "grpo", *values[i + 1 :])',
         'base = next(v for v in groups if v[i] == "grpo")',
         (

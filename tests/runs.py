@@ -8,10 +8,10 @@ from pathlib import Path
 import yaml
 from mlflow.tracking import MlflowClient
 
-from rollverify.checkpoint_files import folder_for
-from rollverify.checkpoint_files import load as load_checkpoint
 from rollverify.config import RunConfig, load_config
-from rollverify.trajectory import TrajectoryCache
+from rollverify.rollout.trajectory import TrajectoryCache
+from rollverify.training.checkpoint.files import folder_for
+from rollverify.training.checkpoint.files import load as load_checkpoint
 
 TIMINGS = {
     "rollout_seconds",

@@ -21,21 +21,21 @@ from safetensors.torch import save_file
 from torch.distributed.fsdp import fully_shard
 from transformers import AutoModelForCausalLM
 
-from rollverify.checkpoint_files import Checkpoint, folder_for, save
-from rollverify.checkpoint_files import load as read_checkpoint
 from rollverify.config import load_config
-from rollverify.engines.protocol import probe_logprobs_of
+from rollverify.rollout.engines.protocol import probe_logprobs_of
 from rollverify.training import sharded_checkpoint
-from rollverify.training.run_state import (
+from rollverify.training.checkpoint.files import Checkpoint, folder_for, save
+from rollverify.training.checkpoint.files import load as read_checkpoint
+from rollverify.training.checkpoint.run_state import (
     _optimizer_parts,
     by_parameter,
     load_optimizer_and_scheduler,
     whole_state,
 )
-from rollverify.training.sharded_checkpoint import write_parts
-from rollverify.training.sharding import full_tensors, is_sharded
+from rollverify.training.checkpoint.sharded import write_parts
+from rollverify.training.distributed.sharding import full_tensors, is_sharded
+from rollverify.training.distributed.world import World
 from rollverify.training.weight_sync import WeightStream
-from rollverify.training.world import World
 
 
 def shard(model: torch.nn.Module) -> torch.nn.Module:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from rollverify.checkpoint_files import latest
-from rollverify.memory_estimate import estimate
-from rollverify.report_store import load_report
+from rollverify.cost.memory_estimate import estimate
+from rollverify.tracking.run_records import load_report
+from rollverify.training.checkpoint.files import latest
 from rollverify.training.run import train
 from tests.runs import tiny
 
@@ -29,7 +29,7 @@ def test_a_run_stores_its_config_ledger_summary_and_curves_and_reports_from_its_
         (Path(summary.run_dir) / "ledger.json").read_text()
     )
     assert (Path(summary.run_dir) / "plots" / "reward_mean.png").stat().st_size > 1000
-    # the dry run's checkpoint-size estimate (rollverify/memory_estimate.py), against this run's
+    # the dry run's checkpoint-size estimate (cost/memory_estimate.py), against this run's
     folder = latest(Path(summary.run_dir) / "checkpoints").folder
     written = sum(p.stat().st_size for p in folder.rglob("*.safetensors"))
     assert 0.9 < written / estimate(config).checkpoint_bytes < 1.1

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rollverify import checkpoint_files
-from rollverify.checkpoint_files import folder_for, load
+from rollverify.training.checkpoint import files as checkpoint_files
+from rollverify.training.checkpoint.files import folder_for, load
 from rollverify.training.run import train
 from tests.runs import tiny
 

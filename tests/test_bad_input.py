@@ -1,5 +1,5 @@
 """Wrong inputs at each entry point fail in seconds, in one line each, before anything starts
-(rollverify/preflight.py check_before_start), and a run that fails inside a comparison is
+(rollverify/training/preflight.py check_before_start), and a run that fails inside a comparison is
 told as that run's one line. rvctl runs in this process (tests/cli.py)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from rollverify.config import load_config
-from rollverify.paths import ASSETS
-from rollverify.preflight import model_found, output_found, tracking_found
+from rollverify.infra.paths import ASSETS
+from rollverify.training.preflight import model_found, output_found, tracking_found
 from tests.cli import run_rvctl
 from tests.runs import tiny_file
 

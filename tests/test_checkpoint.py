@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from rollverify.checkpoint_files import Checkpoint, check, folder_for, latest, save
+from rollverify.training.checkpoint.files import Checkpoint, check, folder_for, latest, save
 
 
 def checkpoint(step: int) -> Checkpoint:

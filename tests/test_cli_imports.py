@@ -29,7 +29,9 @@ CASES = {
     "rvctl methods": CLI.format(args=["methods"]),
     "rvctl sweep --help": CLI.format(args=["sweep", "--help"]),
     "load_config": "from rollverify.config import load_config\nload_config()",
-    "load_grid": "from rollverify.sweep import load_grid\nload_grid(['ds'], {'ds': '0.01,0.05'})",
+    "load_grid": (
+        "from rollverify.experiments.sweep import load_grid\nload_grid(['ds'], {'ds': '0.01,0.05'})"
+    ),
 }
 
 

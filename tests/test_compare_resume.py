@@ -10,8 +10,8 @@ import subprocess
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rollverify.compare import Child, child_folder, compare
 from rollverify.config import ConfigError, load_config
+from rollverify.experiments.compare import Child, child_folder, compare
 from tests.laptop import python_without_vllm
 from tests.runs import tiny_file
 from tests.test_cli import rvctl

@@ -3,7 +3,8 @@
 import pytest
 
 from rollverify.config import ConfigError, RunConfig, load_config
-from rollverify.paths import ASSETS
+from rollverify.cost.costmodel import Layout
+from rollverify.infra.paths import ASSETS
 
 EXPERIMENTS = ASSETS / "experiments"
 
@@ -77,11 +78,11 @@ def test_missing_file_is_named(tmp_path):
 
 def test_the_cost_layout_follows_the_engine_unless_set():
     hf = load_config(overrides={"rollout.engine": "hf", "train.processes": 2})
-    assert (hf.cost_layout().kind, hf.cost_layout().gpus) == ("colocated", 2)
+    assert (Layout.of(hf).kind, Layout.of(hf).gpus) == ("colocated", 2)
     vllm = {"rollout.engine": "vllm", "vllm.engines": 4, "vllm.tensor_parallel_size": 2}
     vllm |= {"rollout.slots": 64, "train.processes": 4}
-    assert load_config(overrides=vllm).cost_layout().gpus == 4 + 8
+    assert Layout.of(load_config(overrides=vllm)).gpus == 4 + 8
     colocated = load_config(overrides=vllm | {"cost.layout": "colocated"})
-    assert colocated.cost_layout().gpus == 8
+    assert Layout.of(colocated).gpus == 8
     with pytest.raises(ConfigError, match="cost.gpu: must be one of a100, h100, h200, b200"):
         load_config(overrides={"cost.gpu": "v100"})

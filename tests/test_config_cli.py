@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rollverify.checkpoint_files import latest
-from rollverify.config import ConfigError, load_config, parse_settings
+from rollverify.config import ConfigError, load_config, parse_settings, with_overrides
 from rollverify.config.tiny_defaults import TINY_DEFAULTS, TinyDefaultWarning
-from rollverify.memory_estimate import estimate
-from rollverify.methods import METHODS
+from rollverify.core.methods import METHODS
+from rollverify.cost.memory_estimate import estimate
+from rollverify.training.checkpoint.files import latest
 from rollverify.training.run import train
 from rollverify.training.trl_adapter import grpo_config
 from tests.runs import tiny, tiny_file
@@ -106,10 +106,10 @@ def test_the_memory_estimate_sees_what_the_8b_config_needs():
     assert 8.0e9 < params < 8.4e9  # Qwen3-8B: 8.19B
     assert memory.problems() == []  # the config fits an H100 as written
     # Without gradient checkpointing, 2 x 9K-token sequences per pass would not.
-    unchecked = estimate(config.with_overrides({"train.gradient_checkpointing": False}))
+    unchecked = estimate(with_overrides(config, {"train.gradient_checkpointing": False}))
     assert unchecked.trainer_parts["activations"] > 8 * parts["activations"]
     assert any("train.gradient_checkpointing" in p for p in unchecked.problems())
-    pure = estimate(config.with_overrides({"train.precision": "pure"}))
+    pure = estimate(with_overrides(config, {"train.precision": "pure"}))
     assert pure.checkpoint_bytes == memory.checkpoint_bytes / 2  # bf16 instead of fp32
 
 
@@ -119,7 +119,7 @@ def test_trl_gets_gradient_checkpointing_and_weight_decay(tmp_path):
     )
     args = grpo_config(config, METHODS["grpo"], str(tmp_path / "trl"))
     assert args.gradient_checkpointing and args.weight_decay == 0.1
-    sharded = config.with_overrides({"train.sharding": "fsdp"})
+    sharded = with_overrides(config, {"train.sharding": "fsdp"})
     args = grpo_config(sharded, METHODS["grpo"], str(tmp_path / "trl"))
     assert not args.gradient_checkpointing  # FSDP's own, where transformers wants it
     assert args.fsdp_config["activation_checkpointing"] is True

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rollverify.config import ConfigError, RunConfig, load_config
-from rollverify.dicts import flatten
+from rollverify.infra.nested_dicts import flatten
 
 FIELDS = sorted(flatten(RunConfig().to_dict()))
 SECTIONS = sorted({f.split(".")[0] for f in FIELDS if "." in f})

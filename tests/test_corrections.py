@@ -17,8 +17,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from rollverify.config import ConfigError
-from rollverify.corrections import CORRECTIONS, m2po_mask, mismatch
-from rollverify.methods import METHODS
+from rollverify.core.corrections import CORRECTIONS, m2po_mask, mismatch
+from rollverify.core.methods import METHODS
 from rollverify.training.trl_adapter import build_trainer
 from tests.cli import run_rvctl
 from tests.runs import tiny

@@ -1,4 +1,4 @@
-"""The GPU cost model (rollverify/costmodel/): shapes read from configs, roofline costs."""
+"""The GPU cost model (rollverify/cost/costmodel/): shapes read from configs, roofline costs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from rollverify.config import load_config
-from rollverify.costmodel import (
+from rollverify.cost.costmodel import (
     GPUS,
     Efficiency,
     Layout,
@@ -27,7 +27,7 @@ from rollverify.costmodel import (
     sync_seconds,
     train_seconds,
 )
-from rollverify.trace import EngineStep
+from rollverify.cost.trace import EngineStep
 
 MODEL_DIR = load_config().model_path()  # the shipped tiny Qwen3
 

@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 
 from rollverify.config import ConfigError, load_config
+from rollverify.config.reward_spec import is_reward_spec, resolve_reward
 from rollverify.tasks.custom_reward import (
     CustomRewardTask,
     RewardError,
-    is_reward_spec,
     load_reward,
-    resolve_reward,
     with_reward,
 )
 from rollverify.training.run import train

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from rollverify.config import load_config
-from rollverify.methods import METHODS
+from rollverify.config import load_config, with_overrides
+from rollverify.core.methods import METHODS
 from rollverify.tasks.math_task import MathTask
 from rollverify.training.parts import make_engine
 from rollverify.training.run import train
@@ -104,14 +104,14 @@ def test_the_prompt_limit_defaults_to_what_the_engine_context_leaves():
 
 
 def test_resume_refuses_a_context_change_that_would_change_the_prompts_kept():
-    from rollverify.training.run_state import config_changes
+    from rollverify.training.checkpoint.run_state import config_changes
 
     saved = load_config("experiments/qwen3-8b-dapo-math.yaml").to_dict()
     wider = load_config("experiments/qwen3-8b-dapo-math.yaml", {"vllm.max_model_len": 12288})
     assert any(
         "set task.max_prompt_tokens: 1024" in p for p in config_changes(saved, wider.to_dict())
     )
-    fixed = wider.with_overrides({"task.max_prompt_tokens": 1024})
+    fixed = with_overrides(wider, {"task.max_prompt_tokens": 1024})
     pinned = load_config("experiments/qwen3-8b-dapo-math.yaml", {"task.max_prompt_tokens": 1024})
     assert config_changes(pinned.to_dict(), fixed.to_dict()) == []
     how = load_config(

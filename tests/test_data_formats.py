@@ -1,4 +1,4 @@
-"""Math data of your own, in any common local format (rollverify/data/records.py and
+"""Math data of your own, in any common local format (rollverify/tasks/data/records.py and
 math_problems.py): what loads, what is skipped and why, and the one line a broken file gets,
 through the library and through `rvctl data check` (exit 2, no traceback)."""
 
@@ -16,10 +16,10 @@ import pytest
 from transformers import AutoTokenizer
 
 from rollverify.config import ConfigError, load_config
-from rollverify.data.math_problems import MATH_DATA_DIR, load_math_set
-from rollverify.data.prompts import DAPO_TEMPLATE, INSTRUCTION
-from rollverify.rewards.math_answer import math_answer_reward
+from rollverify.config.math_prompts import DAPO_TEMPLATE, INSTRUCTION
+from rollverify.tasks.data.math_problems import MATH_DATA_DIR, load_math_set
 from rollverify.tasks.math_task import MathTask
+from rollverify.tasks.rewards.math_answer import math_answer_reward
 from tests.cli import run_rvctl
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from rollverify.checkpoint_files import latest
-from rollverify.compare import compare
 from rollverify.config import ConfigError, load_config
-from rollverify.faults import ENVIRONMENT
-from rollverify.metrics import CACHE_TOKENS_VERIFIED, SYNC_LOGPROB_GAP
-from rollverify.sweep import trial_resources
+from rollverify.experiments.compare import compare
+from rollverify.experiments.sweep import trial_resources
+from rollverify.infra.faults import ENVIRONMENT
+from rollverify.tracking.metric_names import CACHE_TOKENS_VERIFIED, SYNC_LOGPROB_GAP
+from rollverify.training.checkpoint.files import latest
 from rollverify.training.run import train
 from tests.runs import comparable, history, metric_history, tiny, tiny_file
 from tests.sockets import beyond_loopback, listening, tree

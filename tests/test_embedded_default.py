@@ -8,10 +8,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollverify.config import load_config
-from rollverify.evaluation import evaluate
+from rollverify.rollout.trajectory import Trajectory
 from rollverify.tasks.chain import ChainProblem, ChainTaskConfig, chain_reward, sample_problems
+from rollverify.tasks.evaluation import evaluate
 from rollverify.training.parts import make_engine, make_task
-from rollverify.trajectory import Trajectory
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from rollverify.config import load_config
-from rollverify.costmodel import GPUS, Layout, ModelShape, Pricing
-from rollverify.engines.hf_engine import HFEngine
-from rollverify.engines.protocol import RolloutEngine
-from rollverify.engines.simulated import SimulatedEngine
+from rollverify.cost.costmodel import GPUS, Layout, ModelShape, Pricing
+from rollverify.rollout.engines.hf_engine import HFEngine
+from rollverify.rollout.engines.protocol import RolloutEngine
+from rollverify.rollout.engines.simulated import SimulatedEngine
 from rollverify.training.parts import vllm_settings
 
 
@@ -32,7 +32,7 @@ def engines():
     yield "hf", HFEngine(model, slots=4, max_new_tokens=8, eos_token_id=1, pad_token_id=0)
     pricing = Pricing(ModelShape.of(config.model_path()), GPUS["h100"], Layout("colocated", 1))
     yield "simulated", SimulatedEngine(pricing, slots=4, max_new_tokens=8, lengths=lambda g, i: 4)
-    from rollverify.engines.vllm_engine import VLLMEngine
+    from rollverify.rollout.engines.vllm_engine import VLLMEngine
 
     yield "vllm", VLLMEngine(vllm_settings(config), max_new_tokens=8, temperature=1.0)
 

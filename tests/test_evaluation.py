@@ -7,13 +7,13 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rollverify import metrics
-from rollverify.config import load_config
-from rollverify.engines.hf_engine import HFEngine
-from rollverify.evaluation import evaluate_sets
-from rollverify.report import method_rows
-from rollverify.report_store import load_report
+from rollverify.config import load_config, with_overrides
+from rollverify.experiments.report import method_rows
+from rollverify.rollout.engines.hf_engine import HFEngine
 from rollverify.tasks.chain import ChainTask, ChainTaskConfig
+from rollverify.tasks.evaluation import evaluate_sets
+from rollverify.tracking import metric_names as metrics
+from rollverify.tracking.run_records import load_report
 from rollverify.training.run import train
 from tests.runs import history, tiny
 
@@ -83,11 +83,11 @@ def test_a_run_logs_every_set_and_their_mean_and_the_report_shows_them(tmp_path)
 
 def test_eval_sets_travel_whole_through_overrides_sweeps_and_resume_checks():
     from rollverify.config import ConfigError
-    from rollverify.dicts import config_fields
-    from rollverify.training.run_state import config_changes
+    from rollverify.infra.nested_dicts import config_fields
+    from rollverify.training.checkpoint.run_state import config_changes
 
     config = load_config(overrides={"task.eval_sets": SETS})
-    assert config.with_overrides({"train.steps": 2}).task.eval_sets == SETS
+    assert with_overrides(config, {"train.steps": 2}).task.eval_sets == SETS
     assert load_config(overrides=config_fields(config.to_dict())) == config  # a sweep's trial
     # Adding or changing a set changes what eval_accuracy means: a resumed run refuses it.
     (problem,) = config_changes(load_config().to_dict(), config.to_dict())

@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rollverify.checkpoint_files import folder_for, load_group
-from rollverify.export import export as export_model
+from rollverify.training.checkpoint.export import export as export_model
+from rollverify.training.checkpoint.files import folder_for, load_group
 from rollverify.training.run import train
 from tests.cli import run_rvctl
 from tests.runs import tiny

@@ -4,7 +4,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rollverify.filters import keep_fresh, keep_on_policy, staleness
+from rollverify.core.filters import keep_fresh, keep_on_policy, staleness
 
 
 def test_staleness_is_measured_from_the_oldest_generated_token():

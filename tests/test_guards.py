@@ -6,8 +6,8 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from rollverify.guards import StepRefused, require_finite
 from rollverify.tasks.chain import ChainTask
+from rollverify.training.guards import StepRefused, require_finite
 from rollverify.training.run import train
 from tests.runs import tiny
 

@@ -5,9 +5,9 @@ import copy
 import pytest
 import torch
 
-from rollverify.engines.batching import length_groups, padded_positions
-from rollverify.engines.hf_engine import HFEngine
-from rollverify.trajectory import Trajectory
+from rollverify.rollout.engines.batching import length_groups, padded_positions
+from rollverify.rollout.engines.hf_engine import HFEngine
+from rollverify.rollout.trajectory import Trajectory
 from tests.tiny import EOS, PAD, prompts, random_model, teacher_forced_logprobs
 
 

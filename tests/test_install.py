@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from rollverify.config import ConfigError, load_config
-from rollverify.paths import ASSETS
+from rollverify.config import ConfigError, load_config, with_overrides
+from rollverify.infra.paths import ASSETS
 from tests.mutants import copy_checkout
 
 PROBE = """
 import json, rollverify, rvctl
 from rollverify.config import load_config
-from rollverify.paths import locate
-from rollverify.sweep import load_grid
+from rollverify.infra.paths import locate
+from rollverify.experiments.sweep import load_grid
 math = load_config("experiments/qwen3-8b-dapo-math.yaml")  # a shipped config, by its name
 print(json.dumps({
     "rollverify": rollverify.__file__,
@@ -97,7 +97,7 @@ def test_then_against_the_working_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = load_config("configs/run.yaml")
     assert config.task.train_file == str(tmp_path / "mine.json")
-    assert config.with_overrides({}).task.train_file == str(tmp_path / "mine.json")
+    assert with_overrides(config, {}).task.train_file == str(tmp_path / "mine.json")
 
 
 def test_the_shipped_defaults_keep_their_names_and_resolve_to_package_data(tmp_path, monkeypatch):
@@ -108,7 +108,7 @@ def test_the_shipped_defaults_keep_their_names_and_resolve_to_package_data(tmp_p
     assert config.model_path() == str(ASSETS / "models" / "tiny-qwen3-chain")
     assert config.task.train_file == "data/math/math_train.json"
     assert (ASSETS / config.task.train_file).is_file()
-    assert config.with_overrides({}) == config
+    assert with_overrides(config, {}) == config
 
 
 def test_a_missing_path_names_where_it_was_looked_for(tmp_path, monkeypatch):

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from rollverify.config import load_config
-from rollverify.ledger import PHASES, CostLedger, DeviceLayout
-from rollverify.trajectory import Trajectory
+from rollverify.cost.ledger import PHASES, CostLedger, DeviceLayout
+from rollverify.rollout.trajectory import Trajectory
 
 
 def test_phases_and_idle_add_up_to_wall_time_times_devices_held():
@@ -41,7 +41,7 @@ def test_round_trips_through_json_dict():
 
 
 def test_layout_comes_from_the_config():
-    assert load_config(overrides={"rollout.engine": "hf"}).device_layout() == DeviceLayout(1, 0)
+    assert DeviceLayout.of(load_config(overrides={"rollout.engine": "hf"})) == DeviceLayout(1, 0)
     gpu = load_config(
         overrides={
             "rollout.engine": "vllm",
@@ -51,7 +51,7 @@ def test_layout_comes_from_the_config():
             "train.processes": 8,
         }
     )
-    assert gpu.device_layout() == DeviceLayout(trainer=8, engines=8)
+    assert DeviceLayout.of(gpu) == DeviceLayout(trainer=8, engines=8)
 
 
 def test_regenerated_tokens_are_the_ones_below_the_high_water_mark():

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 import torch
 
-from rollverify.checkpoint_files import latest
-from rollverify.methods import METHODS
+from rollverify.core.methods import METHODS
+from rollverify.rollout.trajectory import PaddedTrajectories, Trajectory
+from rollverify.training.checkpoint.files import latest
 from rollverify.training.loop import TrainingLoop
 from rollverify.training.run import train
 from rollverify.training.trl_adapter import BehaviorRatioGRPOTrainer, grpo_config
-from rollverify.trajectory import PaddedTrajectories, Trajectory
 from tests.runs import history, tiny
 
 STALE_LR = 0.05  # the policy moves visibly in one step: stale tokens are far from ratio 1

@@ -4,9 +4,14 @@ import json
 
 import pytest
 
-from rollverify.data.answer_check import boxed, check_answers, perturb_answer
-from rollverify.data.math_problems import MATH_DATA_DIR, MathSet, load_math_set, load_math_sets
-from rollverify.rewards.math_answer import math_answer_reward
+from rollverify.tasks.data.answer_check import boxed, check_answers, perturb_answer
+from rollverify.tasks.data.math_problems import (
+    MATH_DATA_DIR,
+    MathSet,
+    load_math_set,
+    load_math_sets,
+)
+from rollverify.tasks.rewards.math_answer import math_answer_reward
 
 FILES = ["aime24", "amc", "gsm8k_test", "math500", "math_train"]
 # math-verify's known blind spots: the perturbed answer still scores 1. Reported by

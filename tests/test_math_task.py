@@ -11,7 +11,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from rollverify.data.math_problems import MATH_DATA_DIR
+from rollverify.tasks.data.math_problems import MATH_DATA_DIR
 from rollverify.tasks.math_task import INSTRUCTION, MathTask
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

@@ -1,11 +1,11 @@
-"""docs/metrics.md lists exactly the metric names rollverify/metrics.py declares."""
+"""docs/metrics.md lists exactly the metric names rollverify/tracking/metric_names.py declares."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from rollverify import metrics
+from rollverify.tracking import metric_names as metrics
 
 DOC = Path(__file__).parents[1] / "docs" / "metrics.md"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from rollverify.checkpoint_files import latest
 from rollverify.config import ConfigError
-from rollverify.methods import METHODS
+from rollverify.core.methods import METHODS
+from rollverify.training.checkpoint.files import latest
 from rollverify.training.run import resume, train
 from rollverify.training.trl_adapter import grpo_config
 from tests.runs import cached, history, tiny

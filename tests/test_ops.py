@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rollverify.ops import OPS_METRICS, sequence_ops, token_ops
+from rollverify.core.off_policy_shift import OPS_METRICS, sequence_ops, token_ops
 from tests.reference import reference_token_ops
 
 # The vectors write OPS with 9 decimals: compare to 1e-6 relative, or to that written precision.

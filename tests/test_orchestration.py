@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rollverify.compare import compare
 from rollverify.config import load_config
+from rollverify.experiments.compare import compare
 from rollverify.training.run import train
 from tests.cli import run_rvctl
 from tests.ray_cluster import LOCAL_RAY_SETTINGS, ray_cluster
@@ -90,7 +90,7 @@ def test_a_stopped_local_ray_leaves_the_process_as_a_users_shell(monkeypatch):
         enable_token_auth_by_default,
     )
 
-    from rollverify.engines import ray_runtime
+    from rollverify.rollout.engines import ray_runtime
 
     for name in LOCAL_RAY_SETTINGS:  # (absent now and again after the test)
         monkeypatch.setenv(name, "")

@@ -11,7 +11,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from rollverify.config import ConfigError, load_config
-from rollverify.data.prompts import DAPO_TEMPLATE
+from rollverify.config.math_prompts import DAPO_TEMPLATE
 from rollverify.training.parts import make_task
 
 CONFIG = "experiments/qwen3-8b-dapo-math.yaml"

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rollverify.checkpoint_files import latest
+from rollverify.training.checkpoint.files import latest
 from rollverify.training.run import train
 from tests.runs import tiny
 

@@ -17,9 +17,15 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
-from rollverify.plots import plot_gaps, plot_metrics
-from rollverify.report import method_rows, paired_diffs, sweep_grid, sweep_rows, t_critical_95
-from rollverify.report_store import RunRecord, load_report
+from rollverify.experiments.report import (
+    method_rows,
+    paired_diffs,
+    sweep_grid,
+    sweep_rows,
+    t_critical_95,
+)
+from rollverify.tracking.plots import plot_gaps, plot_metrics
+from rollverify.tracking.run_records import RunRecord, load_report
 from rvctl.app import app
 
 T_975_DOF2 = 4.302652729911275  # Student t quantile 0.975, 2 dof (statistical tables)

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from rollverify.engines.hf_engine import HFEngine
-from rollverify.rollout import PromptGroup, RolloutInterrupted, RolloutState, collect
+from rollverify.rollout.engines.hf_engine import HFEngine
+from rollverify.rollout.schedules import PromptGroup, RolloutInterrupted, RolloutState, collect
 from tests.tiny import EOS, PAD, prompts, random_model
 
 B, G = 3, 4

@@ -17,9 +17,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from rollverify.checkpoint_files import ALIASES, check
 from rollverify.config import ConfigError
-from rollverify.export import export
+from rollverify.training.checkpoint.export import export
+from rollverify.training.checkpoint.files import ALIASES, check
 from rollverify.training.run import train
 from tests.runs import tiny
 

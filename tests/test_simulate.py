@@ -1,5 +1,5 @@
-"""rvctl simulate (rollverify/simulate.py): the real schedules on the virtual clock, and the
-properties its cost table must have whatever the constants."""
+"""rvctl simulate (rollverify/experiments/simulate.py): the real schedules on the virtual clock,
+and the properties its cost table must have whatever the constants."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from rollverify.config import load_config
-from rollverify.simulate import (
+from rollverify.experiments.simulate import (
     LengthModel,
     Settings,
     acceptance_of_run,

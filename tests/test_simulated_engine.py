@@ -1,16 +1,16 @@
 """The simulated engine is the in-process engine's schedule on a virtual clock: fed the lengths
 the real engine produced, the real rollout schedules form the same groups, pause and resume
-the same trajectories and count the same tokens (rollverify/engines/simulated.py)."""
+the same trajectories and count the same tokens (rollverify/rollout/engines/simulated.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from rollverify.costmodel import GPUS, Layout, ModelShape, Pricing, decode_step_seconds
-from rollverify.engines.hf_engine import HFEngine
-from rollverify.engines.simulated import SimulatedEngine
-from rollverify.rollout import RolloutState, collect
-from rollverify.trajectory import Trajectory
+from rollverify.cost.costmodel import GPUS, Layout, ModelShape, Pricing, decode_step_seconds
+from rollverify.rollout.engines.hf_engine import HFEngine
+from rollverify.rollout.engines.simulated import SimulatedEngine
+from rollverify.rollout.schedules import RolloutState, collect
+from rollverify.rollout.trajectory import Trajectory
 from tests.test_rollout import Source
 from tests.tiny import EOS, PAD, random_model
 

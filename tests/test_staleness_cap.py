@@ -1,5 +1,5 @@
-"""The staleness cap (rollout.max_staleness, rollverify/staleness_cap.py): a group with a cached
-trajectory more than k versions old is dropped when the cache resumes, and its prompt starts
+"""The staleness cap (rollout.max_staleness, rollverify/rollout/staleness_cap.py): a group with a
+cached trajectory more than k versions old is dropped when the cache resumes, and its prompt starts
 again. On the simulated engine, whose lengths are fixed per (group, sample): what is kept,
 dropped, restarted and counted, and what becomes of a long trajectory."""
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rollverify.costmodel import GPUS, Layout, ModelShape, Pricing
-from rollverify.engines.simulated import SimulatedEngine
-from rollverify.rollout import RolloutInterrupted, RolloutState, collect
+from rollverify.cost.costmodel import GPUS, Layout, ModelShape, Pricing
+from rollverify.rollout.engines.simulated import SimulatedEngine
+from rollverify.rollout.schedules import RolloutInterrupted, RolloutState, collect
+from rollverify.rollout.trajectory import Trajectory
 from rollverify.training.run import train
-from rollverify.trajectory import Trajectory
 from tests.runs import history, tiny
 from tests.test_rollout import Source
 

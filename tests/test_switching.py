@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rollverify.switching import AcceptanceMonitor
+from rollverify.core.switching import AcceptanceMonitor
 from rollverify.training.run import resume, train
 from tests.reference import reference_switch_cycle
 from tests.runs import cached, history, tiny, unfinished

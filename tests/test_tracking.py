@@ -8,7 +8,7 @@ import textwrap
 import pytest
 from mlflow.tracking import MlflowClient
 
-from rollverify.tracking import MLflowTracker
+from rollverify.tracking.tracker import MLflowTracker
 
 # Both tests wait out a locked store or writers in subprocesses: ~20 s each here.
 pytestmark = pytest.mark.slow

@@ -8,11 +8,12 @@ import torch
 from mlflow.tracking import MlflowClient
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rollverify import metrics as declared
-from rollverify import trace
-from rollverify.engines.protocol import SyncCheckError
-from rollverify.methods import METHODS
+from rollverify.core.methods import METHODS
+from rollverify.cost import trace
+from rollverify.cost.costmodel import Layout
+from rollverify.rollout.engines.protocol import SyncCheckError
 from rollverify.tasks.chain import ChainProblem, chain_reward
+from rollverify.tracking import metric_names as declared
 from rollverify.training.parts import make_engine
 from rollverify.training.run import run_dir_for, train
 from tests.runs import cached, comparable, history, tiny, unfinished
@@ -43,7 +44,9 @@ def test_every_method_trains_end_to_end(tmp_path, method):
         "switched",
     ]:
         assert sorted(metrics[name]) == [1, 2, 3], name
-    assert declared.unknown(metrics) == [], "every logged name is in rollverify/metrics.py"
+    assert declared.unknown(metrics) == [], (
+        "every logged name is in rollverify/tracking/metric_names.py"
+    )
     for name in ["trl/loss", "trl/grad_norm", "trl/learning_rate", "trl/num_tokens"]:
         assert sorted(metrics[name]) == [1, 2, 3], name  # TRL's own, every step
     assert max(metrics["trl/grad_norm"].values()) > 0  # (0 where every group ties)
@@ -188,7 +191,7 @@ def test_a_failed_weight_sync_check_stops_the_run(tmp_path):
 
 @pytest.mark.parametrize("method", ["grpo", "rollverify"])
 def test_the_trace_counts_what_the_engine_and_trainer_did_and_prices_it(tmp_path, method):
-    """Every step is traced (rollverify/trace.py): the engine's iterations account for every
+    """Every step is traced (rollverify/cost/trace.py): the engine's iterations account for every
     token generated, the trainer's rows for the batch it trained; the ledger prices the trace
     on the configured GPU (modeled_*), beside the measured device-seconds."""
     config = tiny(tmp_path, method)
@@ -209,7 +212,7 @@ def test_the_trace_counts_what_the_engine_and_trainer_did_and_prices_it(tmp_path
         assert (trainer[step]["tokens_scored"] > 0) == verified, "verification is its cost"
         assert trainer[step]["tokens_measured"] > 0  # the batch's OPS, for the logs
     assert {r["phase"] for r in engine if r["step"] == 0} == {"eval"}  # the base model's
-    gpus = config.cost_layout().gpus
+    gpus = Layout.of(config).gpus
     assert gpus == 1  # the in-process engine, colocated on train.processes
     modeled = metrics["modeled_wall_seconds"]
     assert all(modeled[s] < modeled[s + 1] for s in (1, 2))

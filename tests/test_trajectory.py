@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from rollverify.ops import token_ops
-from rollverify.trajectory import PaddedTrajectories, Trajectory, TrajectoryCache
-from rollverify.verify import verify
+from rollverify.core.off_policy_shift import token_ops
+from rollverify.core.verify import verify
+from rollverify.rollout.trajectory import PaddedTrajectories, Trajectory, TrajectoryCache
 
 
 def _trajectory(group, sample, chunks, prompt=(5, 6, 7), finish_reason=None):

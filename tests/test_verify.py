@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollverify.ops import token_ops
-from rollverify.verify import verify
+from rollverify.core.off_policy_shift import token_ops
+from rollverify.core.verify import verify
 from tests.reference import reference_kept
 
 INF = float("inf")

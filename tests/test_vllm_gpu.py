@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rollverify.config import load_config
-from rollverify.paths import ASSETS
+from rollverify.infra.paths import ASSETS
 
 GPU_CONFIG = ASSETS / "experiments" / "qwen3-8b-dapo-math.yaml"
 MODEL = str(ASSETS / "models" / "tiny-qwen3-chain")
@@ -35,8 +35,8 @@ def test_gpu_config_gives_each_engine_what_vllm_needs():
 @pytest.fixture(scope="module")
 def gpu_engine():
     pytest.importorskip("vllm")
-    from rollverify.engines.ray_runtime import ensure_ray, stop_ray
-    from rollverify.engines.vllm_engine import VLLMEngine, VLLMSettings
+    from rollverify.rollout.engines.ray_runtime import ensure_ray, stop_ray
+    from rollverify.rollout.engines.vllm_engine import VLLMEngine, VLLMSettings
 
     ensure_ray()
     settings = VLLMSettings(
@@ -61,8 +61,8 @@ def gpu_engine():
 def test_gpu_engine_samples_log_probs_and_syncs_weights_in_bf16(gpu_engine):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rollverify.engines.protocol import probe_logprobs_of
-    from rollverify.trajectory import Trajectory
+    from rollverify.rollout.engines.protocol import probe_logprobs_of
+    from rollverify.rollout.trajectory import Trajectory
     from tests.tiny import teacher_forced_logprobs
 
     tokenizer = AutoTokenizer.from_pretrained(MODEL)
@@ -94,7 +94,7 @@ def test_gpu_engine_samples_log_probs_and_syncs_weights_in_bf16(gpu_engine):
 def test_gpu_engine_pause_keeps_partial_tokens_and_resume_continues(gpu_engine):
     from transformers import AutoTokenizer
 
-    from rollverify.trajectory import Trajectory
+    from rollverify.rollout.trajectory import Trajectory
 
     tokenizer = AutoTokenizer.from_pretrained(MODEL)
     prompt = torch.tensor(tokenizer("Q:7+3x30=")["input_ids"])
@@ -138,7 +138,7 @@ def test_collective_weight_sync_over_nccl_makes_the_engine_score_like_the_traine
     import ray
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rollverify.engines.protocol import probe_logprobs_of
+    from rollverify.rollout.engines.protocol import probe_logprobs_of
     from rollverify.training.weight_sync import WeightStream
 
     engine_gpus = ray.get(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from rollverify.trajectory import Trajectory
+from rollverify.rollout.trajectory import Trajectory
 
 VOCAB, PAD, EOS = 20, 0, 1
 

@@ -5,21 +5,23 @@ them all and reports every problem at once, each naming the field and the fix.
 
 Files are short diffs of these defaults (the embedded default: a tiny Qwen3 on the chain task,
 CPU, in-process engine). Relative paths in a file resolve against its folder, then the working
-directory, then the package's shipped data (rollverify/paths.py); a shipped one keeps its name.
-The parts:
+directory, then the package's shipped data (rollverify/infra/paths.py); a shipped one keeps its
+name. The parts:
 
     sections.py       the sections (model, task, rollout, verify, train, correction, vllm,
                       tracking, cost),
                       each field with its default, its meaning and its rule (field.py)
     run_config.py     RunConfig: the sections together, and what a run derives from them
-    load.py           load_config: defaults <- YAML file <- overrides; ConfigError;
-                      parse_settings: `--set key=value` items as overrides
+    load.py           load_config: defaults <- YAML file <- overrides; with_overrides: a
+                      checked copy; parse_settings: `--set key=value` items as overrides
+    errors.py         ConfigError: every problem, one line each
     coercion.py       each value checked against its type and rule; unknown keys named
     resolve_paths.py  the config's paths found, or reported
     check_links.py    values linked to each other, checked together
 """
 
-from rollverify.config.load import ConfigError, load_config, parse_settings
+from rollverify.config.errors import ConfigError
+from rollverify.config.load import load_config, parse_settings, with_overrides
 from rollverify.config.run_config import RunConfig
 from rollverify.config.sections import (
     CorrectionConfig,
@@ -47,4 +49,5 @@ __all__ = [
     "VerifyConfig",
     "load_config",
     "parse_settings",
+    "with_overrides",
 ]

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from rollverify.config.run_config import RunConfig
-from rollverify.methods import METHODS
+from rollverify.core.methods import METHODS
 
 
 def check_links(config: RunConfig, problems: list[str]) -> None:

@@ -9,23 +9,16 @@ import yaml
 
 from rollverify.config.check_links import check_links
 from rollverify.config.coercion import build_section
+from rollverify.config.errors import ConfigError
 from rollverify.config.resolve_paths import resolve_paths
 from rollverify.config.run_config import RunConfig
 from rollverify.config.tiny_defaults import warn_tiny_defaults
-from rollverify.dicts import config_fields
-from rollverify.paths import locate
+from rollverify.infra.nested_dicts import config_fields
+from rollverify.infra.paths import locate
 
 # An override that sets a field to null (`--set train.micro_batch_size=null`); a plain None in
 # the overrides means "not given: keep the config's value".
 NULL = type("Null", (), {"__repr__": lambda self: "NULL"})()
-
-
-class ConfigError(ValueError):
-    """Every problem found in a config, one line each."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(problems))
 
 
 def load_config(
@@ -51,6 +44,12 @@ def load_config(
         raise ConfigError(problems)
     warn_tiny_defaults(config, set(config_fields(data)))
     return config
+
+
+def with_overrides(config: RunConfig, overrides: dict[str, Any]) -> RunConfig:
+    """A checked copy of `config` with dotted fields replaced ({"train.seed": 1}; None: keep)."""
+    wanted = {k: v for k, v in overrides.items() if v is not None}
+    return load_config(overrides=config_fields(config.to_dict()) | wanted)
 
 
 def _put(data: dict[str, Any], dotted: str, value: Any) -> None:

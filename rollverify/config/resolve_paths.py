@@ -1,14 +1,14 @@
 """The config's paths (model.path, task.reward, task.train_file, task.eval_file,
-task.eval_files) found where rollverify/paths.py looks for them, or reported where found
-nowhere (data files: when training starts, `missing_data`)."""
+task.eval_files) found where rollverify/infra/paths.py looks for them, or reported where found
+nowhere (data files: when training starts, run_config.missing_data)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from rollverify.config.reward_spec import resolve_reward
 from rollverify.config.run_config import RunConfig
-from rollverify.paths import candidates, canonical, locate, searched
-from rollverify.tasks.custom_reward import resolve_reward
+from rollverify.infra.paths import candidates, canonical, locate, searched
 
 
 def resolve_paths(config: RunConfig, folder: Path | None, problems: list[str]) -> None:
@@ -27,29 +27,12 @@ def resolve_paths(config: RunConfig, folder: Path | None, problems: list[str]) -
     # task.reward: a module or file of the config's folder or the working directory, by path
     config.task.reward = resolve_reward(config.task.reward, folder, problems)
     # Data files: made absolute where found; a missing one is kept as given and reported
-    # when training starts (missing_data), so that a config whose data is elsewhere still
+    # when training starts (run_config.missing_data), so that a config whose data is elsewhere still
     # loads for what needs no data (rvctl simulate, report, a look at the config).
     for set_name, given in config.task.eval_files.items():
         config.task.eval_files[set_name] = _found_or_given(given, folder)
     for name in ("train_file", "eval_file"):
         setattr(config.task, name, _found_or_given(getattr(config.task, name), folder))
-
-
-def missing_data(config: RunConfig) -> list[str]:
-    """One line per data file the config's task needs and nothing holds (math only)."""
-    if config.task.name != "math":
-        return []
-    wanted = {"task.train_file": config.task.train_file}
-    if config.task.eval_files:
-        wanted |= {f"task.eval_files.{n}": path for n, path in config.task.eval_files.items()}
-    else:
-        wanted["task.eval_file"] = config.task.eval_file
-    return [
-        f"{field}: no file {searched(path)}; point it to a file of problems (JSON, JSONL, "
-        "Parquet, CSV or a save_to_disk folder: docs/data.md)"
-        for field, path in wanted.items()
-        if locate(path) is None
-    ]
 
 
 def _found_or_given(given: str, folder: Path | None) -> str:

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollverify.config.errors import ConfigError
 from rollverify.config.field import config_field
 from rollverify.config.sections import (
     CorrectionConfig,
@@ -19,7 +20,7 @@ from rollverify.config.sections import (
     VerifyConfig,
     VLLMConfig,
 )
-from rollverify.paths import locate
+from rollverify.infra.paths import locate, searched
 
 
 @dataclass
@@ -46,21 +47,13 @@ class RunConfig:
 
         return "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
 
-    def with_overrides(self, overrides: dict[str, Any]) -> RunConfig:
-        """A checked copy with dotted fields replaced ({"train.seed": 1}; None: keep)."""
-        from rollverify.config.load import load_config  # (load.py imports this module)
-        from rollverify.dicts import config_fields
-
-        wanted = {k: v for k, v in overrides.items() if v is not None}
-        return load_config(overrides=config_fields(self.to_dict()) | wanted)
-
     def master_dtype(self) -> str:
         """The dtype the trainer holds its weights and AdamW state in (train.precision)."""
         return "float32" if self.train.precision == "mixed" else self.model.dtype
 
     def sampling(self):
         """How the engines sample (rollout.temperature, top_p, top_k)."""
-        from rollverify.sampling import Sampling
+        from rollverify.core.sampling import Sampling
 
         rollout = self.rollout
         return Sampling(rollout.temperature, rollout.top_p, rollout.top_k)
@@ -74,35 +67,29 @@ class RunConfig:
     def check_data(self) -> None:
         """ConfigError naming every data file the task needs that is not there (a config
         loads without its data: see config/resolve_paths.py)."""
-        from rollverify.config.load import ConfigError
-        from rollverify.config.resolve_paths import missing_data
-
         problems = missing_data(self)
         if problems:
             raise ConfigError(problems)
-
-    def device_layout(self):
-        """Devices the run holds, for the cost ledger (rollverify/ledger.py)."""
-        from rollverify.ledger import DeviceLayout
-
-        engines = self.vllm.engines * self.vllm.tensor_parallel_size
-        return DeviceLayout(self.train.processes, engines if self.engine() == "vllm" else 0)
-
-    def cost_layout(self):
-        """The GPUs the cost model prices this run on (rollverify/costmodel/layout.py)."""
-        from rollverify.costmodel import Layout
-
-        kind = self.cost.layout
-        if kind == "auto":
-            kind = "disaggregated" if self.engine() == "vllm" else "colocated"
-        if self.engine() == "vllm":
-            return Layout(
-                kind, self.train.processes, self.vllm.engines, self.vllm.tensor_parallel_size
-            )
-        return Layout(kind, self.train.processes)  # the in-process engine: one, on one GPU
 
     def model_path(self) -> str:
         """The local model folder (a relative one: in the working directory, else the
         package's data), or a hub id as given."""
         found = locate(self.model.path)
         return str(found) if found is not None else self.model.path
+
+
+def missing_data(config: RunConfig) -> list[str]:
+    """One line per data file the config's task needs and nothing holds (math only)."""
+    if config.task.name != "math":
+        return []
+    wanted = {"task.train_file": config.task.train_file}
+    if config.task.eval_files:
+        wanted |= {f"task.eval_files.{n}": path for n, path in config.task.eval_files.items()}
+    else:
+        wanted["task.eval_file"] = config.task.eval_file
+    return [
+        f"{field}: no file {searched(path)}; point it to a file of problems (JSON, JSONL, "
+        "Parquet, CSV or a save_to_disk folder: docs/data.md)"
+        for field, path in wanted.items()
+        if locate(path) is None
+    ]

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rollverify.config.field import at_least_one, config_field, positive
-from rollverify.data.math_problems import ANSWER_FIELDS, PROMPT_FIELDS
-from rollverify.data.prompts import valid_template
-from rollverify.methods import METHODS
-from rollverify.tasks.custom_reward import is_reward_spec
+from rollverify.config.math_prompts import ANSWER_FIELDS, PROMPT_FIELDS, valid_template
+from rollverify.config.reward_spec import is_reward_spec
+from rollverify.core.methods import METHODS
 
 
 def _named(field: str | None) -> bool:
@@ -158,7 +157,7 @@ class RolloutConfig:
         1.0,
         "Nucleus sampling: engines sample from the smallest set of tokens holding this much "
         "probability. Sampling only: behavior log-probs, OPS and the loss use the untruncated "
-        "softmax (rollverify/sampling.py). With engine vllm, needs temperature 1. 1: off.",
+        "softmax (rollverify/core/sampling.py). With engine vllm, needs temperature 1. 1: off.",
         lambda x: 0 < x <= 1,
         "in (0, 1]",
     )
@@ -182,7 +181,7 @@ class RolloutConfig:
         "DAPO's dynamic sampling: a group whose rewards all tie (zero advantage, no gradient) "
         "is dropped when it completes and a new prompt takes its place, up to this many per "
         "step; then groups train as they come. 0: off. DAPO's recipe: up to 10 batches, "
-        "9 x batch_groups (rollverify/dynamic_sampling.py).",
+        "9 x batch_groups (rollverify/rollout/dynamic_sampling.py).",
         lambda x: x >= 0,
         ">= 0",
     )
@@ -202,7 +201,7 @@ class RolloutConfig:
         "gets max_staleness + 1 rollouts to finish (train.updates_per_rollout u > 1: "
         "max_staleness // u + 1) and its group trains only if all G samples of one start "
         "finish in time: a prompt whose responses need longer is starved, restarted again and "
-        "again and never trained (rollverify/staleness_cap.py). null: off.",
+        "again and never trained (rollverify/rollout/staleness_cap.py). null: off.",
         lambda x: x is None or x >= 0,
         ">= 0 or null",
     )
@@ -245,7 +244,7 @@ class VerifyConfig:
 
 @dataclass
 class CorrectionConfig:
-    """The peers' off-policy corrections (rollverify/corrections.py), each a method of its own
+    """The peers' off-policy corrections (rollverify/core/corrections.py), each a method of its own
     on partial rollout; defaults are the ones their code ships."""
 
     tis_cap: float = config_field(
@@ -497,7 +496,7 @@ class TrackingConfig:
 class CostConfig:
     gpu: Literal["a100", "h100", "h200", "b200"] = config_field(
         "h100",
-        "The GPU whose spec sheet prices each step's work (rollverify/costmodel/): the "
+        "The GPU whose spec sheet prices each step's work (rollverify/cost/costmodel/): the "
         "modeled_* metrics and modeled_gpu_days, beside the measured device-seconds.",
     )
     layout: Literal["auto", "colocated", "disaggregated"] = config_field(

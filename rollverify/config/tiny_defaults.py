@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import warnings
 
+from rollverify.config.model_shape import ModelShape
 from rollverify.config.run_config import RunConfig
-from rollverify.dicts import config_fields
+from rollverify.infra.nested_dicts import config_fields
 
 # field -> what a large model wants instead
 TINY_DEFAULTS = {
@@ -33,8 +34,6 @@ def warn_tiny_defaults(config: RunConfig, given: set[str]) -> list[str]:
     missing = [name for name in TINY_DEFAULTS if name not in given]
     if not missing:
         return []
-    from rollverify.costmodel.shapes import ModelShape
-
     try:
         parameters = ModelShape.of(config.model_path()).parameters
     except (ValueError, OSError, KeyError):  # its config.json is not here: nothing to say

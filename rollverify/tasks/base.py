@@ -7,7 +7,7 @@ from typing import Protocol
 
 import torch
 
-from rollverify.rollout import PromptGroup
+from rollverify.rollout.schedules import PromptGroup
 
 
 @dataclass(frozen=True)

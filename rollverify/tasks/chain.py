@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rollverify.rollout import PromptGroup
+from rollverify.rollout.schedules import PromptGroup
 from rollverify.tasks.base import EvalProblem
 
 ANSWER_PATTERN = re.compile(r"#(\d)$")

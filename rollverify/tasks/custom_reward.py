@@ -16,8 +16,8 @@ Where the function comes from (`task.reward`, one string):
 
 Only that module is imported (with whatever it imports itself); the folder it is imported from
 is on `sys.path` while it is imported, and taken off again. Nothing else of that folder runs.
-`resolve_reward` (for the config's loading: config/resolve_paths.py) finds a module or file in
-the config file's folder too, and keeps it as the absolute path of its file.
+`resolve_reward` (rollverify/config/reward_spec.py, for the config's loading) finds a module or
+file in the config file's folder too, and keeps it as the absolute path of its file.
 
 Which signature (the rule, read from `inspect.signature`):
 
@@ -50,7 +50,6 @@ import importlib
 import importlib.util
 import inspect
 import math
-import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -58,79 +57,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the config imports this module for its rule: no torch here
+from rollverify.config.errors import ConfigError
+from rollverify.config.reward_spec import FIELD, is_path
+
+if TYPE_CHECKING:  # (a Task holds tensors: torch is imported where tasks are made)
     from rollverify.tasks.base import Task
 
-FIELD = "task.reward"
 TRL_FIRST = ("completions", "prompts")  # a first parameter so named: TRL's signature
 
 
 class RewardError(ValueError):
     """The custom reward returned something that is not a finite number."""
-
-
-def is_reward_spec(value: str | None) -> bool:
-    """The field's rule: None, `dotted.module:attr.path` or `path/to/file.py:attr.path`."""
-    if value is None:
-        return True
-    target, colon, attr = value.rpartition(":")
-    if not colon or not target or not attr:
-        return False
-    if not all(part.isidentifier() for part in attr.split(".")):
-        return False
-    if _is_path(target):
-        return "\x00" not in target and Path(target).name != ".py"
-    return all(part.isidentifier() for part in target.split("."))
-
-
-def _is_path(target: str) -> bool:
-    return target.endswith(".py") or "/" in target or os.sep in target
-
-
-# -- at config load: where the module is ----------------------------------------------------
-
-
-def resolve_reward(spec: str | None, folder: Path | None, problems: list[str]) -> str | None:
-    """`spec` as a config keeps it (for config/resolve_paths.py): a module or file found in the
-    config's `folder` or the working directory becomes the absolute path of its file (so a
-    run's config.yaml imports the same file on resume, from any folder); an installed module
-    stays as given. Nothing is imported; a module found nowhere is one line in `problems`."""
-    if spec is None or not is_reward_spec(spec):
-        return spec
-    from rollverify.paths import locate, roots, searched
-
-    target, _, attr = spec.rpartition(":")
-    if _is_path(target):
-        found = locate(target, folder)
-        if found is None or not found.is_file():
-            problems.append(f"{FIELD}: no file {searched(target, folder)}; fix the path")
-            return spec
-        return f"{found.resolve()}:{attr}"
-    for root in roots(folder):
-        found = _module_file(root, target)
-        if found is not None:
-            return f"{found}:{attr}"
-    top = target.split(".")[0]
-    try:
-        installed = importlib.util.find_spec(top) is not None  # a top-level name runs nothing
-    except (ImportError, ValueError):
-        installed = False
-    if not installed:
-        where = ", ".join(str(root) for root in roots(folder))
-        problems.append(
-            f"{FIELD}: no module {top!r} for {spec!r} in {where} or the installed packages; "
-            "fix the name, or give the file: path/to/file.py:function"
-        )
-    return spec
-
-
-def _module_file(root: Path, dotted: str) -> Path | None:
-    """The file of module `dotted` under `root` (a.b -> a/b.py or a/b/__init__.py), or None."""
-    base = root.joinpath(*dotted.split("."))
-    for candidate in (base.with_name(base.name + ".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate.resolve()
-    return None
 
 
 # -- when the task is made: the function ----------------------------------------------------
@@ -172,8 +109,6 @@ class RewardFunction:
 
 def load_reward(spec: str) -> RewardFunction:
     """Import `spec` and check its signature; ConfigError (one line naming it) if it cannot."""
-    from rollverify.config.load import ConfigError
-
     target, _, attr = spec.rpartition(":")
     try:
         module = _import(target)
@@ -198,8 +133,6 @@ def load_reward(spec: str) -> RewardFunction:
 
 def _style(spec: str, func: Callable[..., Any]) -> tuple[bool, set[str]]:
     """(TRL style?, the keyword arguments it takes of those passed); see the module's rule."""
-    from rollverify.config.load import ConfigError
-
     if inspect.iscoroutinefunction(func):
         raise ConfigError([f"{FIELD}: {spec!r} is async; give a plain function"])
     try:
@@ -253,7 +186,7 @@ class _NotImported(Exception):
 
 def _import(target: str):
     importlib.invalidate_caches()  # a module written a moment ago is seen
-    if not _is_path(target):
+    if not is_path(target):
         with _on_path(Path.cwd(), first=False):  # installed packages win over the folder's
             return importlib.import_module(target)
     path = Path(target)

@@ -1,10 +1,11 @@
-"""Real math (data/math, or a file of your own in any format rollverify/data/records.py reads)
+"""Real math (data/math, or a file of your own in any format rollverify/tasks/data/records.py reads)
 as a training task, for GPU configs.
 
 A plain problem goes into the prompt template (task.prompt_template: the boxed-answer
 instruction by default, or DAPO-Math's "Answer:" line); a prompt that is chat messages already
 (verl/DAPO Parquet) is used as it is. Either goes through the model's chat template. The reward
-is math-verify equivalence with the reference, any of several (rollverify.rewards.math_answer).
+is math-verify equivalence with the reference, any of several
+(rollverify.tasks.rewards.math_answer).
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from pathlib import Path
 
 import torch
 
-from rollverify.data.math_problems import MathProblem, load_math_set
-from rollverify.data.prompts import INSTRUCTION, render_prompt
-from rollverify.rewards.math_answer import math_answer_reward
-from rollverify.rollout import PromptGroup
+from rollverify.config.math_prompts import INSTRUCTION, render_prompt
+from rollverify.rollout.schedules import PromptGroup
 from rollverify.tasks.base import EvalProblem
+from rollverify.tasks.data.math_problems import MathProblem, load_math_set
+from rollverify.tasks.rewards.math_answer import math_answer_reward
 
 __all__ = ["INSTRUCTION", "MathTask"]
 

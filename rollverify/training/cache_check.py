@@ -1,6 +1,7 @@
 """Check the cache after an update: score the cached unfinished trajectories under the new
 policy and, for methods that verify, truncate each at its first off-policy segment or token
-(rollverify/verify.py), count the acceptance rate and maybe switch (rollverify/switching.py).
+(rollverify/core/verify.py), count the acceptance rate and maybe switch
+(rollverify/core/switching.py).
 Methods that do not verify only measure the cache's OPS, for the logs."""
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ import math
 import torch
 
 from rollverify.config import VerifyConfig
-from rollverify.methods import Method
-from rollverify.ops import sequence_ops, token_ops
-from rollverify.switching import AcceptanceMonitor
-from rollverify.trace import scoring_work
+from rollverify.core.methods import Method
+from rollverify.core.off_policy_shift import sequence_ops, token_ops
+from rollverify.core.switching import AcceptanceMonitor
+from rollverify.core.verify import verify
+from rollverify.cost.trace import scoring_work
+from rollverify.rollout.trajectory import PaddedTrajectories, Trajectory, TrajectoryCache
 from rollverify.training.records import CacheCheck
-from rollverify.trajectory import PaddedTrajectories, Trajectory, TrajectoryCache
-from rollverify.verify import verify
 
 
 def cached_unfinished(cache: TrajectoryCache) -> list[Trajectory]:

@@ -22,13 +22,11 @@ import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rollverify.checkpoint_files import newest_step
-from rollverify.training.loopback_stores import loopback_stores
-
-if TYPE_CHECKING:
-    from rollverify.training.run import RunPlan, RunSummary
+from rollverify.training.checkpoint.files import newest_step
+from rollverify.training.distributed.loopback_stores import loopback_stores
+from rollverify.training.run_plan import RunPlan, RunSummary
 
 PROGRESS = "progress.jsonl"  # rank 0's logged steps, one JSON line each, for the launcher
 INTERRUPTED = 130  # a worker that stopped on request (RunInterrupted), as a shell reports it
@@ -48,8 +46,6 @@ def launch(plan: RunPlan, prepare: Callable[[RunPlan], None]) -> RunSummary:
     from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
-
-    from rollverify.training.run import RunSummary
 
     prepare(plan)
     progress = plan.run_dir / PROGRESS

@@ -43,30 +43,34 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint import CheckpointException
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, TrainerCallback
 
-from rollverify.atomic import atomic_write_text
-from rollverify.checkpoint_files import save as save_checkpoint
 from rollverify.config import RunConfig
-from rollverify.corrections import mismatch
-from rollverify.costmodel import GPUS, ModelShape, Pricing
-from rollverify.dynamic_sampling import tie_filter
-from rollverify.engines.protocol import RolloutEngine, probe_logprobs_of
-from rollverify.evaluation import Evaluation, evaluate_sets
-from rollverify.faults import kill_point
-from rollverify.filters import keep_samples, staleness
-from rollverify.guards import require_finite
-from rollverify.ledger import CostLedger
-from rollverify.methods import Method
-from rollverify.metrics import trl_metrics
-from rollverify.ops import sequence_ops, token_ops
-from rollverify.rollout import RolloutInterrupted, RolloutResult, RolloutState, collect
-from rollverify.switching import AcceptanceMonitor
+from rollverify.core.corrections import mismatch
+from rollverify.core.filters import keep_samples, staleness
+from rollverify.core.methods import Method
+from rollverify.core.off_policy_shift import sequence_ops, token_ops
+from rollverify.core.switching import AcceptanceMonitor
+from rollverify.cost.costmodel import GPUS, Layout, ModelShape, Pricing
+from rollverify.cost.ledger import CostLedger, DeviceLayout
+from rollverify.cost.trace import StepTrace, drop_after
+from rollverify.infra.atomic_write import atomic_write_text
+from rollverify.infra.faults import kill_point
+from rollverify.rollout.dynamic_sampling import tie_filter
+from rollverify.rollout.engines.protocol import RolloutEngine, probe_logprobs_of
+from rollverify.rollout.schedules import RolloutInterrupted, RolloutResult, RolloutState, collect
+from rollverify.rollout.trajectory import PaddedTrajectories, Trajectory
 from rollverify.tasks.base import Task
-from rollverify.trace import StepTrace, drop_after
-from rollverify.tracking import Tracker
-from rollverify.training.background_write import BackgroundWrite, detached
+from rollverify.tasks.evaluation import Evaluation, evaluate_sets
+from rollverify.tracking.metric_names import trl_metrics
+from rollverify.tracking.tracker import Tracker
 from rollverify.training.cache_check import cached_unfinished, check_cache, forward_work
+from rollverify.training.checkpoint.background_write import BackgroundWrite, detached
+from rollverify.training.checkpoint.files import save as save_checkpoint
+from rollverify.training.checkpoint.run_state import capture, rng_parts, whole_state
+from rollverify.training.checkpoint.sharded import write_parts
+from rollverify.training.distributed.world import World
+from rollverify.training.guards import require_finite
 from rollverify.training.records import (
     BatchRecord,
     RunCounters,
@@ -74,19 +78,14 @@ from rollverify.training.records import (
     SyncRecord,
     step_metrics,
 )
-from rollverify.training.run_state import capture, rng_parts, whole_state
 from rollverify.training.schedule import Schedule
-from rollverify.training.sharded_checkpoint import write_parts
 from rollverify.training.stopping import RunInterrupted, StopRequest
 from rollverify.training.trl_adapter import (
     BehaviorRatioGRPOTrainer,
-    LoopCallback,
     build_trainer,
     rollout_output,
 )
 from rollverify.training.weight_sync import WeightStream, check_weight_sync
-from rollverify.training.world import World
-from rollverify.trajectory import PaddedTrajectories, Trajectory
 
 
 class TrainingLoop:
@@ -113,11 +112,11 @@ class TrainingLoop:
         self.world = world
         self.tracker, self.on_step, self.run_dir = tracker, on_step, run_dir
         self.stop = stop if stop is not None else StopRequest()
-        # What each step's work would cost on GPUs (rollverify/costmodel/): modeled_* metrics.
+        # What each step's work would cost on GPUs (rollverify/cost/costmodel/): modeled_* metrics.
         self.pricing = Pricing(
-            ModelShape.of(config.model_path()), GPUS[config.cost.gpu], config.cost_layout()
+            ModelShape.of(config.model_path()), GPUS[config.cost.gpu], Layout.of(config)
         )
-        self.ledger = CostLedger(config.device_layout(), modeled_gpus=self.pricing.layout.gpus)
+        self.ledger = CostLedger(DeviceLayout.of(config), modeled_gpus=self.pricing.layout.gpus)
         self.trace = StepTrace()  # written to RUN/trace/ with each checkpoint
         if engine is not None:
             engine.take_trace()  # a reused engine's steps were another run's
@@ -412,7 +411,7 @@ class TrainingLoop:
         self.trace.add_trainer_step(step, trainer)
 
     def evaluate(self) -> Evaluation:
-        """Every eval set at once (rollverify/evaluation.py); its time is the eval phase."""
+        """Every eval set at once (rollverify/tasks/evaluation.py); its time is the eval phase."""
         start = time.perf_counter()
         evaluation = evaluate_sets(
             self.engine,
@@ -538,3 +537,40 @@ def overlong_punishment(rollout) -> Callable[[list[list[int]]], list[float]] | N
     from trl.rewards import get_soft_overlong_punishment
 
     return get_soft_overlong_punishment(rollout.max_new_tokens, rollout.overlong_buffer)
+
+
+class LoopCallback(TrainerCallback):
+    """Hands TRL's step boundaries to the loop: after the update, then the log and the
+    checkpoint (after the log, so a resumed run draws the random numbers this one would).
+    A step is logged once, the first time TRL logs at a new `global_step`."""
+
+    def __init__(self, loop: TrainingLoop, logged_step: int = 0, resuming: bool = False):
+        self.loop = loop
+        self.logged_step = logged_step
+        self.resuming = resuming
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not self.resuming:  # step 0: a run killed before its first checkpoint resumes too
+            self.loop.checkpoint()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.loop.begin_step()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        kill_point("train", state.global_step)  # tests: optimizer stepped, nothing synced
+        self.loop.after_update(state.global_step)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.global_step <= self.logged_step:  # the end-of-training summary, or a repeat
+            return
+        self.logged_step = state.global_step
+        self.loop.log(state.global_step, logs or {})
+        if not self.loop.schedule.between_rollouts(state.global_step):
+            return
+        # The last step's checkpoint is written before the end; a stop asked for there lets
+        # the run finish (its summary written), as it ends anyway.
+        last = state.global_step >= self.loop.config.train.steps
+        if self.loop.schedule.checkpoint_due(state.global_step):
+            self.loop.checkpoint(background=self.loop.config.train.async_checkpoint and not last)
+        if self.loop.stop_requested() and not last:
+            self.loop.stop_here()

@@ -10,8 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollverify.config import RunConfig
-from rollverify.engines.hf_engine import HFEngine
-from rollverify.engines.protocol import RolloutEngine
+from rollverify.rollout.engines.hf_engine import HFEngine
+from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.tasks.base import Task
 from rollverify.tasks.chain import ChainTask, ChainTaskConfig
 from rollverify.tasks.custom_reward import with_reward
@@ -52,7 +52,7 @@ def _base_task(config: RunConfig, tokenizer) -> Task:
 
 def vllm_settings(config: RunConfig):
     """What each vLLM sidecar is started with, from the config's vllm and rollout sections."""
-    from rollverify.engines.vllm_engine import VLLMSettings
+    from rollverify.rollout.engines.vllm_engine import VLLMSettings
 
     vllm = config.vllm
     return VLLMSettings(
@@ -75,7 +75,7 @@ def make_engine(config: RunConfig, model=None, tokenizer=None) -> RolloutEngine:
     copies `model` (default: the base model of model.path); sidecars load their own."""
     rollout = config.rollout
     if config.engine() == "vllm":
-        from rollverify.engines.vllm_engine import VLLMEngine
+        from rollverify.rollout.engines.vllm_engine import VLLMEngine
 
         return VLLMEngine(
             vllm_settings(config),
@@ -107,7 +107,7 @@ def make_engine(config: RunConfig, model=None, tokenizer=None) -> RolloutEngine:
 def engine_running(engine: RolloutEngine, config: RunConfig) -> Iterator[RolloutEngine]:
     """Start the engine (and Ray, for sidecars); always stop both, on errors and Ctrl-C too."""
     if config.engine() == "vllm":
-        from rollverify.engines.ray_runtime import running_engine
+        from rollverify.rollout.engines.ray_runtime import running_engine
 
         with running_engine(engine, config.vllm.ray_address):
             yield engine

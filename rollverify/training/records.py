@@ -1,5 +1,6 @@
 """What each phase of a training step produced: typed records, filled in the order the phases
-run and read once, at the end of the step, to assemble its metrics (rollverify/metrics.py)."""
+run and read once, at the end of the step, to assemble its metrics
+(rollverify/tracking/metric_names.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rollverify import metrics as m
-from rollverify.evaluation import Evaluation
-from rollverify.rollout import RolloutResult
-from rollverify.switching import AcceptanceMonitor
-from rollverify.trace import EngineStep, TrainerStep, scoring_work
-from rollverify.trajectory import Trajectory
+from rollverify.core.switching import AcceptanceMonitor
+from rollverify.cost.trace import EngineStep, TrainerStep, scoring_work
+from rollverify.rollout.schedules import RolloutResult
+from rollverify.rollout.trajectory import Trajectory
+from rollverify.tasks.evaluation import Evaluation
+from rollverify.tracking import metric_names as m
 
 
 @dataclass

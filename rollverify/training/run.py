@@ -17,7 +17,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -25,45 +25,28 @@ import torch
 import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rollverify.atomic import atomic_write_text
-from rollverify.checkpoint_files import Checkpoint, latest
 from rollverify.config import ConfigError, RunConfig
-from rollverify.engines.protocol import RolloutEngine
-from rollverify.faults import describe, kill_point
-from rollverify.methods import METHODS
-from rollverify.metrics import EVAL_ACCURACY, OPS_MEAN, REWARD_MEAN
-from rollverify.preflight import check_before_start, sharding_problems
-from rollverify.run_folder import find_run, is_finished, resumed_config
+from rollverify.core.methods import METHODS
+from rollverify.infra.atomic_write import atomic_write_text
+from rollverify.infra.faults import describe, kill_point
+from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.tasks.base import Task
-from rollverify.tracking import MLflowTracker, default_tracking_uri
+from rollverify.tracking.metric_names import EVAL_ACCURACY, OPS_MEAN, REWARD_MEAN
+from rollverify.tracking.tracker import MLflowTracker, default_tracking_uri
+from rollverify.training.checkpoint.files import latest
+from rollverify.training.checkpoint.run_state import config_changes, restore_loop
+from rollverify.training.distributed.world import World
+from rollverify.training.launch import launch
 from rollverify.training.loop import TrainingLoop
 from rollverify.training.parts import check_engine_fits, engine_running, make_engine, make_task
+from rollverify.training.preflight import check_before_start, sharding_problems
 from rollverify.training.records import evaluation_metrics
-from rollverify.training.run_state import config_changes, restore_loop
+from rollverify.training.run_folder import find_run, is_finished, resumed_config
+from rollverify.training.run_plan import RunPlan, RunSummary
 from rollverify.training.stopping import RunInterrupted, StopRequest
 from rollverify.training.weight_sync import WeightStream
-from rollverify.training.world import World
 
 MLFLOW_RUN = "mlflow.json"  # in the run folder: its MLflow run, from the moment it exists
-
-
-@dataclass
-class RunSummary:
-    run_dir: str
-    run_id: str
-    tracking_uri: str
-    method: str
-    seed: int
-    steps: int
-    eval_accuracy_before: float
-    eval_accuracy_after: float
-    reward_mean_first: float
-    reward_mean_last: float
-    ops_mean_last: float
-    acceptance_window_mean: float | None
-    switch_step: int | None
-    wall_seconds: float
-    device_seconds: float
 
 
 def run_dir_for(config: RunConfig) -> Path:
@@ -71,26 +54,6 @@ def run_dir_for(config: RunConfig) -> Path:
     trials of one seed start in the same second, side by side)."""
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
     return Path(config.output) / f"{config.train.method}-s{config.train.seed}-{stamp}"
-
-
-@dataclass
-class RunPlan:
-    """What one training run is: its config and folder, and where it starts from.
-
-    checkpoint: continue from it (None: from step 0, also for a run killed before its first
-    checkpoint); engine: an already started engine to reuse (reset to this run's weights and
-    seed), else the configured one is started and stopped here."""
-
-    config: RunConfig
-    run_dir: Path
-    checkpoint: Checkpoint | None = None
-    parent_run_id: str | None = None
-    on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None
-    engine: RolloutEngine | None = None
-
-    @property
-    def step(self) -> int:
-        return 0 if self.checkpoint is None else self.checkpoint.step
 
 
 class RunFinished(Exception):
@@ -178,8 +141,6 @@ def run(plan: RunPlan) -> RunSummary:
         if problems:
             raise ConfigError(problems)
     if world.size == 1 and plan.config.train.processes > 1:
-        from rollverify.training.launch import launch
-
         return launch(plan, prepare=prepare_folder)
     if world.size != plan.config.train.processes:
         raise ConfigError(
@@ -337,8 +298,8 @@ def _store_artifacts(plan: RunPlan, tracker: MLflowTracker) -> None:
     tracker.log_artifacts([f for f in files if f.is_file()])
     if plan.config.tracking.plots:
         tracker.deliver()  # metrics a busy store kept back: in the curves too
-        from rollverify.plots import plot_metrics
-        from rollverify.report_store import run_record
+        from rollverify.tracking.plots import plot_metrics
+        from rollverify.tracking.run_records import run_record
 
         record = run_record(tracker.uri, tracker.run_id)
         tracker.log_artifacts(

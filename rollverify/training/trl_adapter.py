@@ -5,7 +5,7 @@ We change the ratio's denominator: by default each token's behavior log-prob (th
 sampled it, as the engine reported it), so stale tokens look stale to the loss (spec, "Policy-
 gradient ratio"); with train.ratio_denominator "recomputed" TRL's own pi_old (the batch scored
 before the step's first update), as the peers' partial rollout. And we switch on TRL's
-importance-sampling corrections for the peers' methods (rollverify/corrections.py), which TRL
+importance-sampling corrections for the peers' methods (rollverify/core/corrections.py), which TRL
 applies only when it drives a vLLM itself.
 
 TRL's dataloader still iterates a prompt dataset; the prompts it hands to `rollout_func` are
@@ -15,28 +15,32 @@ in a step. Our task's prompt stream feeds the engine instead.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
-from trl import GRPOConfig, GRPOTrainer
 
-from rollverify.checkpoint_files import Checkpoint
 from rollverify.config import RunConfig
-from rollverify.corrections import changed_share, m2po_mask, trl_settings
-from rollverify.faults import kill_point
-from rollverify.methods import Method
-from rollverify.rollout import RolloutResult
-from rollverify.training.run_state import load_optimizer_and_scheduler, restore_rng
-from rollverify.training.sharding import FSDP_CONFIG
-from rollverify.trajectory import Trajectory
+from rollverify.core.corrections import changed_share, m2po_mask, trl_settings
+from rollverify.core.methods import Method
+from rollverify.rollout.schedules import RolloutResult
+from rollverify.rollout.trajectory import Trajectory
+from rollverify.training.checkpoint.files import Checkpoint
+from rollverify.training.checkpoint.run_state import load_optimizer_and_scheduler, restore_rng
+from rollverify.training.distributed.sharding import FSDP_CONFIG
 
-if TYPE_CHECKING:
-    from rollverify.training.loop import TrainingLoop
+# TRL imports vLLM as it loads, for its own vLLM generation, which we do not use: our engines
+# run vLLM in sidecar processes. Told that vLLM is absent, TRL does not load it in the trainer
+# process: `import rollverify.training.run` takes 17 s instead of 25 s here (measured). This
+# module is the one that imports TRL's trainer; the override comes before it.
+importlib.import_module("trl.import_utils").is_vllm_available = lambda min_version=None: False
+
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 
 class BehaviorRatioGRPOTrainer(GRPOTrainer):
@@ -281,40 +285,3 @@ def build_trainer(
 def ratio_denominator(config: RunConfig, method: Method) -> str:
     """train.ratio_denominator, else the method's own."""
     return config.train.ratio_denominator or method.denominator
-
-
-class LoopCallback(TrainerCallback):
-    """Hands TRL's step boundaries to the loop: after the update, then the log and the
-    checkpoint (after the log, so a resumed run draws the random numbers this one would).
-    A step is logged once, the first time TRL logs at a new `global_step`."""
-
-    def __init__(self, loop: TrainingLoop, logged_step: int = 0, resuming: bool = False):
-        self.loop = loop
-        self.logged_step = logged_step
-        self.resuming = resuming
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        if not self.resuming:  # step 0: a run killed before its first checkpoint resumes too
-            self.loop.checkpoint()
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.loop.begin_step()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        kill_point("train", state.global_step)  # tests: optimizer stepped, nothing synced
-        self.loop.after_update(state.global_step)
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if state.global_step <= self.logged_step:  # the end-of-training summary, or a repeat
-            return
-        self.logged_step = state.global_step
-        self.loop.log(state.global_step, logs or {})
-        if not self.loop.schedule.between_rollouts(state.global_step):
-            return
-        # The last step's checkpoint is written before the end; a stop asked for there lets
-        # the run finish (its summary written), as it ends anyway.
-        last = state.global_step >= self.loop.config.train.steps
-        if self.loop.schedule.checkpoint_due(state.global_step):
-            self.loop.checkpoint(background=self.loop.config.train.async_checkpoint and not last)
-        if self.loop.stop_requested() and not last:
-            self.loop.stop_here()

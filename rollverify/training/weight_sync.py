@@ -9,9 +9,9 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
-from rollverify.engines.protocol import RolloutEngine, SyncCheckError
-from rollverify.engines.weight_group import spec
-from rollverify.training.sharding import full_tensors, is_sharded, reshard
+from rollverify.rollout.engines.protocol import RolloutEngine, SyncCheckError
+from rollverify.rollout.engines.weight_group import spec
+from rollverify.training.distributed.sharding import full_tensors, is_sharded, reshard
 
 
 def check_weight_sync(

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from rollverify.quiet import quiet_environment
+from rollverify.infra.quiet import quiet_environment
 
 USAGE, FAILED, INTERRUPTED = 2, 1, 130
 
@@ -31,7 +31,7 @@ USAGE, FAILED, INTERRUPTED = 2, 1, 130
 def main(argv: list[str] | None = None) -> int:
     quiet_environment()
     args = _arguments(argv)
-    from rollverify.training.world import World
+    from rollverify.training.distributed.world import World
 
     world = World.joined()
     _stop_with_the_launcher()
@@ -63,9 +63,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 def _agreed_plan(args: argparse.Namespace, world):
     """Rank 0's plan, on every rank (the others read the checkpoint it chose); or the exit
     code of every rank when rank 0 planned nothing to run."""
-    from rollverify.checkpoint_files import load
     from rollverify.config import load_config
-    from rollverify.dicts import config_fields
+    from rollverify.infra.nested_dicts import config_fields
+    from rollverify.training.checkpoint.files import load
     from rollverify.training.run import RunFinished, RunPlan, resume_plan, run_dir_for
 
     shared = None

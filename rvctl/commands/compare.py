@@ -11,7 +11,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from rollverify.metrics import LIVE
+from rollverify.tracking.metric_names import LIVE
 from rvctl.options import (
     ConfigOption,
     EngineOption,
@@ -59,7 +59,8 @@ def compare(
     format: FormatOption = Format.table,
 ) -> None:
     """Train every method for every seed, then print the cost table."""
-    from rollverify.compare import (
+    from rollverify.config import load_config
+    from rollverify.experiments.compare import (
         Child,
         check_comparison,
         check_pairs,
@@ -67,7 +68,6 @@ def compare(
         latest_comparison,
         plan,
     )
-    from rollverify.config import load_config
 
     run_config = load_config(
         config, run_overrides(steps, engine, output, tracking_uri, processes, settings)
@@ -83,7 +83,7 @@ def compare(
         board.update(child, step, metrics)
         live.update(board.table())
 
-    from rollverify.compare import compare as run_compare  # heavy: torch, TRL, MLflow
+    from rollverify.experiments.compare import compare as run_compare  # heavy: torch, TRL, MLflow
 
     try:
         with Live(board.table(), console=stderr, refresh_per_second=4) as live:

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 import yaml
 
-from rollverify.dicts import config_fields
+from rollverify.infra.nested_dicts import config_fields
 from rvctl.options import ConfigOption, SetOption
 from rvctl.output import Format, print_rows
 

@@ -11,9 +11,14 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
-from rollverify.data.math_problems import MATH_DATA_DIR, MathSet, load_math_set, load_math_sets
-from rollverify.data.records import FORMATS, SAVED_DATASET_FILES
-from rollverify.paths import locate
+from rollverify.infra.paths import locate
+from rollverify.tasks.data.math_problems import (
+    MATH_DATA_DIR,
+    MathSet,
+    load_math_set,
+    load_math_sets,
+)
+from rollverify.tasks.data.records import FORMATS, SAVED_DATASET_FILES
 from rvctl.options import FormatOption
 from rvctl.output import Format, print_rows, stderr
 
@@ -99,7 +104,7 @@ def _score_folder(
     limit: int | None,
     format: Format,
 ) -> None:
-    from rollverify.data.answer_check import check_answers  # heavy: math-verify, sympy
+    from rollverify.tasks.data.answer_check import check_answers  # heavy: math-verify, sympy
 
     math_sets = load_math_sets(directory, prompt_field, answer_field)
     total = sum(len(s.problems[:limit]) for s in math_sets)

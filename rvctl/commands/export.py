@@ -18,7 +18,9 @@ def export(
 ) -> None:
     """Write a checkpoint's weights, with the base model's config and tokenizer, as a model
     folder that transformers and vLLM load (from_pretrained / LLM(model=...))."""
-    from rollverify.export import export as export_model  # heavy: torch, transformers
+    from rollverify.training.checkpoint.export import (
+        export as export_model,  # heavy: torch, transformers
+    )
 
     folder = export_model(run_dir, out, step)
     print(f"wrote {out} from {folder}", file=sys.stderr)  # plain: rich would wrap the paths

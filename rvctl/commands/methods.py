@@ -8,7 +8,7 @@ from rvctl.output import Format, print_rows
 
 def methods(format: FormatOption = Format.table) -> None:
     """List the methods and what each one switches on."""
-    from rollverify.methods import METHODS
+    from rollverify.core.methods import METHODS
 
     rows = [
         {

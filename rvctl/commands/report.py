@@ -72,10 +72,10 @@ def show_report(
     targets: list[str], tracking_uri: str | None, format: Format, plots_dir: Path | None = None
 ) -> None:
     """The report of `targets` (see `report`); compare and sweep end with it."""
-    from rollverify.plots import plot_gaps, plot_metrics
-    from rollverify.report import method_rows, run_groups, short_names, sweep_grid
-    from rollverify.report import sweep_rows as grid_point_rows
-    from rollverify.report_store import load_report
+    from rollverify.experiments.report import method_rows, run_groups, short_names, sweep_grid
+    from rollverify.experiments.report import sweep_rows as grid_point_rows
+    from rollverify.tracking.plots import plot_gaps, plot_metrics
+    from rollverify.tracking.run_records import load_report
 
     found = load_report(targets, tracking_uri)
     what = ", ".join(found.parent_run_ids) or f"{len(found.runs)} runs"
@@ -110,7 +110,7 @@ def show_report(
 
 def _mark_few_pairs(row: dict[str, Any]) -> dict[str, Any]:
     """A difference shown without its interval says why (json/csv/md: null, and `pairs`)."""
-    from rollverify.report import PAIRED, paired_columns
+    from rollverify.experiments.report import PAIRED, paired_columns
 
     marked = dict(row)
     for mean, ci95 in map(paired_columns, PAIRED):

@@ -1,5 +1,5 @@
 """`rvctl simulate`: the cost of each method on GPUs, at any scale, from the real schedules on a
-virtual clock (rollverify/simulate.py; the cost model: docs/cost-model.md)."""
+virtual clock (rollverify/experiments/simulate.py; the cost model: docs/cost-model.md)."""
 
 from __future__ import annotations
 
@@ -68,13 +68,13 @@ def simulate(
 ) -> None:
     """Simulate grpo, partial rollout and RollVerify at scale; print modeled GPU-days."""
     from rollverify.config import load_config
-    from rollverify.simulate import (
+    from rollverify.experiments.simulate import (
         Settings,
         acceptance_of_run,
         lengths_of_run,
         rows,
     )
-    from rollverify.simulate import simulate as run
+    from rollverify.experiments.simulate import simulate as run
 
     run_config = load_config(config)
     settings = Settings(
@@ -111,7 +111,7 @@ def simulate(
 
 
 def _length_model(text: str):
-    from rollverify.simulate import LengthModel
+    from rollverify.experiments.simulate import LengthModel
 
     kind, _, numbers = text.partition(":")
     values = _numbers(numbers, float, "--lengths") if kind == "lognormal" else ()

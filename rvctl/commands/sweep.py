@@ -49,7 +49,7 @@ def sweep(
 ) -> None:
     """Run a grid of trainings (one Ray Tune trial each) and print the grid's table."""
     from rollverify.config import load_config
-    from rollverify.sweep import check_grid, load_grid
+    from rollverify.experiments.sweep import check_grid, load_grid
 
     # click hands unknown options (--ds ...) to the NAMES argument: split them off again
     words = [*names, *context.args]
@@ -64,7 +64,7 @@ def sweep(
     folder = sweep_dir or (_latest(Path(run_config.output), names) if resume else None)
     check_grid(run_config, grid, address)  # every point and the address, before the display
 
-    from rollverify.sweep import sweep as run_sweep  # heavy: Ray, torch, TRL, MLflow
+    from rollverify.experiments.sweep import sweep as run_sweep  # heavy: Ray, torch, TRL, MLflow
 
     with Progress(
         TextColumn("[bold]sweep " + " x ".join(names)),
@@ -110,7 +110,7 @@ def _value_options(args: list[str]) -> dict[str, str]:
 
 
 def _latest(output: Path, names: list[str]) -> Path:
-    from rollverify.compare import latest_parent
+    from rollverify.experiments.compare import latest_parent
 
     pattern = "sweep-" + "-".join(n.rsplit(".", 1)[-1] for n in names) + "-*"
     return latest_parent(output, pattern, "sweep")

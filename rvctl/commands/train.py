@@ -13,9 +13,9 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rollverify.metrics import LIVE
-from rollverify.preflight import check_before_start
-from rollverify.run_folder import find_run, is_finished, resumed_config
+from rollverify.tracking.metric_names import LIVE
+from rollverify.training.preflight import check_before_start
+from rollverify.training.run_folder import find_run, is_finished, resumed_config
 from rvctl.options import (
     ConfigOption,
     EngineOption,
@@ -112,7 +112,7 @@ def resume(
         settings,
         **{"train.checkpoint_every": checkpoint_every},
     )
-    from rollverify.checkpoint_files import newest_step  # (torch: not for every command)
+    from rollverify.training.checkpoint.files import newest_step  # (torch: not for every command)
 
     run_dir = find_run(run_dir)
     resumed = resumed_config(run_dir, overrides, config)
@@ -185,8 +185,8 @@ def _with_progress(name: str, steps: int | None, run: Callable[[Callable], Any])
 def _dry_run(run_config: Any, format: Format) -> None:
     """What the run needs, checked and estimated; its problems as errors (exit 2)."""
     from rollverify.config import ConfigError
-    from rollverify.memory_estimate import size
-    from rollverify.preflight import preflight
+    from rollverify.cost.memory_estimate import size
+    from rollverify.training.preflight import preflight
 
     result = preflight(run_config)
     rows = [{"part": "check", "item": what, "value": found} for what, found in result.checks]

@@ -18,8 +18,8 @@ def ui(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port on 127.0.0.1.")] = 5000,
 ) -> None:
     """Start the MLflow UI on 127.0.0.1 over the runs' store (default: the output folder's)."""
-    from rollverify.report_store import check_store_exists
-    from rollverify.tracking import default_tracking_uri
+    from rollverify.tracking.run_records import check_store_exists
+    from rollverify.tracking.tracker import default_tracking_uri
 
     uri = tracking_uri or default_tracking_uri(output or "runs")
     check_store_exists(uri)

@@ -1,0 +1,96 @@
+"""Two-stage verification: how much of each cached trajectory is still on-policy enough to keep.
+
+Spec: ROLLVERIFY_SPEC.md, "Two-stage verification". A segment is a maximal run of consecutive
+generated tokens with one policy version.
+  1. Sequence stage (ds): at the first segment whose mean token OPS is >= ds, cut at that
+     segment's first token.
+  2. Token stage (dt): in what stage 1 kept, cut at the first token whose OPS is >= dt.
+The kept prefix keeps its behavior log-probs and versions; the rest is regenerated.
+
+Both stages are "first index where a condition holds", so one vectorized pass each over [B, T]
+does the whole batch: no loop over trajectories or tokens. A NaN OPS on a generated token
+fails its check (a token that cannot be scored cannot be trusted); padding is never read.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from rollverify.core.argument_checks import check_mask, check_positive_threshold, check_same_shape
+
+
+def verify(
+    ops: torch.Tensor,
+    versions: torch.Tensor,
+    mask: torch.Tensor,
+    ds: float = 0.01,
+    dt: float = 2.0,
+) -> torch.Tensor:
+    """Kept length of each trajectory after both stages: long [B].
+
+    ops:      float [B, T] token OPS (rollverify.core.off_policy_shift.token_ops)
+    versions: int   [B, T] policy version of each token
+    mask:     bool  [B, T] True on generated tokens, right-padded
+    ds, dt:   thresholds > 0; float("inf") disables a stage
+    """
+    ds = check_positive_threshold("ds", ds)
+    dt = check_positive_threshold("dt", dt)
+    check_same_shape(ops=ops, versions=versions, mask=mask)
+    check_mask(mask, ops.shape)
+    if versions.dtype.is_floating_point or versions.dtype == torch.bool:
+        raise ValueError(f"versions must be an integer tensor, got dtype {versions.dtype}")
+    if ops.numel() == 0:
+        return torch.zeros(ops.shape[0], dtype=torch.long, device=ops.device)
+    lengths = _right_padded_lengths(mask)  # [B]
+
+    kept = lengths
+    if not math.isinf(ds):
+        kept = torch.minimum(kept, _first_bad_segment_start(ops, versions, mask, lengths, ds))
+    if not math.isinf(dt):
+        # Tokens past the end of a row may "fail" on padding garbage; the min with kept
+        # (<= length) makes them harmless, and saves a pass that would mask them.
+        kept = torch.minimum(kept, _first_true(~(ops < dt)))
+    return kept
+
+
+def _right_padded_lengths(mask: torch.Tensor) -> torch.Tensor:
+    """Generated length of each row, long [B]; refuses a mask that is not right-padded."""
+    if mask.shape[-1] > 1 and torch.gt(mask[:, 1:], mask[:, :-1]).any():
+        raise ValueError("mask must be right-padded: True on a prefix of each row, then False")
+    return _first_true(~mask)
+
+
+def _first_bad_segment_start(
+    ops: torch.Tensor, versions: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, ds: float
+) -> torch.Tensor:
+    """Start of the first segment whose mean OPS fails `< ds`, else T: long [B].
+
+    The batch is flattened into runs that break at every row start, version change and end of
+    the generated tokens; torch.segment_reduce sums each run in order (as a loop would), and
+    only the few runs (~segments per row x B) are looked at one by one. Padding forms runs of
+    its own that are dropped unread, so NaN or inf in padding cannot leak into a segment.
+    """
+    batch, width = ops.shape
+    if ops.dtype not in (torch.float32, torch.float64):
+        ops = ops.float()  # half precision cannot even count a long segment's length exactly
+    boundary = torch.empty(mask.shape, dtype=torch.bool, device=mask.device)  # run starts
+    boundary[:, 0] = True
+    torch.ne(versions[:, 1:], versions[:, :-1], out=boundary[:, 1:])
+    boundary[:, 1:] |= mask[:, 1:] != mask[:, :-1]
+    run_start = boundary.view(-1).nonzero().squeeze(1)  # [R] flat indices
+    run_length = torch.diff(run_start, append=run_start.new_tensor([batch * width]))
+    run_sum = torch.segment_reduce(ops.reshape(-1), "sum", lengths=run_length)  # [R]
+    row, column = run_start // width, run_start % width
+    is_segment = column < lengths[row]  # a run of generated tokens, not padding
+    bad = is_segment & ~(run_sum / run_length.to(ops.dtype) < ds)
+    first_bad = torch.full((batch,), width, dtype=torch.long, device=ops.device)
+    return first_bad.scatter_reduce_(0, row[bad], column[bad], reduce="amin")
+
+
+def _first_true(condition: torch.Tensor) -> torch.Tensor:
+    """First column where `condition` (bool [B, T]) holds, T where it never does: long [B]."""
+    first = condition.view(torch.uint8).argmax(dim=-1)  # argmax returns the first maximum
+    holds = condition.gather(1, first[:, None]).squeeze(1)
+    return torch.where(holds, first, condition.shape[-1])

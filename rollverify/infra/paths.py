@@ -1,0 +1,52 @@
+"""Where a path in a config points, so that an installed package works from any folder.
+
+The package ships its assets in rollverify/assets/: the embedded model (models/), the math data
+(data/math/), the sweep grids (sweeps/) and the example configs (experiments/). A relative path
+resolves against the config file's folder, then the working directory, then those assets; so
+`models/tiny-qwen3-chain` or `--config experiments/default.yaml` mean the shipped ones wherever
+nothing of that name is at hand.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets"  # rollverify/assets
+
+
+def candidates(path: str | Path, folder: Path | None = None) -> list[Path]:
+    """Where `path` is looked for, in order (an absolute path: only itself)."""
+    path = Path(path)
+    if path.is_absolute():
+        return [path]
+    return [Path(os.path.normpath(root / path)) for root in [*roots(folder), ASSETS]]
+
+
+def locate(path: str | Path, folder: Path | None = None) -> Path | None:
+    """The first of `candidates` that exists, or None."""
+    return next((c for c in candidates(path, folder) if c.exists()), None)
+
+
+def canonical(path: str, folder: Path | None = None) -> str:
+    """How a config keeps `path`: absolute where it was found in the config's folder or the
+    working directory; a shipped asset by its name (the same on every install, so a run's
+    config.yaml compares equal on resume); as given where nothing has it."""
+    found = locate(path, folder)
+    if found is None or Path(path).is_absolute() or found == ASSETS / path:
+        return path
+    return str(found)
+
+
+def searched(path: str | Path, folder: Path | None = None) -> str:
+    """Where `path` was looked for, for an error message."""
+    if Path(path).is_absolute():
+        return str(path)
+    places = ", ".join(str(root) for root in roots(folder))
+    return f"{path} in {places} or the package's data ({ASSETS})"
+
+
+def roots(folder: Path | None) -> list[Path]:
+    """The config's folder (if any), then the working directory; once each."""
+    roots = [Path(os.path.abspath(folder))] if folder is not None else []
+    return list(dict.fromkeys([*roots, Path.cwd()]))

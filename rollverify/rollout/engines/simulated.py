@@ -1,0 +1,241 @@
+"""A rollout engine on a virtual clock: the real schedules (rollout.collect, verification,
+switching) against the GPU cost model, with no model at all.
+
+It does what the in-process engine does (engines/hf_engine.py), step for step:
+- every running row decodes one token per engine step;
+- a prefill yields an admitted row's first token;
+- queued trajectories are admitted after a step's decode, in batches of `admit_batch`, or at
+  once when nothing runs.
+Each trajectory's total length comes from `lengths(group_id, sample_index)`: drawn once per
+trajectory, so one that is paused and resumed ends where it would have.
+
+Instead of stepping token by token, a poll jumps ahead to the next event: the next finish, or
+the next admission. Time advances by the cost model's price of the decode steps in between
+(closed form, costmodel.decode_run_seconds) and of each prefill. With `finishes_per_poll` = m
+> 1 a poll runs until m rows have finished; admissions then wait for the poll's end, which
+trades a little slot time for speed at paper scale.
+
+The simulator prices work, it does not judge it: `rvctl simulate` feeds it Sketches,
+trajectories that count their tokens instead of holding them (their rules, truncation and
+regenerated tokens, are Trajectory's own); a real Trajectory gets placeholder tokens (id 0,
+log-prob 0), as the tests that compare it with the hf engine need.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from rollverify.cost.costmodel import StepCost
+from rollverify.cost.trace import EngineStep
+from rollverify.rollout.engines.batching import DECODE_KEEP, padded_positions
+from rollverify.rollout.engines.protocol import EngineStats, QueuedSlots
+from rollverify.rollout.trajectory import Trajectory
+
+_NONE = torch.empty(0)  # a Sketch's tensors: never read, never written
+
+
+@dataclass
+class Sketch(Trajectory):
+    """A trajectory that holds how many tokens it has, not the tokens (no tensor work: at paper
+    scale a run flushes and truncates millions of them)."""
+
+    length: int = 0
+    token_ids: torch.Tensor = field(default_factory=lambda: _NONE)
+    behavior_logprobs: torch.Tensor = field(default_factory=lambda: _NONE)
+    versions: torch.Tensor = field(default_factory=lambda: _NONE)
+
+    def __post_init__(self) -> None:
+        pass  # no tensors to check
+
+    def __len__(self) -> int:
+        return self.length
+
+    def generate(self, count: int) -> int:
+        """`count` more tokens; returns how many of them are regenerated ones."""
+        start, self.length = self.length, self.length + count
+        return self._regenerated(start)
+
+    def _append(self, token_ids, logprobs, versions) -> None:
+        self.length += token_ids.shape[0]
+
+    def _keep(self, kept: int) -> None:
+        self.length = kept
+
+
+@dataclass
+class _Row:
+    trajectory: Trajectory
+    admitted_at: int  # engine step of the prefill (its first token)
+    base: int  # context at admission: prompt + tokens the trajectory had
+    target: int  # total generated tokens when it finishes
+
+
+class SimulatedEngine(QueuedSlots):
+    def __init__(
+        self,
+        cost: StepCost,
+        slots: int,
+        max_new_tokens: int,
+        lengths: Callable[[int, int], int],
+        admit_batch: int | None = None,
+        finishes_per_poll: int = 1,
+        version: int = 0,
+    ) -> None:
+        self.cost = cost  # each iteration's price: Pricing (a GPU), LinearStepCost (fitted)
+        self.slots = slots
+        self.max_new_tokens = max_new_tokens
+        self.temperature, self.top_p, self.top_k = 1.0, 1.0, 0
+        self.lengths = lengths
+        self.admit_batch = admit_batch or max(1, slots // 8)  # as the hf engine
+        self.finishes_per_poll = finishes_per_poll
+        self.version = version
+        self.stats = EngineStats()
+        self.clock = 0.0  # virtual seconds on the modeled GPUs
+        self.prefill_seconds = 0.0  # of those, admissions' prefills (resumes re-prefill)
+        self.step = 0  # engine steps so far
+        self._queue: deque[Trajectory] = deque()
+        self._rows: dict[int, _Row] = {}
+        self._finishing: list[tuple[int, int]] = []  # heap of (finish step, row id)
+        self._ids = itertools.count()
+        self._context0 = 0  # sum over rows of (base - admitted_at): context = this + rows x step
+
+    # -- the engine interface -----------------------------------------------------------------
+
+    def start(self) -> dict:
+        return {"seconds": 0.0}
+
+    def shutdown(self) -> None:
+        pass
+
+    def poll(self) -> list[Trajectory]:
+        finished = []
+        if self._rows:
+            finished += self._decode(self._steps_to_next_event())
+        finished += self._admit()
+        return finished
+
+    def pause(self) -> list[Trajectory]:
+        paused = [self._flush(row) for row in self._rows.values()] + list(self._queue)
+        self.stats.aborted += len(paused)
+        self._rows, self._finishing, self._context0 = {}, [], 0
+        self._queue.clear()
+        return paused
+
+    def load_weights(self, named_tensors: Iterable, version: int) -> None:
+        if self.has_work:
+            raise RuntimeError("pause the engine before loading weights: in-flight KV is stale")
+        self.version = version
+
+    def probe_logprobs(self, token_ids: list[int]) -> torch.Tensor:
+        return torch.zeros(1, max(0, len(token_ids) - 1))  # no model: nothing to disagree with
+
+    def take_trace(self) -> list[EngineStep]:
+        return []  # the clock is the price: nothing to trace
+
+    def reset_stats(self) -> None:
+        self.stats = EngineStats()
+
+    def sampling_state(self) -> torch.Tensor:
+        return torch.tensor([self.step])
+
+    def load_sampling_state(self, state: torch.Tensor) -> None:
+        pass  # lengths come from `lengths`, not from a random stream
+
+    @contextmanager
+    def seeded(self, seed: int) -> Iterator[None]:
+        yield
+
+    # -- events -------------------------------------------------------------------------------
+
+    def _steps_to_next_event(self) -> int:
+        """Decode steps until the next finish (the m-th with finishes_per_poll = m), or one if
+        the queue would be admitted after this step's decode (as the hf engine does)."""
+        if self._queue and self._admissible(free=self.slots - len(self._rows)):
+            return 1
+        ends = heapq.nsmallest(self.finishes_per_poll, self._finishing)
+        return max(1, ends[-1][0] - self.step)
+
+    def _decode(self, steps: int) -> list[Trajectory]:
+        rows = len(self._rows)
+        context = self._context0 + rows * (self.step + 1)
+        padded = self._padded() if self.cost.reads_padding else context
+        self.clock += self.cost.decode_run(rows, context, padded, steps)
+        self.step += steps
+        self.stats.decode_steps += steps
+        self.stats.slot_steps_busy += rows * steps
+        finished = []
+        while self._finishing and self._finishing[0][0] <= self.step:
+            end, row_id = heapq.heappop(self._finishing)
+            row = self._rows.pop(row_id)
+            self._context0 -= row.base - row.admitted_at
+            # a row that ended inside the jump generated no tokens past its end
+            self.stats.slot_steps_busy -= self.step - end
+            finished.append(self._flush(row, at=end))
+        return finished
+
+    def _padded(self) -> int:
+        """Positions this step attends with padding: the hf engine's bands of similar length,
+        each padded to its longest (engines/batching.py)."""
+        now = self.step + 1
+        lengths = [row.base - row.admitted_at + now for row in self._rows.values()]
+        return padded_positions(lengths, DECODE_KEEP)
+
+    def _admissible(self, free: int) -> bool:
+        wanted = min(self.admit_batch, len(self._queue))
+        return min(free, len(self._queue)) >= wanted or not self._rows
+
+    def _admit(self) -> list[Trajectory]:
+        free = self.slots - len(self._rows)
+        if not self._queue or not self._admissible(free):
+            return []
+        admitted = [self._queue.popleft() for _ in range(min(free, len(self._queue)))]
+        contexts = [t.prompt_ids.shape[0] + len(t) for t in admitted]
+        step = EngineStep(
+            0,
+            0,
+            len(admitted),
+            sum(contexts),
+            sum(n * (n + 1) // 2 for n in contexts),
+            prefill_padded=padded_positions(contexts),  # grouped as the hf engine does
+        )
+        price = self.cost.iteration(step)
+        self.clock += price
+        self.prefill_seconds += price
+        finished = []
+        for trajectory, context in zip(admitted, contexts, strict=True):
+            target = min(self.lengths(*trajectory.key), self.max_new_tokens)
+            row = _Row(trajectory, self.step, context, max(target, len(trajectory) + 1))
+            end = self.step + row.target - len(trajectory) - 1  # the prefill made one token
+            if end <= self.step:
+                finished.append(self._flush(row, at=self.step))
+                continue
+            row_id = next(self._ids)
+            self._rows[row_id] = row
+            self._context0 += row.base - row.admitted_at
+            heapq.heappush(self._finishing, (end, row_id))
+        self.stats.tokens_prefilled += step.prefill_tokens
+        return finished
+
+    def _flush(self, row: _Row, at: int | None = None) -> Trajectory:
+        """Give the row's trajectory the tokens it generated up to step `at` (default: now),
+        finished if it reached its length."""
+        at = self.step if at is None else at
+        trajectory = row.trajectory
+        count = min(at - row.admitted_at + 1, row.target - len(trajectory))
+        self.stats.tokens_generated += count
+        if isinstance(trajectory, Sketch):
+            self.stats.tokens_regenerated += trajectory.generate(count)
+        else:
+            self.stats.tokens_regenerated += trajectory.extend(
+                torch.zeros(count, dtype=torch.long), torch.zeros(count), self.version
+            )
+        if len(trajectory) >= row.target:
+            trajectory.finish_reason = "length" if row.target >= self.max_new_tokens else "stop"
+        return trajectory

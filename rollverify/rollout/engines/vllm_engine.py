@@ -1,0 +1,472 @@
+"""The rollout engine protocol over N vLLM sidecars (Ray actors), with checked weight sync.
+
+Requests go to the least-loaded sidecar. A trajectory resumes by re-submitting prompt + its
+kept tokens as the prompt, with the rest of its token budget. Each request samples with its
+own seed (vLLM per-request generators), derived from the engine seed and a counter.
+
+Weight sync (vllm.weight_sync): `object_store`, the trainer's tensors travel through Ray's
+object store into each sidecar, which loads them into the running model
+(vllm_plugin.WeightSyncExtension) and drops its prefix cache; `collective`, the trainer
+broadcasts each whole tensor in turn to every engine's workers over a process group of their
+own (weight_group.py: NCCL on GPUs, gloo on CPU), which load it as it comes. Then the engine
+scores a fixed probe sequence; its log-probs must match the trainer's within
+`vllm.sync_check_tolerance` or the run stops (training/loop.py, SyncCheckError) rather than
+train on a policy the engine does not have.
+
+A sidecar that dies (its actor or its engine core), or stops answering polls for
+SIDECAR_TIMEOUT_S, is replaced: a new actor starts, takes the last synced weights (object_store:
+the copy kept in Ray's object store; collective: sent again by rank 0, which a sharded trainer
+cannot do alone, so there a lost engine stops the run) and the trajectories that
+were in flight on the dead one resume from the tokens they had when submitted. At most
+MAX_RESTARTS per engine: a sidecar that keeps dying stops the run instead of looping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import socket
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rollverify.core.sampling import Sampling
+from rollverify.cost.trace import EngineStep
+from rollverify.infra.faults import describe, own_error
+from rollverify.rollout.engines.protocol import EngineStats, check_unfinished
+from rollverify.rollout.engines.vllm_sidecar import EngineDead, unlink_shared_memory
+from rollverify.rollout.trajectory import Trajectory
+
+
+@dataclass(frozen=True)
+class VLLMSettings:
+    """What each sidecar is started with (see rollverify.config.VLLMConfig)."""
+
+    model: str
+    dtype: str
+    max_model_len: int
+    slots_per_engine: int
+    engines: int = 1
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.85
+    enforce_eager: bool = True
+    enable_prefix_caching: bool = True
+    cpu_kv_cache_gib: int = 1
+    placement: str = "pack"  # the placement group's strategy: pack or spread
+    weight_sync: str = "collective"  # or object_store (weight_group.py)
+
+    def environment(self) -> dict[str, str]:
+        """Set in each sidecar before vLLM loads. On CPU, vLLM's automatic KV size and its
+        OpenMP core binding made engine warm-up take ~45 s here (measured); a fixed KV size
+        and no binding (the trainer shares the cores) take 0.5 s."""
+        return {
+            "VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib),
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "VLLM_LOGGING_LEVEL": "WARNING",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+
+    def engine_kwargs(self, seed: int) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "dtype": self.dtype,
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": self.slots_per_engine,
+            "seed": seed,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "enforce_eager": self.enforce_eager,
+            "enable_prefix_caching": self.enable_prefix_caching,
+            "worker_extension_cls": "rollverify.rollout.engines.vllm_plugin.WeightSyncExtension",
+            # On, for the stat logger that traces each iteration (the cost model's input);
+            # vLLM's own logging loggers stay off (VLLM_LOGGING_LEVEL=WARNING).
+            "disable_log_stats": False,
+        } | self._tensor_parallel()
+
+    def _tensor_parallel(self) -> dict[str, Any]:
+        """An engine's tensor-parallel workers: processes beside its sidecar, on the GPUs of
+        its bundle (one node). In a placement group vLLM would pick its Ray executor, which
+        wants a bundle per GPU."""
+        return {"distributed_executor_backend": "mp"} if self.tensor_parallel_size > 1 else {}
+
+
+SIDECAR_TIMEOUT_S = 300.0  # a poll or an abort answers in milliseconds when the sidecar is well
+START_TIMEOUT_S = 900.0  # starting an engine and loading weights (an 8B model: minutes)
+MAX_RESTARTS = 3  # per VLLMEngine, over all its sidecars
+
+
+class SidecarFailed(RuntimeError):
+    """A sidecar died more often than MAX_RESTARTS."""
+
+    exit_code = 1
+
+
+class VLLMEngine:
+    """RolloutEngine over vLLM sidecars; `start` them first, `shutdown` when done."""
+
+    def __init__(
+        self,
+        settings: VLLMSettings,
+        max_new_tokens: int,
+        temperature: float,
+        seed: int = 0,
+        version: int = 0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+    ) -> None:
+        self.settings = settings
+        self.slots = settings.slots_per_engine * settings.engines
+        self.max_new_tokens = max_new_tokens
+        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
+        self.version = version
+        self.stats = EngineStats()
+        self.seed = seed
+        self._requests = 0  # requests submitted: with the seed, the next request's seed
+        self._actors: list[Any] = []
+        self._inflight: dict[str, tuple[Trajectory, int]] = {}  # request id -> (trajectory, actor)
+        self._load = [0] * settings.engines
+        self._busy = [0.0] * settings.engines
+        self._ids = itertools.count()
+        self._leftovers: dict[int, list[str]] = {}  # sidecar -> its /dev/shm blocks
+        self.restarts = 0  # sidecars replaced, over the engine's life
+        self._dead: set[int] = set()  # sidecars found dead, replaced before their next use
+        self._death = ""  # what the last one died of
+        self._waiting: list[Trajectory] = []  # in flight on a dead sidecar: resubmitted later
+        self._weights: Any = None  # ObjectRef of the last synced weights, for restarts
+        self._source: Any = None  # collective: what gives rank 0 the weights again, or None
+        self._weight_group: Any = None  # collective: rank 0 of the weight group, while formed
+        self._members: tuple[tuple[int, int], ...] = ()  # (index, birth) of the sidecars in it
+        self._births: dict[int, int] = {}  # sidecar -> the count of actors made when it was
+        self._made = itertools.count()
+        self._group: Any = None  # the engines' Ray placement group, while started
+        self.placed: dict[int, tuple[str, str | None]] = {}  # sidecar -> (host, its group)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> dict[str, Any]:
+        import ray
+
+        from rollverify.rollout.engines.ray_runtime import engine_placement
+
+        self._group = engine_placement(self.settings, START_TIMEOUT_S)
+        self._actors = [self._new_actor(i) for i in range(self.settings.engines)]
+        reports = ray.get([actor.start.remote() for actor in self._actors])
+        for index, report in enumerate(reports):
+            self._check_started(index, report)
+        return {"seconds": max(r["seconds"] for r in reports), "engines": len(self._actors)}
+
+    def _new_actor(self, index: int) -> Any:
+        """Sidecar `index`, in its bundle of the engines' placement group (a replacement
+        takes the bundle of the one it replaces)."""
+        from rollverify.rollout.engines.ray_runtime import sidecar_class
+
+        # Sampled tokens' log-probs as the trainer computes them: the softmax at the
+        # temperature, untruncated (rollverify/core/sampling.py picks vLLM's mode for it).
+        kwargs = self.settings.engine_kwargs(self.seed + index)
+        kwargs["logprobs_mode"] = self.sampling().vllm_logprobs_mode()
+        actor = sidecar_class(self.settings, self._group, index)
+        self._births[index] = next(self._made)  # (a replacement: another weight group)
+        return actor.remote(kwargs, self.settings.environment())
+
+    def _check_started(self, index: int, report: dict[str, Any]) -> None:
+        self.placed[index] = (report["host"], report["placement_group"])
+        if report["host"] == socket.gethostname():
+            self._leftovers[index] = report["shared_memory"]
+        if not all(report["prepacking_disabled"]) and not torch.cuda.is_available():
+            self.shutdown()
+            raise RuntimeError(
+                "vLLM CPU weight packing is on in a sidecar: weight sync would "
+                "be wrong; is rollverify installed (its vllm plugin entry point)?"
+            )
+
+    # -- dead sidecars ------------------------------------------------------------------------
+
+    def _call(self, method: str, args: dict[int, tuple], timeout: float) -> dict[int, Any]:
+        """Call `method` on the sidecars in `args`; answers by sidecar. One that is dead or hung
+        is buried (not restarted here: the caller may be stopping the run) and not in the
+        answers; an error in a request of a healthy sidecar stops the run."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        refs = {i: getattr(self._actors[i], method).remote(*a) for i, a in args.items()}
+        answers = {}
+        for index, ref in refs.items():
+            try:
+                answers[index] = ray.get(ref, timeout=timeout)
+            except (RayActorError, GetTimeoutError) as error:
+                self._bury(index, error)
+            except RayTaskError as error:
+                if not isinstance(error.cause, EngineDead) and not isinstance(error, EngineDead):
+                    raise SidecarFailed(f"vLLM sidecar {index}: {error.cause or error}") from None
+                self._bury(index, error)
+        return answers
+
+    def _bury(self, index: int, error: Exception) -> None:
+        """Sidecar `index` is dead: its in-flight trajectories wait for a new one, with the
+        tokens they had when submitted (what it generated since is lost)."""
+        self._dead.add(index)
+        self._death = describe(error)
+        lost = [rid for rid, (_, actor) in self._inflight.items() if actor == index]
+        self._load[index] = 0
+        self._waiting += [self._inflight.pop(rid)[0] for rid in lost]
+
+    def _live(self) -> list[int]:
+        return [i for i in range(len(self._actors)) if i not in self._dead]
+
+    def _revive(self, weights_coming: bool = False) -> None:
+        """Replace dead sidecars (new actors with the last synced weights, unless a sync is
+        `weights_coming` to them) and resubmit the trajectories that were waiting for them."""
+        import ray
+
+        for index in sorted(self._dead):
+            if self.restarts >= MAX_RESTARTS:
+                raise SidecarFailed(
+                    f"vLLM sidecar {index} died after {self.restarts} restarts ({self._death}); "
+                    "check the engine's log above"
+                )
+            with contextlib.suppress(Exception):
+                ray.kill(self._actors[index])
+            unlink_shared_memory(self._leftovers.pop(index, []))  # the dead engine's buffers
+            actor = self._new_actor(index)
+            try:
+                report = ray.get(actor.start.remote(), timeout=START_TIMEOUT_S)
+                weights = None if weights_coming else self._restart_weights()
+                if weights is not None:
+                    ray.get(actor.load_weights.remote(weights), timeout=START_TIMEOUT_S)
+            except SidecarFailed:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
+                raise
+            except Exception as error:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
+                raise SidecarFailed(
+                    f"vLLM sidecar {index} died ({self._death}) and could not be restarted: "
+                    f"{describe(error)}"
+                ) from None
+            self._actors[index] = actor
+            self._check_started(index, report)
+            self._dead.discard(index)
+            self.restarts += 1
+            self.stats.restarts += 1
+        if self._waiting:
+            waiting, self._waiting = self._waiting, []
+            self.submit(waiting)
+
+    def shutdown(self) -> None:
+        import ray
+
+        for actor in self._actors:
+            with contextlib.suppress(Exception):  # a dead actor is what we want anyway
+                ray.get(actor.shutdown.remote(), timeout=30)
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+        self._actors, self._weights, self._dead, self._waiting = [], None, set(), []
+        self._source, self._weight_group, self._members = None, None, ()
+        if self._group is not None:  # its GPUs back to the cluster
+            with contextlib.suppress(Exception):
+                ray.util.remove_placement_group(self._group)
+            self._group = None
+        for blocks in self._leftovers.values():  # what a sidecar killed mid-shutdown left behind
+            unlink_shared_memory(blocks)
+        self._leftovers = {}
+
+    # -- the engine interface -----------------------------------------------------------------
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._inflight or self._waiting)
+
+    def idle_slots(self) -> int:
+        return max(0, self.slots - len(self._inflight) - len(self._waiting))
+
+    def submit(self, trajectories: list[Trajectory]) -> None:
+        self._revive()
+        batches: dict[int, list] = {}
+        check_unfinished(trajectories)
+        for trajectory in trajectories:
+            actor = min(range(len(self._actors)), key=lambda a: self._load[a])
+            request_id = f"r{next(self._ids)}"
+            prompt = torch.cat([trajectory.prompt_ids, trajectory.token_ids]).tolist()
+            budget = self.max_new_tokens - len(trajectory)
+            seed = (self.seed * 1_000_003 + self._requests) % (2**31)
+            self._requests += 1
+            batches.setdefault(actor, []).append((request_id, prompt, budget, seed))
+            self._inflight[request_id] = (trajectory, actor)
+            self._load[actor] += 1
+        sampling = self.sampling().vllm_params()
+        self._call("add", {a: (batch, sampling) for a, batch in batches.items()}, 60.0)
+
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.top_p, self.top_k)
+
+    def poll(self, wait_seconds: float = 0.02) -> list[Trajectory]:
+        self._revive()  # a sidecar found dead at the last call: replace it, resubmit its work
+        reports = self._call("poll", {a: (wait_seconds,) for a in self._live()}, SIDECAR_TIMEOUT_S)
+        finished = []
+        for actor, report in reports.items():
+            self._busy[actor] = report["busy_seconds"]
+            finished += [self._absorb(record) for record in report["finished"]]
+        self.stats.decode_steps += 1
+        return finished
+
+    def pause(self) -> list[Trajectory]:
+        # An abort answers in milliseconds; one that takes a minute is taken for dead (and not
+        # replaced here: a pause may be the run stopping).
+        answers = self._call("abort_all", {a: () for a in self._live()}, 60.0)
+        paused = [self._absorb(record) for records in answers.values() for record in records]
+        paused, self._waiting = paused + self._waiting, []
+        self.stats.aborted += sum(not t.finished for t in paused)
+        assert not self._inflight, "every request comes back from an abort"
+        return paused
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+        """`named_tensors`: (name, tensor) in the engines' dtype; a training.weight_sync
+        WeightStream gives them one at a time (and their specs first, for a broadcast)."""
+        import ray
+
+        if self.has_work:
+            raise RuntimeError("pause the engine before loading weights: in-flight KV is stale")
+        if self.settings.weight_sync == "collective":
+            self._weights = None  # no copy: a replacement gets them from rank 0 again
+            self._revive(weights_coming=True)  # a replacement joins the group and receives them
+            self._broadcast(named_tensors)
+        else:
+            self._weights = None  # drop the old copy first: one copy of the weights at a time
+            self._weights = ray.put([(n, tensor.detach().cpu()) for n, tensor in named_tensors])
+            self._revive()  # a replacement takes these weights as it starts
+            self._call("load_weights", {a: (self._weights,) for a in self._live()}, START_TIMEOUT_S)
+        self._revive()  # one that died while loading
+        self.version = version
+
+    # -- collective weight sync ---------------------------------------------------------------
+
+    def _broadcast(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Every engine's workers receive each tensor as rank 0 broadcasts it (on rank 0's GPU
+        over NCCL: the first sync of a run sends the weights from host memory). A sidecar lost
+        mid-broadcast leaves the others with half-loaded weights: the run stops."""
+        import ray
+
+        from rollverify.rollout.engines import weight_group
+
+        specs = getattr(named_tensors, "specs", None)
+        if specs is None:  # plain (name, tensor) pairs, already whole: their specs from them
+            named_tensors = list(named_tensors)  # references, no copies
+            specs = [weight_group.spec(name, tensor) for name, tensor in named_tensors]
+        self._source = named_tensors  # for a replacement before the next sync, if it can
+        try:
+            self._form_group()
+            kind = weight_group.backend()
+            refs = [self._actors[a].receive_weights.remote(specs) for a, _ in self._members]
+            pairs = zip(specs, named_tensors, strict=True)
+            for index, ((name, _, _), (sent, tensor)) in enumerate(pairs):
+                assert name == sent, f"weight {sent} sent where its spec says {name}"
+                weight_group.broadcast(self._weight_group, weight_group.sendable(tensor, kind))
+                done, _ = ray.wait(refs, timeout=0)
+                if done and index < len(specs) - 1:  # a worker's call ended before the last
+                    ray.get(done)  # its error
+                    raise RuntimeError(f"an engine worker stopped receiving after {name}")
+            ray.get(refs, timeout=START_TIMEOUT_S)
+        except Exception as error:
+            weight_group.abandon(self._weight_group)
+            self._weight_group, self._members = None, ()
+            raise SidecarFailed(
+                f"weight sync to the vLLM workers failed ({describe(own_error(error))}); the "
+                "engines' weights are mixed, so the run stops (rvctl resume continues it)"
+            ) from None
+
+    def _form_group(self) -> None:
+        """The weight group over the live sidecars' workers, formed again when they changed."""
+        import ray
+
+        from rollverify.rollout.engines import weight_group
+
+        members = tuple((a, self._births[a]) for a in self._live())
+        if self._weight_group is not None and self._members == members:
+            return
+        host = ray.util.get_node_ip_address()  # 127.0.0.1 on rvctl's private Ray
+        server = weight_group.listener(host)
+        port, kind = server.getsockname()[1], weight_group.backend()
+        tp = self.settings.tensor_parallel_size
+        world = 1 + len(members) * tp
+        joins = [
+            self._actors[a].join_weight_group.remote(host, port, 1 + k * tp, world, kind)
+            for k, (a, _) in enumerate(members)
+        ]
+        self._weight_group = weight_group.join(host, port, 0, world, kind, server=server)
+        ray.get(joins, timeout=START_TIMEOUT_S)
+        self._members = members
+
+    def _restart_weights(self) -> Any:
+        """The last synced weights for a replacement sidecar, in Ray's object store."""
+        import ray
+
+        if self.settings.weight_sync != "collective":
+            return self._weights  # None before the first sync: the base weights are right
+        if self.version == 0:
+            return None  # the base weights, which a new sidecar loads
+        # (asked now: the stream of a run's first sync was of a model sharded since)
+        if self._source is not None and getattr(self._source, "restartable", True):
+            return ray.put([(n, tensor.detach().cpu()) for n, tensor in self._source])
+        raise SidecarFailed(
+            f"vLLM sidecar died ({self._death}) and a sharded trainer cannot send its weights "
+            "to a replacement alone (vllm.weight_sync: collective); rvctl resume continues "
+            "the run from its last checkpoint"
+        )
+
+    def probe_logprobs(self, token_ids: list[int]) -> torch.Tensor:
+        """Each sidecar's log-probs of token_ids[1:] given the tokens before: float [E, T-1]."""
+        for _ in range(2):  # a sidecar that dies on the way is replaced and asked again
+            self._revive()
+            rows = self._call(
+                "probe_logprobs", {a: (token_ids,) for a in self._live()}, SIDECAR_TIMEOUT_S
+            )
+            if len(rows) == len(self._actors):
+                return torch.tensor([rows[a] for a in sorted(rows)])
+        raise SidecarFailed(f"vLLM sidecars died while scoring the probe ({self._death})")
+
+    @contextmanager
+    def seeded(self, seed: int) -> Iterator[None]:
+        training = (self.seed, self._requests, self.stats)
+        self.seed, self._requests, self.stats = seed, 0, EngineStats()
+        try:
+            yield
+        finally:
+            self.seed, self._requests, self.stats = training
+
+    def reset_stats(self) -> None:
+        self.stats = EngineStats()
+
+    def take_trace(self) -> list[EngineStep]:
+        """Each sidecar's iterations since the last call, tagged with its index (a dead one's
+        are lost with it)."""
+        answers = self._call("take_trace", {a: () for a in self._live()}, SIDECAR_TIMEOUT_S)
+        return [
+            EngineStep(*iteration[:5], engine=index, seconds=iteration[5])
+            for index, iterations in sorted(answers.items())
+            for iteration in iterations
+        ]
+
+    def sampling_state(self) -> torch.Tensor:
+        return torch.tensor([self.seed, self._requests], dtype=torch.long)
+
+    def load_sampling_state(self, state: torch.Tensor) -> None:
+        self.seed, self._requests = (int(x) for x in state.tolist())
+
+    def busy_slot_seconds(self) -> float:
+        return sum(self._busy)
+
+    # -- records back into trajectories ------------------------------------------------------
+
+    def _absorb(self, record: dict[str, Any]) -> Trajectory:
+        trajectory, actor = self._inflight.pop(record["request_id"])
+        self._load[actor] -= 1
+        self.stats.tokens_regenerated += trajectory.extend(
+            record["tokens"], record["logprobs"], self.version
+        )
+        trajectory.finish_reason = record["finish_reason"]
+        self.stats.tokens_generated += len(record["tokens"])
+        return trajectory

@@ -1,0 +1,113 @@
+"""Training curves as PNG files: one per metric, one line per group (method or grid point).
+
+A line is the mean over the group's runs at each step; with >= 2 runs, the band between their
+min and max is shaded. Matplotlib's object API with the Agg canvas: no pyplot global state, no
+display needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rollverify.tracking import metric_names as m
+
+if TYPE_CHECKING:
+    from rollverify.tracking.run_records import RunRecord
+
+# metric name (docs/metrics.md) -> axis label
+PLOT_METRICS = {
+    m.REWARD_MEAN: "reward (mean)",
+    m.ENTROPY_MEAN: "token entropy (mean)",
+    m.OPS_MEAN: "sequence OPS (mean)",
+    m.ACCEPTANCE_RATE: "acceptance rate",
+    m.RESPONSE_LENGTH_MEAN: "response length (tokens)",
+    m.EVAL_ACCURACY: "eval accuracy",
+}
+
+
+def plot_metrics(
+    groups: Mapping[str, Sequence[RunRecord]],
+    out_dir: Path,
+    metrics: Mapping[str, str] = PLOT_METRICS,
+) -> list[Path]:
+    """Write `<out_dir>/<metric>.png` for each metric some run logged; return the paths."""
+    from matplotlib.figure import Figure
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for metric, label in metrics.items():
+        curves = {
+            name: curve
+            for name, runs in groups.items()
+            if (curve := _curve([r.history.get(metric, {}) for r in runs])) is not None
+        }
+        if not curves:
+            continue
+        figure = Figure(figsize=(7, 4.2), layout="constrained")
+        axes = figure.add_subplot()
+        for name, (steps, mean, low, high, seeds) in curves.items():
+            sparse = len(steps) <= 20  # eval_accuracy: a few points, show them
+            (line,) = axes.plot(steps, mean, marker="o" if sparse else None, label=name)
+            if seeds >= 2:
+                axes.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, lw=0)
+        axes.set(title=f"{label} vs step", xlabel="optimizer step", ylabel=label)
+        axes.grid(alpha=0.3)
+        axes.legend(title="mean, min-max over seeds", fontsize="small")
+        path = out_dir / f"{metric}.png"
+        figure.savefig(path, dpi=120)
+        paths.append(path)
+    return paths
+
+
+def _curve(histories: Sequence[Mapping[int, float]]) -> tuple | None:
+    """Per step over the runs that logged it: (steps, mean, min, max, runs with data)."""
+    present = [h for h in histories if h]
+    if not present:
+        return None
+    steps = sorted(set().union(*present))
+    columns = [[h[s] for h in present if s in h] for s in steps]
+    return (
+        steps,
+        [sum(c) / len(c) for c in columns],
+        [min(c) for c in columns],
+        [max(c) for c in columns],
+        len(present),
+    )
+
+
+def plot_gaps(rows: Sequence[Mapping], knob: str, out_dir: Path) -> Path | None:
+    """`<out_dir>/accuracy_gap_vs_<knob>.png` for a grid over methods and one knob: each
+    method's paired accuracy difference to grpo (report.sweep_rows) against the knob's values,
+    with its 95% interval; None when no row has a difference."""
+    from matplotlib.figure import Figure
+
+    lines: dict[str, list[tuple]] = {}
+    for row in rows:
+        if row.get("accuracy_diff_vs_grpo") is not None:
+            point = (row[knob], row["accuracy_diff_vs_grpo"], row["accuracy_diff_ci95"] or 0.0)
+            lines.setdefault(row["method"], []).append(point)
+    if not lines:
+        return None
+    labels = list(dict.fromkeys(str(row[knob]) for row in rows))  # the knob's values, in order
+    figure = Figure(figsize=(7, 4.2), layout="constrained")
+    axes = figure.add_subplot()
+    for offset, (method, points) in enumerate(lines.items()):
+        shift = (offset - (len(lines) - 1) / 2) * 0.06  # side by side, not on top
+        x = [labels.index(str(value)) + shift for value, _, _ in points]
+        y, error = [p[1] for p in points], [p[2] for p in points]
+        axes.errorbar(x, y, yerr=error, marker="o", capsize=3, label=method)
+    axes.axhline(0.0, color="grey", lw=0.8)
+    axes.set_xticks(range(len(labels)), labels)
+    axes.set(
+        title=f"eval accuracy minus grpo's vs {knob}",
+        xlabel=knob,
+        ylabel="accuracy difference to grpo",
+    )
+    axes.grid(alpha=0.3)
+    axes.legend(title="mean over seeds, paired 95% interval", fontsize="small")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"accuracy_gap_vs_{knob}.png"
+    figure.savefig(path, dpi=120)
+    return path

@@ -1,0 +1,217 @@
+"""What a report reads: the training runs of the targets, from the MLflow store.
+
+`load_report` resolves the targets (run ids, or compare/sweep folders holding `parent.json`)
+and reads their training runs into `RunRecord`s: one `get_metric_history` call per metric per
+run (~10 ms each on sqlite; fine for tens of runs). rollverify/experiments/report.py turns them
+into rows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rollverify.tracking import metric_names as m
+
+PARENT_KINDS = ("compare", "sweep")
+# The metrics the tables and plots read (names from docs/metrics.md); others are not fetched.
+REPORT_METRICS = (
+    m.EVAL_ACCURACY,
+    m.COST_GPU_DAYS,
+    m.MODELED_GPU_DAYS,
+    m.OPS_MEAN,
+    m.STALENESS_MEAN,
+    m.MISMATCH_KL,
+    m.ACCEPTANCE_RATE,
+    m.SWITCHED,
+    m.REWARD_MEAN,
+    m.ENTROPY_MEAN,
+    m.RESPONSE_LENGTH_MEAN,
+)
+
+
+@dataclass
+class RunRecord:
+    """One training run, as the report needs it.
+
+    history: metric name -> {step: value}, NaN dropped. Steps are optimizer steps 1..N;
+    `eval_accuracy` also has step 0 (the base model). Cost metrics are cumulative.
+    """
+
+    run_id: str
+    method: str
+    seed: int | None
+    status: str  # MLflow: FINISHED, RUNNING, KILLED, FAILED, SCHEDULED
+    start_time: int  # ms since the epoch
+    params: dict[str, str]  # the flattened resolved config, e.g. "verify.ds": "0.01"
+    history: dict[str, dict[int, float]]
+
+    @property
+    def finished(self) -> bool:
+        return self.status == "FINISHED"
+
+    def last(self, metric: str) -> float | None:
+        """The value at the largest logged step, or None if never logged."""
+        values = self.history.get(metric)
+        return values[max(values)] if values else None
+
+
+@dataclass
+class Report:
+    tracking_uri: str
+    kind: str  # "compare" or "sweep" (every target was such a parent), else "runs"
+    parent_run_ids: list[str]
+    sweep_params: list[str]  # dotted config keys swept, e.g. ["verify.ds", "verify.dt"]
+    runs: list[RunRecord]  # oldest first
+
+
+# ---- reading MLflow ----------------------------------------------------------------------
+
+
+def load_report(targets: Sequence[str] = (), tracking_uri: str | None = None) -> Report:
+    """Resolve targets and read their training runs.
+
+    A target is a run id (a training run, or a compare/sweep parent: its children), or a
+    folder holding `parent.json` (its `tracking_uri` is used unless `tracking_uri` is given).
+    No target: the newest parent in the store, else every training run in it.
+    """
+    folders = {t: _read_parent_json(Path(t)) for t in targets if _looks_like_path(t)}
+    # MLflow takes ~3 s to import: a bad folder is reported before that.
+    from mlflow.tracking import MlflowClient
+
+    from rollverify.tracking.tracker import child_runs, default_tracking_uri
+
+    uri = tracking_uri or next(
+        (rec["tracking_uri"] for rec in folders.values()), default_tracking_uri("runs")
+    )
+    check_store_exists(uri)
+    client = MlflowClient(tracking_uri=uri)
+    experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    run_ids = [folders[t]["run_id"] if t in folders else t for t in targets]
+    resolved = _resolve(client, experiment_ids, run_ids, targets, uri)
+
+    parents = [r for r in resolved if r.data.tags.get("kind") in PARENT_KINDS]
+    runs = {r.info.run_id: r for r in resolved if _is_training(r)}
+    for parent in parents:
+        children = child_runs(client, parent.info.run_id)
+        runs.update((r.info.run_id, r) for r in children if _is_training(r))
+    if not runs:
+        names = ", ".join(r.info.run_id for r in resolved)
+        raise ValueError(f"{names}: no training runs yet (a parent without children?)")
+
+    kinds = {r.data.tags.get("kind") for r in resolved}
+    kind = kinds.pop() if len(kinds) == 1 and parents else "runs"
+    sweep_params = [p for r in parents for p in r.data.tags.get("sweep_params", "").split(",") if p]
+    records = sorted((_record(client, r) for r in runs.values()), key=lambda r: r.start_time)
+    return Report(
+        uri, kind, [p.info.run_id for p in parents], list(dict.fromkeys(sweep_params)), records
+    )
+
+
+def _resolve(
+    client: Any, experiment_ids: list[str], run_ids: list[str], targets: Sequence[str], uri: str
+) -> list[Any]:
+    """MLflow runs for the targets; none given: the newest parent, else every training run."""
+    from mlflow.exceptions import MlflowException
+
+    if not targets:
+        every = client.search_runs(experiment_ids, order_by=["attributes.start_time DESC"])
+        parents = [r for r in every if r.data.tags.get("kind") in PARENT_KINDS]
+        training = [r for r in every if _is_training(r)]
+        if not parents and not training:
+            raise ValueError(f"no training runs in {uri}; train or compare first, or pass a run id")
+        return parents[:1] or training
+    resolved = []
+    for target, run_id in zip(targets, run_ids, strict=True):
+        try:
+            resolved.append(client.get_run(run_id))
+        except MlflowException:
+            raise ValueError(
+                f"{target}: no such run in {uri}; pass a run id from this store "
+                "(or --tracking-uri), or a compare/sweep output folder with parent.json"
+            ) from None
+    return resolved
+
+
+FOLDER_RECORDS = ("parent.json", "mlflow.json")  # compare/sweep folder; run folder (RUN_DIR)
+
+
+def _looks_like_path(target: str) -> bool:
+    return Path(target).exists() or "/" in target or target.startswith(".")
+
+
+def _read_parent_json(path: Path) -> dict[str, str]:
+    """A compare/sweep folder's parent.json, or a run folder's mlflow.json (the same keys)."""
+    if not path.exists():
+        raise ValueError(
+            f"{path}: no such folder; pass a run id, a run folder or a compare/sweep folder"
+        )
+    file = (
+        path
+        if path.name in FOLDER_RECORDS
+        else next(
+            (path / n for n in FOLDER_RECORDS if (path / n).is_file()), path / FOLDER_RECORDS[0]
+        )
+    )
+    if not file.is_file():
+        raise ValueError(
+            f"{path}: no parent.json or mlflow.json here; pass a run folder or a compare/sweep "
+            "output folder"
+        )
+    try:
+        record = json.loads(file.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{file}: not valid JSON ({error})") from None
+    if not isinstance(record, dict) or not {"run_id", "tracking_uri"} <= record.keys():
+        raise ValueError(f"{file}: needs keys run_id and tracking_uri")
+    return record
+
+
+def check_store_exists(uri: str) -> None:
+    """Reading must not create an empty sqlite store as a side effect."""
+    if uri.startswith("sqlite:///"):
+        path = Path(uri.removeprefix("sqlite:///"))
+        if not path.is_file():
+            raise ValueError(
+                f"no MLflow store at {path}; train or compare first, or pass --tracking-uri"
+            )
+
+
+def _is_training(run: Any) -> bool:
+    """Training runs carry a `method` tag; parents (a sweep's has one too) carry `kind`."""
+    tags = run.data.tags
+    return "method" in tags and tags.get("kind") not in PARENT_KINDS
+
+
+def run_record(tracking_uri: str, run_id: str) -> RunRecord:
+    """One training run's record, read from its store."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    return _record(client, client.get_run(run_id))
+
+
+def _record(client: Any, run: Any) -> RunRecord:
+    history = {}
+    per_set = [name for name in run.data.metrics if m.eval_set_of(name) is not None]
+    for name in (*REPORT_METRICS, *per_set):
+        if name not in run.data.metrics:
+            continue
+        points = sorted(
+            client.get_metric_history(run.info.run_id, name), key=lambda m: (m.step, m.timestamp)
+        )
+        history[name] = {m.step: m.value for m in points if not math.isnan(m.value)}
+    seed = run.data.tags.get("seed", "")
+    return RunRecord(
+        run_id=run.info.run_id,
+        method=run.data.tags["method"],
+        seed=int(seed) if seed.lstrip("-").isdigit() else None,
+        status=run.info.status,
+        start_time=run.info.start_time or 0,
+        params=dict(run.data.params),
+        history=history,
+    )

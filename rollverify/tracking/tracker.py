@@ -1,0 +1,164 @@
+"""Where metrics go: a small Tracker interface, and MLflow behind it.
+
+MLflow's sqlite store costs ~10 ms per call, so a step's metrics go in one `log_batch`.
+Metric names are stable (docs/metrics.md lists them): dashboards depend on them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Protocol
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+from rollverify.infra.atomic_write import atomic_write_text
+from rollverify.infra.faults import describe
+from rollverify.infra.nested_dicts import (
+    flatten,  # re-exported: `from rollverify.tracking.tracker import flatten`
+)
+
+MAX_PARAM_LENGTH = 6000  # MLflow 3 limit on a param value
+
+
+class Tracker(Protocol):
+    run_id: str
+    uri: str
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+
+    def finish(self, status: str = "FINISHED") -> None: ...
+
+
+def default_tracking_uri(output: str | Path) -> str:
+    """A sqlite store inside the output folder, so a run's metrics live beside its files."""
+    return f"sqlite:///{(Path(output).resolve() / 'mlflow.db')}"
+
+
+class MLflowTracker:
+    """One MLflow run: params = the resolved config, tags = method/seed/engine."""
+
+    def __init__(
+        self,
+        uri: str,
+        experiment: str,
+        run_name: str,
+        params: dict[str, Any],
+        tags: dict[str, str],
+        artifact_root: Path,
+        parent_run_id: str | None = None,
+        spool: Path | None = None,
+    ) -> None:
+        self.client, self.uri = MlflowClient(tracking_uri=uri), uri
+        self.spool = spool  # metrics the store refused, one JSON batch per line, until delivered
+        self.pending: list[list[Metric]] = []
+        found = self.client.get_experiment_by_name(experiment)
+        experiment_id = (
+            found.experiment_id
+            if found is not None
+            else self.client.create_experiment(experiment, artifact_location=artifact_root.as_uri())
+        )
+        if parent_run_id is not None:
+            tags = {**tags, "mlflow.parentRunId": parent_run_id}
+        run = self.client.create_run(experiment_id, run_name=run_name, tags=tags)
+        self.run_id = run.info.run_id
+        self.client.log_batch(
+            self.run_id,
+            params=[Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in flatten(params).items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
+
+    @classmethod
+    def attach(cls, uri: str, run_id: str, spool: Path | None = None) -> MLflowTracker:
+        """Continue an existing run (a resumed run, a resumed sweep's parent): RUNNING again.
+        Metrics a killed process left in its spool file go out first."""
+        tracker = cls.__new__(cls)
+        tracker.client, tracker.uri, tracker.run_id = MlflowClient(tracking_uri=uri), uri, run_id
+        tracker.spool, tracker.pending = spool, _read_spool(spool)
+        tracker.client.update_run(run_id, status="RUNNING")
+        tracker.deliver()
+        return tracker
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """One batch per step. If the store is down or locked, training goes on: the batch
+        waits (in memory, and in the spool file) and goes out with the next one that can."""
+        timestamp = int(time.time() * 1000)
+        batch = [
+            Metric(name, float(value), timestamp, step)
+            for name, value in metrics.items()
+            if value is not None and not (isinstance(value, float) and math.isnan(value))
+        ]
+        if batch:
+            self.pending.append(batch)
+            self.deliver()
+
+    def deliver(self) -> bool:
+        """Send what is pending; True when nothing is left."""
+        try:
+            while self.pending:
+                self.client.log_batch(self.run_id, metrics=self.pending[0])
+                self.pending.pop(0)
+        except Exception as error:  # sqlite busy, server down, ...: keep it, say so once
+            if not getattr(self, "warned", False):
+                self.warned = True
+                warnings.warn(
+                    f"MLflow store unavailable ({type(error).__name__}); metrics are kept "
+                    f"{'in ' + str(self.spool) if self.spool else 'in memory'} and sent later",
+                    stacklevel=2,
+                )
+        self._write_spool()
+        return not self.pending
+
+    def _write_spool(self) -> None:
+        if self.spool is None:
+            return
+        if not self.pending:
+            self.spool.unlink(missing_ok=True)
+            return
+        lines = [
+            json.dumps([[m.key, m.value, m.timestamp, m.step] for m in batch])
+            for batch in self.pending
+        ]
+        atomic_write_text(self.spool, "\n".join(lines) + "\n")
+
+    def log_artifacts(self, files: list[Path], folder: str | None = None) -> None:
+        """Copy files into the run's artifacts (under `folder`); a store that cannot take
+        them is warned about, training's results are kept in the run folder anyway."""
+        try:
+            for file in files:
+                self.client.log_artifact(self.run_id, str(file), artifact_path=folder)
+        except Exception as error:
+            warnings.warn(f"MLflow artifacts not stored: {describe(error)}", stacklevel=2)
+
+    def finish(self, status: str = "FINISHED", retry_seconds: float = 30.0) -> None:
+        """Deliver what is pending (retrying a while), then close the run."""
+        deadline = time.monotonic() + retry_seconds
+        while not self.deliver() and time.monotonic() < deadline:
+            time.sleep(1.0)
+        try:
+            self.client.set_terminated(self.run_id, status=status)
+        except Exception as error:
+            warnings.warn(f"MLflow run {self.run_id} not closed: {error}", stacklevel=2)
+
+
+def child_runs(client: MlflowClient, parent_run_id: str, finished_only: bool = False) -> list:
+    """The runs of a compare or a sweep: children of its MLflow parent run."""
+    experiment = client.get_run(parent_run_id).info.experiment_id
+    query = f"tags.mlflow.parentRunId = '{parent_run_id}'"
+    if finished_only:
+        query += " and status = 'FINISHED'"
+    return client.search_runs([experiment], filter_string=query)
+
+
+def _read_spool(spool: Path | None) -> list[list[Metric]]:
+    if spool is None or not spool.exists():
+        return []
+    return [
+        [Metric(key, value, timestamp, step) for key, value, timestamp, step in json.loads(line)]
+        for line in spool.read_text().splitlines()
+        if line.strip()
+    ]

@@ -55,7 +55,8 @@ bench: setup
 
 # Does the suite notice when a mechanism breaks? Named mutants of the paper's mechanisms
 # (tests/mutants.py, ~8 min: each one runs its tests in a mutated copy of the checkout) and
-# mutmut over the pure rules (ops, verify, switching, filters, trajectory, ledger; ~2 min).
+# mutmut over the pure rules (core/: off_policy_shift, verify, switching, filters;
+# rollout/trajectory, cost/ledger; ~2 min).
 # Each writes its result to benchmarks/results/ (mutants.json, mutation.json).
 mutants: setup
 	$(PY) tests/mutants.py --out benchmarks/results/mutants.json

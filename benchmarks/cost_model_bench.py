@@ -12,9 +12,9 @@
      iteration's time since the previous one while requests run);
    - `synchronous steps`: the total seconds of each synchronous step on the sums of its
      iterations' columns (no iteration timing needed). Partial rollout is then out of sample.
-3. The simulator (engines/simulated.py) runs both schedules with each profile and the lengths
-   the real rollouts produced, admitting as the engine does (hf: in batches of slots / 8; vLLM:
-   into every free slot). It predicts each schedule's rollout seconds, and so the partial /
+3. The simulator (rollout/engines/simulated.py) runs both schedules with each profile and the
+   lengths the real rollouts produced, admitting as the engine does (hf: in batches of slots /
+   8; vLLM: into every free slot). It predicts each schedule's rollout seconds, and so the partial /
    synchronous throughput ratio.
 Goal (issue 12): predicted within 10% of measured. Prints one JSON object.
 """

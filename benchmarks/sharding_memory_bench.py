@@ -10,7 +10,7 @@ parameters at the defaults, float32), one AdamW step on a small batch, then a ch
     none           every rank holds the whole model, its gradients and AdamW moments (DDP's
                    memory); rank 0 writes the checkpoint
     fsdp           each rank holds half of each; the checkpoint as the run writes it (each
-                   rank its part, sharded_checkpoint.write_parts)
+                   rank its part, checkpoint/sharded.write_parts)
     fsdp-gathered  the same, the checkpoint written as before this change (the weights and
                    moments gathered whole to rank 0's memory, rank 0 writes them)
 

@@ -2,10 +2,10 @@
 model sharded with FSDP2 as accelerate shards it (each decoder layer, then the root), beside
 an unsharded copy on every rank, trained one AdamW step on the same batch; rank 0 writes
 what sharding.py's gathers gave against the copy as JSON to argv[1]. A checkpoint of the
-sharded model, each rank writing its part (sharded_checkpoint.py), goes into the run folder
-argv[2] (with its config.yaml and the gathered weights, for `rvctl export`); read back and
+sharded model, each rank writing its part (training/checkpoint/sharded.py), goes into the run
+folder argv[2] (with its config.yaml and the gathered weights, for `rvctl export`); read back and
 put into fresh shards, then written again (in files of 256 KiB of whole tensors). Also
-World.score's split of rank 0's items (training/world.py), scored through the shards."""
+World.score's split of rank 0's items (training/distributed/world.py), scored through the shards."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM
 
 from rollverify.config import load_config
 from rollverify.rollout.engines.protocol import probe_logprobs_of
-from rollverify.training import sharded_checkpoint
+from rollverify.training.checkpoint import sharded as sharded_parts
 from rollverify.training.checkpoint.files import Checkpoint, folder_for, save
 from rollverify.training.checkpoint.files import load as read_checkpoint
 from rollverify.training.checkpoint.run_state import (
@@ -166,7 +166,7 @@ def main() -> None:
     resumed = read_checkpoint(folder_for(run_dir / "checkpoints", 1))
     load_optimizer_and_scheduler(fresh, fresh_optimizer, Scheduler(), resumed)
     result["resume_read_whole_moments"] = resumed.tensors["optimizer"]._whole is not None
-    sharded_checkpoint.FILE_BYTES = 1 << 18  # step 2's parts in several files per rank
+    sharded_parts.FILE_BYTES = 1 << 18  # step 2's parts in several files per rank
     again = optimizer_state(checkpoint(run_dir, 2, fresh, fresh_optimizer, rank), fresh_optimizer)
     fresh_whole = dict(full_tensors(fresh))  # (every rank: a collective)
     result["optimizer_roundtrip_gap"] = max(

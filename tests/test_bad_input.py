@@ -145,7 +145,7 @@ def test_a_run_that_fails_inside_a_comparison_is_its_one_line(tmp_path, monkeypa
 def test_a_launched_world_meets_on_loopback():
     """The node's address, where the ranks find the store they share, is 127.0.0.1 (torch
     would take the host's name, which may resolve to an address the store does not listen
-    on: training/loopback_stores.py binds it to 127.0.0.1)."""
+    on: training/distributed/loopback_stores.py binds it to 127.0.0.1)."""
     from rollverify.training.launch import launch_config
 
     config = launch_config(2)

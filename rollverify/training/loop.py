@@ -20,14 +20,15 @@ TRL drives the loop; these are the parts that are ours, each filling its record 
     log()            TRL's on_log, once per optimizer step (by TRL's step counter): the
                      step's metrics, assembled from its records (docs/metrics.md)
     checkpoint()     every train.checkpoint_every steps, at the end, and when asked to stop:
-                     everything needed to continue (training/run_state.py)
+                     everything needed to continue (training/checkpoint/run_state.py)
 
 A stop request (SIGINT/SIGTERM, training/stopping.py) pauses a rollout at once (its tokens
 kept in the cache) or lets a training step finish; a checkpoint, then RunInterrupted.
 
-In a run of several processes (training/world.py) rank 0 does all of the above but the update;
-the other ranks get their slice of each batch from rank 0 in rollout(), train it, and join
-rank 0 for the checkpoints and the decision to stop.
+In a run of several processes (training/distributed/world.py) rank 0 does all of the above but
+the update; the other ranks get their slice of each batch from rank 0 in rollout(), train it,
+and join rank 0 for the checkpoints and the decision to stop. TRL calls these parts through
+LoopCallback (at the end of this file) and the trainer build_trainer makes (trl_adapter.py).
 """
 
 from __future__ import annotations
@@ -454,7 +455,7 @@ class TrainingLoop:
         """Write a checkpoint of the step just finished (its time is a ledger phase), with
         every rank's RNG; `background`: from a copy, in a thread, while training goes on
         (background_write.py). A sharded run's ranks first write their parts of the weights
-        and moments (sharded_checkpoint.py). A write that fails (a full disk) is reported
+        and moments (checkpoint/sharded.py). A write that fails (a full disk) is reported
         and training goes on: the older ones are kept."""
         self.finish_checkpoint()  # one write at a time
         start = time.perf_counter()

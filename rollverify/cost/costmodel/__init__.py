@@ -3,7 +3,8 @@ for:
 
     gpus.py         the GPUs' spec sheets (GPUProfile, GPUS) and the share of them real stacks
                     reach (Efficiency), each figure with its source
-    shapes.py       a model's shape from its config.json (ModelShape)
+    ModelShape      a model's shape from its config.json (rollverify/config/model_shape.py: the
+                    config reads it too; re-exported here)
     roofline.py     the cost of each operation: decode, prefill, scoring, training, weight sync
     layout.py       where a run's work runs (Layout: colocated or disaggregated)
     pricing.py      the cost of a run's steps on one GPU in one layout (Pricing)

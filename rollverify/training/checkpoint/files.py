@@ -3,7 +3,7 @@
     <run>/checkpoints/step-000040/
         <name>.safetensors ...    groups of tensors (model, optimizer, rng, cache, ...)
         <name>.shards/            or a group each rank wrote its own part of (a sharded run:
-                                  training/sharded_checkpoint.py): one safetensors file per
+                                  training/checkpoint/sharded.py): one safetensors file per
                                   rank, torch.distributed.checkpoint's Hugging Face format
                                   (each part's place in the whole in its header; no pickle)
         state.json                everything else (positions, monitor, ledger, run id, config)

@@ -4,7 +4,7 @@ A checkpoint is taken at a step boundary, after the step's metrics are logged:
 
     tensors  model          the trainer's weights (the engine gets them by weight sync)
              optimizer      AdamW moments, per parameter index (a sharded run: each rank
-                            writes its part of these two, sharded_checkpoint.py)
+                            writes its part of these two, sharded.py)
              rng            torch (CPU, CUDA), numpy keys, the engine's sampling state; in a
                             world of processes, every other rank's under rank<r>/
              cache          the partial-rollout cache: token ids, behavior log-probs, versions
@@ -87,7 +87,7 @@ def capture(
     rng_tensors["engine"] = loop.engine.sampling_state()
     trainer.state.stateful_callbacks["TrainerControl"] = trainer.control.state()
     tensors = {"rng": rng_tensors, "cache": rollout["cache"]["tensors"]}
-    if whole.weights is not None:  # (else each rank wrote its part: sharded_checkpoint.py)
+    if whole.weights is not None:  # (else each rank wrote its part: sharded.py)
         tensors |= {"model": whole.weights, "optimizer": optimizer_tensors}
     return Checkpoint(
         step,
@@ -141,7 +141,7 @@ class WholeState:
 def whole_state(trainer: Any, ranks_rng: list[tuple] | None) -> WholeState | None:
     """The state on rank 0 (ranks_rng given), None on the others. Unsharded, every rank holds
     it all and rank 0 reads its own; sharded, the tensors are in the parts the ranks wrote
-    (sharded_checkpoint.py) and only the optimizer's groups and plain values are left."""
+    (sharded.py) and only the optimizer's groups and plain values are left."""
     if ranks_rng is None:
         return None
     model = trainer.accelerator.unwrap_model(trainer.model)

@@ -12,7 +12,7 @@ them here, one at a time, on every rank at the same moment (these are collective
 
 On an unsharded model (one process, DDP) they cost nothing and take the tensors as they are,
 so the sync and the resume have one code path. A checkpoint gathers nothing: each rank writes
-its own part (sharded_checkpoint.py).
+its own part (training/checkpoint/sharded.py).
 """
 
 from __future__ import annotations

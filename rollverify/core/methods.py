@@ -1,4 +1,4 @@
-"""The methods compared in the paper, each as the switches it sets (spec: "Methods to compare").
+"""The methods compared in the paper, each as the switches it sets (docs/rules.md, section 8).
 
 A method is data, not code: the training step reads these flags. Loss-level methods name the
 TRL loss settings they need; everything else uses the config's loss (train.loss_type).

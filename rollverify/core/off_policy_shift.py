@@ -1,6 +1,6 @@
 """Off-Policy Shift (OPS): how far each cached token is from the current policy.
 
-Spec: ROLLVERIFY_SPEC.md, "Off-Policy Shift". With c_t the current log-prob of token y_t and
+The rule: docs/rules.md, section 2. With c_t the current log-prob of token y_t and
 b_t its behavior log-prob (the weights that sampled it), l_t = c_t - b_t and r_t = exp(l_t):
 
     abs_ratio      o_t = |r_t - 1|       (default; the paper's "importance-ratio offset")

@@ -1,6 +1,6 @@
 """Conditional switching: leave partial rollout for good once verification rejects too much.
 
-Spec: ROLLVERIFY_SPEC.md, "Acceptance rate and conditional switching".
+The rule: docs/rules.md, section 4.
   acceptance rate of a cycle = sum(kept lengths) / sum(lengths before verification)
 over the cached trajectories verified in that cycle; a cycle with nothing cached has no rate
 and does not count. Once `window` rates are known and their mean is < `threshold`, the run

@@ -1,6 +1,6 @@
 """Two-stage verification: how much of each cached trajectory is still on-policy enough to keep.
 
-Spec: ROLLVERIFY_SPEC.md, "Two-stage verification". A segment is a maximal run of consecutive
+The rule: docs/rules.md, section 3. A segment is a maximal run of consecutive
 generated tokens with one policy version.
   1. Sequence stage (ds): at the first segment whose mean token OPS is >= ds, cut at that
      segment's first token.

@@ -1,9 +1,9 @@
 """Trajectories of partial rollout and the cache that holds the unfinished ones between steps.
 
 A trajectory can be paused and resumed across policy updates, so every generated token carries
-its behavior log-prob and the policy version that sampled it (spec: "Data every generated
-token carries"). The cache is saved as one safetensors file whose header holds the JSON
-records: no pickle, so a checkpoint can carry in-flight trajectories safely.
+its behavior log-prob and the policy version that sampled it (docs/rules.md, section 1). The
+cache is saved as one safetensors file whose header holds the JSON records: no pickle, so a
+checkpoint can carry in-flight trajectories safely.
 """
 
 from __future__ import annotations

@@ -46,6 +46,19 @@ def test_a_sweep_names_each_bad_grid_point_before_ray_starts(tmp_path, monkeypat
     assert ray is None or not ray.is_initialized()
 
 
+def test_sweep_seeds_replace_the_specs_and_zero_is_refused(tmp_path, monkeypatch, capsys):
+    from rollverify.sweep import load_grid
+
+    assert load_grid(["ds", "dt"], {}).seeds == 1  # the shipped sweeps/ds_dt.yaml
+    assert load_grid(["ds", "dt"], {"ds": "0.01"}, seeds=3).size == 3 * 4  # 1 ds x 4 dt x 3
+    config = tiny_file(tmp_path / "tiny.yaml")
+    args = ["sweep", "ds", "--ds", "0.01", "--seeds", "0", "--config", str(config)]
+    result = run_rvctl([*args, "--output", str(tmp_path / "runs")], monkeypatch, capsys)
+    assert result.returncode == 2
+    assert errors(result) == ["--seeds 0: needs at least 1 seed per grid point"]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_model_that_is_not_here_is_named_in_seconds(tmp_path, monkeypatch):
     def problems(path: str) -> list[str]:
         return model_found(load_config(overrides={"model.path": path}))[1]

@@ -67,9 +67,11 @@ def resolve_name(name: str) -> str:
     raise ValueError(f"sweep name {name!r}: no such config field; use e.g. ds, dt, verify.window")
 
 
-def load_grid(names: list[str], overrides: dict[str, str]) -> Grid:
+def load_grid(names: list[str], overrides: dict[str, str], seeds: int | None = None) -> Grid:
     """The grid of sweeps/<names>.yaml (here, else the shipped one), with `--name v1,v2`
-    overrides applied."""
+    overrides applied and `--seeds` (when given) in place of the spec's seed count."""
+    if seeds is not None and seeds < 1:
+        raise ValueError(f"--seeds {seeds}: needs at least 1 seed per grid point")
     dotted = [resolve_name(n) for n in names]
     spec_file = SWEEPS / f"{'_'.join(n.rsplit('.', 1)[-1] for n in names)}.yaml"
     found = locate(spec_file)
@@ -90,7 +92,8 @@ def load_grid(names: list[str], overrides: dict[str, str]) -> Grid:
     method = spec.get("method", "rollverify")
     if method not in METHODS:
         raise ValueError(f"{spec_file}: method {method!r} unknown; one of {', '.join(METHODS)}")
-    return Grid(method, int(spec.get("seeds", 1)), {d: values[d] for d in dotted})
+    seeds = int(spec.get("seeds", 1)) if seeds is None else seeds
+    return Grid(method, seeds, {d: values[d] for d in dotted})
 
 
 def grid_points(grid: Grid) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
 """Training curves as PNG files: one per metric, one line per group (method or grid point).
 
 A line is the mean over the group's runs at each step; with >= 2 runs, the band between their
-min and max is shaded. Matplotlib's object API with the Agg canvas: no pyplot global state, no
-display needed.
+min and max is shaded, unless more than MAX_BANDED_CURVES lines share the axes (overlapping
+bands would hide every line; the legend then says "mean over seeds"). Matplotlib's object
+API with the Agg canvas: no pyplot global state, no display needed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from rollverify.tracking import metric_names as m
 
 if TYPE_CHECKING:
     from rollverify.tracking.run_records import RunRecord
+
+MAX_BANDED_CURVES = 6
+LINE_STYLES = ("-", "--", ":")  # past 20 lines the tab20 colours repeat: the style tells them apart
 
 # metric name (docs/metrics.md) -> axis label
 PLOT_METRICS = {
@@ -33,6 +37,7 @@ def plot_metrics(
     metrics: Mapping[str, str] = PLOT_METRICS,
 ) -> list[Path]:
     """Write `<out_dir>/<metric>.png` for each metric some run logged; return the paths."""
+    import matplotlib
     from matplotlib.figure import Figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -45,16 +50,28 @@ def plot_metrics(
         }
         if not curves:
             continue
-        figure = Figure(figsize=(7, 4.2), layout="constrained")
+        crowded = len(curves) > MAX_BANDED_CURVES  # bands of 15 methods hide every line
+        figure = Figure(figsize=(9 if crowded else 7, 4.2), layout="constrained")
         axes = figure.add_subplot()
-        for name, (steps, mean, low, high, seeds) in curves.items():
+        colors = matplotlib.colormaps["tab20" if len(curves) > 10 else "tab10"].colors
+        for index, (name, (steps, mean, low, high, seeds)) in enumerate(curves.items()):
+            color = colors[index % len(colors)]
             sparse = len(steps) <= 20  # eval_accuracy: a few points, show them
-            (line,) = axes.plot(steps, mean, marker="o" if sparse else None, label=name)
-            if seeds >= 2:
-                axes.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, lw=0)
+            axes.plot(
+                steps,
+                mean,
+                marker="o" if sparse else None,
+                color=color,
+                linestyle=LINE_STYLES[index // len(colors) % len(LINE_STYLES)],
+                label=name,
+            )
+            if seeds >= 2 and not crowded:
+                axes.fill_between(steps, low, high, color=color, alpha=0.2, lw=0)
         axes.set(title=f"{label} vs step", xlabel="optimizer step", ylabel=label)
         axes.grid(alpha=0.3)
-        axes.legend(title="mean, min-max over seeds", fontsize="small")
+        title = "mean over seeds" if crowded else "mean, min-max over seeds"
+        outside = {"loc": "center left", "bbox_to_anchor": (1.01, 0.5)} if crowded else {}
+        axes.legend(title=title, fontsize="small", **outside)
         path = out_dir / f"{metric}.png"
         figure.savefig(path, dpi=120)
         paths.append(path)

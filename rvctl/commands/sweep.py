@@ -36,6 +36,10 @@ def sweep(
     output: OutputOption = None,
     tracking_uri: TrackingOption = None,
     settings: SetOption = None,
+    seeds: Annotated[
+        int | None,
+        typer.Option(help="Seeds per grid point (default: the spec's `seeds`)."),
+    ] = None,
     address: Annotated[
         str | None, typer.Option(help="Ray cluster address (default: a private local Ray).")
     ] = None,
@@ -60,7 +64,7 @@ def sweep(
     run_config = load_config(
         config, run_overrides(steps, engine, output, tracking_uri, processes, settings)
     )
-    grid = load_grid(names, values)
+    grid = load_grid(names, values, seeds)
     folder = sweep_dir or (_latest(Path(run_config.output), names) if resume else None)
     check_grid(run_config, grid, address)  # every point and the address, before the display
 

@@ -1,7 +1,8 @@
 """What a benchmark result was measured on: the code, the command and config, the machine.
 
-Every benchmark puts `provenance(config)` into its JSON, so a figure quoted in the README can
-be traced to the revision and machine that produced it (and re-measured with the command).
+Every benchmark puts `provenance(config)` into its JSON, so a figure quoted in
+docs/benchmarks.md can be traced to the revision and machine that produced it (and
+re-measured with the command).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def provenance(config: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def _shown(path: str) -> str:
-    """The interpreter as the README writes it (.venv/bin/python), else as it is."""
+    """The interpreter as the docs write it (.venv/bin/python), else as it is."""
     absolute = Path(path).absolute()
     return str(absolute.relative_to(ROOT)) if absolute.is_relative_to(ROOT) else path
 

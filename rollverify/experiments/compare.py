@@ -1,9 +1,10 @@
 """Comparisons: every (method, seed) pair as a child of one MLflow parent run.
 
 Runs go one after another in this process and share one rollout engine (the vLLM sidecar
-starts once, ~45 s here; each run resets it to the base weights and its own seed); runs of
-several trainer processes (train.processes) start their own, in their rank 0. Given a Ray
-cluster (`address`), the pairs run side by side there instead, one Ray task each
+starts once: 23 s on our 2-core CPU once Ray is up, engine_start_seconds in
+benchmarks/results/rollout_bench_vllm.json; each run resets it to the base weights and its own
+seed); runs of several trainer processes (train.processes) start their own, in their rank 0.
+Given a Ray cluster (`address`), the pairs run side by side there instead, one Ray task each
 (compare_on_ray.py). The parent's folder holds `parent.json` (run id, tracking URI), which
 `rvctl report` reads.
 

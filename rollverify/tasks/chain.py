@@ -8,16 +8,16 @@ decrement its counter. The response first restates n, so the first counter is a 
 like every other (measured: fetching n from the prompt and decrementing it in one go was the
 base model's most common error). The counter ends the line, so the choice between ";" (go
 on) and "#" (answer) reads the character just written (":0" vs ":10"). Nothing has to be
-fetched from far back, so a ~1M-parameter model can learn it on a CPU; the number of steps n
+fetched from far back, so a ~0.6M-parameter model can learn it on a CPU; the number of steps n
 is heavy-tailed (P(n) ~ n^-alpha), so response lengths have the long tail that makes partial
 rollout pay.
 The reward is exact match of the final answer. Demonstrations for the base model carry step
 noise (a wrong state with probability `noise` per step, followed consistently): the base
 model samples such slips, and RL has something real to remove.
 
-Why this and not a sum of terms: measured here (shared/notes/MEASURED.md), tiny models fail at
+Why this and not a sum of terms: in our trials (no result file kept), tiny models failed at
 fetching the i-th term of a long prompt; a chain whose every step needs only the step before
-it is learnable in CPU minutes.
+it is learnable on a CPU.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rebuild the embedded default base model: a ~1M-parameter Qwen3, SFT-warmed on noisy chains.
+"""Rebuild the embedded default base model: a ~0.6M-parameter Qwen3, SFT-warmed on noisy chains.
 
     .venv/bin/python -m rollverify.tiny.build --out rollverify/assets/models/tiny-qwen3-chain
 
@@ -127,7 +127,7 @@ def main() -> None:
         dataloader_num_workers=0,
         max_length=config.max_positions,
         completion_only_loss=True,
-        train_sampling_strategy="group_by_length",  # the long tail would pad batches 6x otherwise
+        train_sampling_strategy="group_by_length",  # the long tail would pad batches otherwise
     )
     start = time.time()
     trainer = SFTTrainer(

@@ -2,7 +2,7 @@
 
 `load_report` resolves the targets (run ids, or compare/sweep folders holding `parent.json`)
 and reads their training runs into `RunRecord`s: one `get_metric_history` call per metric per
-run (~10 ms each on sqlite; fine for tens of runs). rollverify/experiments/report.py turns them
+run (one query each; fine for tens of runs). rollverify/experiments/report.py turns them
 into rows.
 """
 
@@ -80,7 +80,7 @@ def load_report(targets: Sequence[str] = (), tracking_uri: str | None = None) ->
     No target: the newest parent in the store, else every training run in it.
     """
     folders = {t: _read_parent_json(Path(t)) for t in targets if _looks_like_path(t)}
-    # MLflow takes ~3 s to import: a bad folder is reported before that.
+    # MLflow is slow to import: a bad folder is reported before that.
     from mlflow.tracking import MlflowClient
 
     from rollverify.tracking.tracker import child_runs, default_tracking_uri

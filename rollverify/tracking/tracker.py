@@ -1,6 +1,6 @@
 """Where metrics go: a small Tracker interface, and MLflow behind it.
 
-MLflow's sqlite store costs ~10 ms per call, so a step's metrics go in one `log_batch`.
+Each call to MLflow's sqlite store is a transaction, so a step's metrics go in one `log_batch`.
 Metric names are stable (docs/metrics.md lists them): dashboards depend on them.
 """
 

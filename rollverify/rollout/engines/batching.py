@@ -3,7 +3,7 @@
 A prefill batch is left-padded to its longest row, so one batch of resumed trajectories (60-token
 prompts beside 300-token trajectories) would compute rows x 300 positions. Sorted by length
 and cut where a row is shorter than `keep` x the group's longest, no row pays more than
-1 / keep of its own length, for a few more forward passes (each a few ms here). The decode
+1 / keep of its own length, for a few more forward passes. The decode
 KV cache is banded the same way (`DECODE_KEEP`): no row attends to a much longer one's
 padding."""
 

@@ -111,8 +111,9 @@ class HFEngine(QueuedSlots):
         done = self._decode() if self._rows else []
         finished = [self._flush(self._rows[i]) for i in done]
         free = self.slots - (len(self._rows) - len(done))
-        # A prefill is a forward pass of its own (~8 ms of fixed cost here, as much as a decode
-        # step of 64 rows): admit in batches of slots/8 rather than one row per step.
+        # A prefill is a forward pass of its own, with a fixed cost of its own (prefill_overhead
+        # in benchmarks/results/cost_model_bench_hf.json): admit in batches of slots/8 rather
+        # than one row per step.
         batch = min(free, len(self._queue))
         wanted = min(self.admit_batch, len(self._queue))
         admit = batch >= wanted or len(self._rows) == len(done)

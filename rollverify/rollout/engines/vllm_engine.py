@@ -60,8 +60,8 @@ class VLLMSettings:
 
     def environment(self) -> dict[str, str]:
         """Set in each sidecar before vLLM loads. On CPU, vLLM's automatic KV size and its
-        OpenMP core binding made engine warm-up take ~45 s here (measured); a fixed KV size
-        and no binding (the trainer shares the cores) take 0.5 s."""
+        OpenMP core binding made engine warm-up slow; a fixed KV size and no binding (the
+        trainer shares the cores) avoid both."""
         return {
             "VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib),
             "VLLM_CPU_OMP_THREADS_BIND": "nobind",

@@ -80,7 +80,7 @@ class VLLMSidecar:
             kwargs["enable_chunked_prefill"] = False
             if kwargs.get("tensor_parallel_size", 1) == 1:
                 # Run the model in the engine core process rather than in a worker process of
-                # its own: one vLLM import (~15 s here) less at start. vLLM turns this off on
+                # its own: one vLLM import less at start. vLLM turns this off on
                 # CPU by default for OpenMP core binding, which the sidecar does not use.
                 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
                 kwargs["distributed_executor_backend"] = "uni"
@@ -302,7 +302,7 @@ def engine_processes() -> list[psutil.Process]:
 def shared_memory_of_children() -> list[str]:
     """Shared-memory blocks (/dev/shm) that vLLM's engine processes mapped. vLLM unlinks them
     when its objects are garbage collected, which a killed process never does; the owner
-    unlinks what is left (measured here: one 160 MB block leaked per interrupted run)."""
+    unlinks what is left (without this, each interrupted run leaked a block)."""
     names: set[str] = set()
     for child in engine_processes():
         with contextlib.suppress(psutil.Error):

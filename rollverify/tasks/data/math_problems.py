@@ -162,12 +162,6 @@ def load_math_sets(
     return [load_math_set(path, prompt_field, answer_field) for path in files]
 
 
-def reference_answer(record: dict) -> Answer | None:
-    """The answer of a record under the default fields; None if it has none."""
-    answer, _, _ = _first(record, ANSWER_FIELDS, lambda v, name: _answer(v, name, False))
-    return answer
-
-
 def _name(path: Path) -> str:
     return path.name if path.is_dir() else path.stem
 

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.setup-done
 # Never a bare torch (it pulls a multi-GB CUDA build): the CPU wheel, pinned, goes in first.
 TORCH_CPU := torch==2.13.0
 
-.PHONY: setup demo test test-fast lint format bench mutants mutation clean
+.PHONY: setup demo test test-fast test-unit lint format bench mutants mutation clean
 
 setup: $(STAMP)
 
@@ -39,6 +39,11 @@ test: setup
 # `make test` and .ci/run still run them all.
 test-fast: setup
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
+
+# Seconds, not minutes: the tests that train nothing, load no model and start no server
+# (UNIT in tests/conftest.py; ~25 s here). One process: xdist's workers cost more than they save.
+test-unit: setup
+	$(PY) -m pytest -q -m unit
 
 lint: setup
 	$(VENV)/bin/ruff check .

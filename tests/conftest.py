@@ -1,4 +1,5 @@
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,65 @@ from rollverify.infra.quiet import quiet_environment
 torch.set_num_threads(1)
 quiet_environment()  # as the CLI does, before TRL loads
 
-DATA = Path(__file__).parent / "data"
+HERE = Path(__file__).parent
+DATA = HERE / "data"
+
+# The unit tier (`make test-unit`, `pytest -m unit`): files that train nothing, load no model
+# and start no server, the pure rules, configs, checkpoint files and the CLI's parsing, well
+# under a minute here. The fast tier is `-m "not slow"`, the full one everything.
+UNIT = frozenset(
+    {
+        "test_checkpoint.py",
+        "test_cli.py",
+        "test_cli_fuzz.py",
+        "test_cli_imports.py",
+        "test_config.py",
+        "test_config_fuzz.py",
+        "test_costmodel.py",
+        "test_data_formats.py",
+        "test_docs_links.py",
+        "test_filters.py",
+        "test_layout.py",
+        "test_ledger.py",
+        "test_math_task.py",
+        "test_metrics_doc.py",
+        "test_mutants.py",
+        "test_ops.py",
+        "test_paper_setting.py",
+        "test_spec_copy.py",
+        "test_trajectory.py",
+        "test_verify.py",
+    }
+)
+TRAINER = "trl"  # whatever trains imports it (rollverify/training/trl_adapter.py)
+imported_trainer: list[str] = []  # the first unit file whose import brought it in
+
+
+def unit_tier_only(config) -> bool:
+    return config.getoption("markexpr") == "unit"
+
+
+def pytest_ignore_collect(collection_path: Path, config):
+    """`-m unit` alone imports the unit tier's files only: the others import the trainer, Ray
+    or vLLM (seconds each) just to be deselected."""
+    name = collection_path.name
+    other = name.startswith("test_") and name.endswith(".py") and name not in UNIT
+    return True if other and unit_tier_only(config) else None  # None: pytest decides
+
+
+def pytest_collectreport(report):  # after each file's import
+    if TRAINER in sys.modules and not imported_trainer and report.nodeid.endswith(".py"):
+        imported_trainer.append(report.nodeid)
+
+
+@pytest.fixture(autouse=True)
+def unit_tests_train_nothing(request):
+    """A unit test that imports the trainer fails (seen where nothing else imported it first:
+    always in `make test-unit`)."""
+    checked = request.node.get_closest_marker("unit") and TRAINER not in sys.modules
+    yield
+    if checked and TRAINER in sys.modules:
+        pytest.fail(f"imported {TRAINER}: a unit test trains nothing (UNIT, tests/conftest.py)")
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +84,7 @@ def vectors() -> dict:
 LONGEST_FIRST = ("test_vllm_engine.py", "test_orchestration.py", "test_resume.py")
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     def rank(item) -> int:
         name = item.path.name
         return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
@@ -40,3 +99,19 @@ def pytest_collection_modifyitems(items):
     ]
     if unmarked:
         raise pytest.UsageError(f"vllm and ray tests must also be marked slow: {unmarked}")
+    missing = sorted(name for name in UNIT if not (HERE / name).is_file())
+    if missing:
+        raise pytest.UsageError(f"UNIT in tests/conftest.py names no such file: {missing}")
+    for item in items:
+        if item.path.name in UNIT:
+            item.add_marker(pytest.mark.unit)
+    slow = [
+        item.nodeid for item in items if item.path.name in UNIT and item.get_closest_marker("slow")
+    ]
+    if slow:
+        raise pytest.UsageError(f"a unit test is not slow (UNIT, tests/conftest.py): {slow}")
+    if unit_tier_only(config) and imported_trainer:
+        raise pytest.UsageError(
+            f"{imported_trainer[0]} imports {TRAINER}: the unit tier trains nothing "
+            "(UNIT, tests/conftest.py)"
+        )

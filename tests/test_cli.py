@@ -1,8 +1,11 @@
 """The rvctl command line: real subprocesses, as a user runs it."""
 
 import json
+import os
 import subprocess
 import sys
+
+from rollverify.core.methods import METHODS
 
 PYTHON = sys.executable
 
@@ -48,3 +51,18 @@ def test_a_bad_option_value_is_a_usage_error():
     result = rvctl("data", "check", "--limit", "0")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--limit" in result.stderr
+
+
+def test_rvctl_methods_reads_at_80_columns_and_its_formats_give_every_field():
+    """At 80 columns every method's name is whole, on the line that starts its row, and no
+    line is wider; json (csv, md) still gives every field."""
+    result = rvctl("methods", env=os.environ | {"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(map(len, lines)) <= 80
+    first_words = {line.split()[0] for line in lines if line.strip()}
+    assert set(METHODS) <= first_words, set(METHODS) - first_words
+    rows = json.loads(rvctl("methods", "--format", "json").stdout)
+    assert [row["method"] for row in rows] == list(METHODS)
+    fields = {"partial", "verify", "token_stage", "switching", "filter", "denominator"}
+    assert all(fields | {"correction", "summary"} <= set(row) for row in rows)

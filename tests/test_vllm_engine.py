@@ -34,6 +34,7 @@ from rollverify.tasks.chain import ChainProblem  # noqa: E402
 from rollverify.training.checkpoint.files import latest  # noqa: E402
 from rollverify.training.run import resume, train  # noqa: E402
 from rollverify.training.weight_sync import WeightStream  # noqa: E402
+from tests.polling import wait_until  # noqa: E402
 from tests.runs import TINY, cached, history, tiny, tiny_file, unfinished  # noqa: E402
 from tests.sockets import beyond_loopback, listening, token_readable_by_others, tree  # noqa: E402
 from tests.tiny import teacher_forced_logprobs  # noqa: E402
@@ -438,7 +439,8 @@ def _stop_and_check(process, tmp_path: Path, steps: int) -> str:
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr[-3000:]
     assert "interrupted" in stderr and "Traceback" not in stderr
-    time.sleep(2)
+    # rvctl's processes end with it, some a moment after: poll, not a fixed sleep
+    wait_until(lambda: not alive(children.values()), timeout=10)
     left = alive(children.values())
     assert not left, f"left running: {[_name(p) for p in left]}"
     assert mapped, "the engine's shared memory was seen while it ran"

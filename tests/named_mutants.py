@@ -551,7 +551,7 @@ MUTANTS = [
     Mutant(
         "collective-restart-copy-dropped",
         "over the collective, rank 0 can give a replaced sidecar the synced weights again",
-        "rollverify/rollout/engines/vllm_engine.py",
+        "rollverify/rollout/engines/vllm_weight_sync.py",
         '        if self._source is not None and getattr(self._source, "restartable", True):',
         "        if False:",
         (
@@ -584,7 +584,7 @@ MUTANTS = [
     Mutant(
         "weight-group-kept-after-a-replacement",
         "a replaced sidecar joins a new weight group before the next collective sync",
-        "rollverify/rollout/engines/vllm_engine.py",
+        "rollverify/rollout/engines/vllm_weight_sync.py",
         "        if self._weight_group is not None and self._members == members:",
         "        if self._weight_group is not None:",
         (

@@ -8,9 +8,9 @@ CPU, in-process engine). Relative paths in a file resolve against its folder, th
 directory, then the package's shipped data (rollverify/infra/paths.py); a shipped one keeps its
 name. The parts:
 
-    sections.py       the sections (model, task, rollout, verify, train, correction, vllm,
-                      tracking, cost),
-                      each field with its default, its meaning and its rule (field.py)
+    sections/         the sections (model, task, rollout, verify, train, correction, vllm,
+                      tracking, cost), a module per part of the run, each field with its
+                      default, its meaning and its rule (field.py)
     run_config.py     RunConfig: the sections together, and what a run derives from them
     load.py           load_config: defaults <- YAML file <- overrides; with_overrides: a
                       checked copy; parse_settings: `--set key=value` items as overrides

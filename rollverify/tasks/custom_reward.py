@@ -39,7 +39,7 @@ value and the response (`RewardError`, a ValueError: rvctl exits 2). An exceptio
 the function itself propagates with a note naming it.
 
 When it is checked: the format when the config is loaded (the field's rule in
-config/sections.py); the module, the attribute and the signature when the task is made
+config/sections/model_task.py); the module, the attribute and the signature when the task is made
 (`with_reward`, from training/parts.py `make_task`), before the first rollout; each problem is
 one line, `task.reward: ...`, naming the function (a ConfigError).
 """

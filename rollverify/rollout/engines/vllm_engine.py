@@ -19,6 +19,10 @@ the copy kept in Ray's object store; collective: sent again by rank 0, which a s
 cannot do alone, so there a lost engine stops the run) and the trajectories that
 were in flight on the dead one resume from the tokens they had when submitted. At most
 MAX_RESTARTS per engine: a sidecar that keeps dying stops the run instead of looping.
+
+Beside this file: vllm_settings.py (what each sidecar is started with), vllm_weight_sync.py
+(the collective broadcast, and the weights a replacement takes), vllm_sidecar.py (the Ray
+actor's body), vllm_plugin.py (the worker extension that loads synced weights).
 """
 
 from __future__ import annotations
@@ -28,83 +32,26 @@ import itertools
 import socket
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from rollverify.core.sampling import Sampling
 from rollverify.cost.trace import EngineStep
-from rollverify.infra.faults import describe, own_error
+from rollverify.infra.faults import describe
 from rollverify.rollout.engines.protocol import EngineStats, check_unfinished
+from rollverify.rollout.engines.vllm_settings import START_TIMEOUT_S, SidecarFailed, VLLMSettings
 from rollverify.rollout.engines.vllm_sidecar import EngineDead, unlink_shared_memory
+from rollverify.rollout.engines.vllm_weight_sync import CollectiveWeightSync
 from rollverify.rollout.trajectory import Trajectory
 
-
-@dataclass(frozen=True)
-class VLLMSettings:
-    """What each sidecar is started with (see rollverify.config.VLLMConfig)."""
-
-    model: str
-    dtype: str
-    max_model_len: int
-    slots_per_engine: int
-    engines: int = 1
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.85
-    enforce_eager: bool = True
-    enable_prefix_caching: bool = True
-    cpu_kv_cache_gib: int = 1
-    placement: str = "pack"  # the placement group's strategy: pack or spread
-    weight_sync: str = "collective"  # or object_store (weight_group.py)
-
-    def environment(self) -> dict[str, str]:
-        """Set in each sidecar before vLLM loads. On CPU, vLLM's automatic KV size and its
-        OpenMP core binding made engine warm-up slow; a fixed KV size and no binding (the
-        trainer shares the cores) avoid both."""
-        return {
-            "VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib),
-            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-            "VLLM_LOGGING_LEVEL": "WARNING",
-            "TOKENIZERS_PARALLELISM": "false",
-        }
-
-    def engine_kwargs(self, seed: int) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "dtype": self.dtype,
-            "max_model_len": self.max_model_len,
-            "max_num_seqs": self.slots_per_engine,
-            "seed": seed,
-            "tensor_parallel_size": self.tensor_parallel_size,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "enforce_eager": self.enforce_eager,
-            "enable_prefix_caching": self.enable_prefix_caching,
-            "worker_extension_cls": "rollverify.rollout.engines.vllm_plugin.WeightSyncExtension",
-            # On, for the stat logger that traces each iteration (the cost model's input);
-            # vLLM's own logging loggers stay off (VLLM_LOGGING_LEVEL=WARNING).
-            "disable_log_stats": False,
-        } | self._tensor_parallel()
-
-    def _tensor_parallel(self) -> dict[str, Any]:
-        """An engine's tensor-parallel workers: processes beside its sidecar, on the GPUs of
-        its bundle (one node). In a placement group vLLM would pick its Ray executor, which
-        wants a bundle per GPU."""
-        return {"distributed_executor_backend": "mp"} if self.tensor_parallel_size > 1 else {}
-
+__all__ = ["MAX_RESTARTS", "SIDECAR_TIMEOUT_S", "SidecarFailed", "VLLMEngine", "VLLMSettings"]
 
 SIDECAR_TIMEOUT_S = 300.0  # a poll or an abort answers in milliseconds when the sidecar is well
-START_TIMEOUT_S = 900.0  # starting an engine and loading weights (an 8B model: minutes)
-MAX_RESTARTS = 3  # per VLLMEngine, over all its sidecars
+MAX_RESTARTS = 3  # per VLLMEngine, over all its sidecars (then SidecarFailed)
 
 
-class SidecarFailed(RuntimeError):
-    """A sidecar died more often than MAX_RESTARTS."""
-
-    exit_code = 1
-
-
-class VLLMEngine:
+class VLLMEngine(CollectiveWeightSync):
     """RolloutEngine over vLLM sidecars; `start` them first, `shutdown` when done."""
 
     def __init__(
@@ -342,80 +289,7 @@ class VLLMEngine:
         self._revive()  # one that died while loading
         self.version = version
 
-    # -- collective weight sync ---------------------------------------------------------------
-
-    def _broadcast(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Every engine's workers receive each tensor as rank 0 broadcasts it (on rank 0's GPU
-        over NCCL: the first sync of a run sends the weights from host memory). A sidecar lost
-        mid-broadcast leaves the others with half-loaded weights: the run stops."""
-        import ray
-
-        from rollverify.rollout.engines import weight_group
-
-        specs = getattr(named_tensors, "specs", None)
-        if specs is None:  # plain (name, tensor) pairs, already whole: their specs from them
-            named_tensors = list(named_tensors)  # references, no copies
-            specs = [weight_group.spec(name, tensor) for name, tensor in named_tensors]
-        self._source = named_tensors  # for a replacement before the next sync, if it can
-        try:
-            self._form_group()
-            kind = weight_group.backend()
-            refs = [self._actors[a].receive_weights.remote(specs) for a, _ in self._members]
-            pairs = zip(specs, named_tensors, strict=True)
-            for index, ((name, _, _), (sent, tensor)) in enumerate(pairs):
-                assert name == sent, f"weight {sent} sent where its spec says {name}"
-                weight_group.broadcast(self._weight_group, weight_group.sendable(tensor, kind))
-                done, _ = ray.wait(refs, timeout=0)
-                if done and index < len(specs) - 1:  # a worker's call ended before the last
-                    ray.get(done)  # its error
-                    raise RuntimeError(f"an engine worker stopped receiving after {name}")
-            ray.get(refs, timeout=START_TIMEOUT_S)
-        except Exception as error:
-            weight_group.abandon(self._weight_group)
-            self._weight_group, self._members = None, ()
-            raise SidecarFailed(
-                f"weight sync to the vLLM workers failed ({describe(own_error(error))}); the "
-                "engines' weights are mixed, so the run stops (rvctl resume continues it)"
-            ) from None
-
-    def _form_group(self) -> None:
-        """The weight group over the live sidecars' workers, formed again when they changed."""
-        import ray
-
-        from rollverify.rollout.engines import weight_group
-
-        members = tuple((a, self._births[a]) for a in self._live())
-        if self._weight_group is not None and self._members == members:
-            return
-        host = ray.util.get_node_ip_address()  # 127.0.0.1 on rvctl's private Ray
-        server = weight_group.listener(host)
-        port, kind = server.getsockname()[1], weight_group.backend()
-        tp = self.settings.tensor_parallel_size
-        world = 1 + len(members) * tp
-        joins = [
-            self._actors[a].join_weight_group.remote(host, port, 1 + k * tp, world, kind)
-            for k, (a, _) in enumerate(members)
-        ]
-        self._weight_group = weight_group.join(host, port, 0, world, kind, server=server)
-        ray.get(joins, timeout=START_TIMEOUT_S)
-        self._members = members
-
-    def _restart_weights(self) -> Any:
-        """The last synced weights for a replacement sidecar, in Ray's object store."""
-        import ray
-
-        if self.settings.weight_sync != "collective":
-            return self._weights  # None before the first sync: the base weights are right
-        if self.version == 0:
-            return None  # the base weights, which a new sidecar loads
-        # (asked now: the stream of a run's first sync was of a model sharded since)
-        if self._source is not None and getattr(self._source, "restartable", True):
-            return ray.put([(n, tensor.detach().cpu()) for n, tensor in self._source])
-        raise SidecarFailed(
-            f"vLLM sidecar died ({self._death}) and a sharded trainer cannot send its weights "
-            "to a replacement alone (vllm.weight_sync: collective); rvctl resume continues "
-            "the run from its last checkpoint"
-        )
+    # (the collective broadcast and a replacement's weights: vllm_weight_sync.py)
 
     def probe_logprobs(self, token_ids: list[int]) -> torch.Tensor:
         """Each sidecar's log-probs of token_ids[1:] given the tokens before: float [E, T-1]."""

@@ -1,0 +1,129 @@
+"""The model and the task: what is trained, on which problems, scored how."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from rollverify.config.field import at_least_one, config_field, positive
+from rollverify.config.math_prompts import ANSWER_FIELDS, PROMPT_FIELDS, valid_template
+from rollverify.config.reward_spec import is_reward_spec
+
+
+def _named(field: str | None) -> bool:
+    return field is None or bool(field.strip())
+
+
+_SET_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # it names metrics: eval/<set>/avg_at_k
+
+
+@dataclass
+class ModelConfig:
+    path: str = config_field(
+        "models/tiny-qwen3-chain",
+        "Folder with a transformers causal LM + tokenizer, or a hub id. Relative: to the "
+        "config's folder, else the working directory, else the package's data (the default, "
+        "the shipped ~0.6M-parameter Qwen3).",
+    )
+    dtype: Literal["float32", "bfloat16"] = config_field(
+        "float32",
+        "Compute dtype: the trainer's forward and backward, and the engines' weights; "
+        "bfloat16 on GPUs. The trainer's own weights and AdamW state: train.precision.",
+    )
+
+
+@dataclass
+class TaskConfig:
+    name: Literal["chain", "math"] = config_field(
+        "chain", "chain: the synthetic long-tail task; math: real math (data/math) on GPUs."
+    )
+    max_steps: int = config_field(
+        32, "chain: longest chain; P(n) ~ n^-alpha over 1..max_steps.", at_least_one, ">= 1"
+    )
+    alpha: float = config_field(
+        1.3, "chain: tail exponent; smaller = heavier tail.", positive, "> 0"
+    )
+    train_file: str = config_field(
+        "data/math/math_train.json", "math: training problems (a path as for model.path)."
+    )
+    eval_file: str = config_field(
+        "data/math/math500.json", "math: held-out problems (a path as for model.path)."
+    )
+    prompt_field: str | None = config_field(
+        None,
+        "math: the field of each record that holds its prompt, dotted into nested records "
+        "(extra_info.question): text (put into prompt_template) or chat messages [{role, "
+        f"content}} ...] (used as they are). null: the first a record has of "
+        f"{', '.join(PROMPT_FIELDS)}. Read in the train file and every eval file that has it.",
+        _named,
+        "a field name (dots for nested records), or null",
+    )
+    answer_field: str | None = config_field(
+        None,
+        "math: the field of each record that holds its reference answer, dotted into nested "
+        "records (reward_model.ground_truth): a string, a number, or a list of them (any "
+        "listed answer counts as correct); surrounding whitespace and $ are dropped. null: the "
+        f"first a record has of {', '.join(ANSWER_FIELDS)} (of a worked solution, its "
+        "'#### x' or last \\boxed{x}). `rvctl data check FILE` shows what is read and skipped.",
+        _named,
+        "a field name (dots for nested records), or null",
+    )
+    prompt_template: str = config_field(
+        "boxed",
+        "math: how a plain-text problem is asked. boxed: the problem, then 'Please reason step "
+        "by step, and put your final answer within \\boxed{}.'; dapo: DAPO-Math's, whose "
+        "response ends with a line 'Answer: x' (the reward reads either); or a text of your "
+        "own holding {problem}. Chat-message prompts are used as they are.",
+        valid_template,
+        "boxed, dapo, or a text holding {problem}",
+    )
+    eval_files: dict[str, str] = config_field(
+        {},
+        "math: several held-out sets, name -> file ({aime24: data/math/aime24.json, ...}); "
+        "each logged as eval/<name>/avg_at_k and pass_at_k, eval_accuracy their mean. Empty: "
+        "eval_file alone, named after its file.",
+        lambda sets: all(_SET_NAME.fullmatch(name) for name in sets),
+        "a mapping of set names (letters, digits, _ . -) to files",
+    )
+    eval_sets: dict[str, int] = config_field(
+        {},
+        "chain: several held-out sets, name -> longest chain (difficulty) of its problems "
+        "({short: 8, long: 32}). Empty: one set, 'chain', drawn as training is (max_steps).",
+        lambda sets: all(_SET_NAME.fullmatch(n) and steps >= 1 for n, steps in sets.items()),
+        "a mapping of set names (letters, digits, _ . -) to chain lengths >= 1",
+    )
+    max_prompt_tokens: int | None = config_field(
+        None,
+        "math: prompts longer than this many tokens (after the chat template) are skipped, in "
+        "training and evaluation, with a warning (training: at the first; eval: the count), "
+        "as verl's filter_overlong_prompts. null: vllm.max_model_len - rollout.max_new_tokens, "
+        "what fits the engine.",
+        lambda x: x is None or x >= 1,
+        ">= 1 or null",
+    )
+    eval_size: int = config_field(
+        256, "Held-out problems in each evaluation (per set).", at_least_one, ">= 1"
+    )
+    eval_samples: int = config_field(
+        1,
+        "k: samples per eval problem; avg@k = mean reward, pass@k = share of problems with a "
+        "sample scored 1.",
+        at_least_one,
+        ">= 1",
+    )
+    eval_seed: int = config_field(
+        12345,
+        "Seed of the held-out set and of eval sampling (fixed, so "
+        "every run is scored on the same problems).",
+    )
+    reward: str | None = config_field(
+        None,
+        "Your own reward instead of the task's, in training and evaluation: 'module:function' "
+        "(from the config file's folder, the working directory, else the installed packages) or "
+        "'path/to/file.py:function'; f(response, answer) -> float, or TRL's "
+        "f(completions, **kwargs) -> list[float] (rollverify/tasks/custom_reward.py says which "
+        "is which). null: the task's own (chain: exact match; math: math-verify).",
+        is_reward_spec,
+        "'module:function' or 'path/to/file.py:function', or null",
+    )

@@ -1,0 +1,90 @@
+"""What a run runs beside the trainer: the vLLM sidecar, the MLflow tracking, the cost model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rollverify.config.field import at_least_one, config_field, positive
+
+
+@dataclass
+class VLLMConfig:
+    engines: int = config_field(
+        1,
+        "Sidecar engines, one Ray actor each; rollout.slots are split evenly between them.",
+        at_least_one,
+        ">= 1",
+    )
+    tensor_parallel_size: int = config_field(
+        1, "GPUs per engine (tensor parallel).", at_least_one, ">= 1"
+    )
+    gpu_memory_utilization: float = config_field(
+        0.85, "Share of each GPU vLLM may use (GPU only).", lambda x: 0 < x <= 1, "in (0, 1]"
+    )
+    max_model_len: int = config_field(
+        512, "Longest prompt + response (>= prompt + max_new_tokens).", at_least_one, ">= 1"
+    )
+    enforce_eager: bool = config_field(
+        True, "No CUDA graphs / compilation (required on CPU; set false on GPUs for speed)."
+    )
+    cpu_kv_cache_gib: int = config_field(
+        1,
+        "CPU only: KV cache per engine, whole GiB (a fixed size: vLLM's automatic one made the "
+        "engine's warm-up slow on CPU).",
+        at_least_one,
+        ">= 1",
+    )
+    sync_check_tolerance: float = config_field(
+        1e-3,
+        "After each weight sync the engine's log-probs of a probe sequence must match "
+        "the trainer's within this (fp32: 1e-3; bf16 needs more: 0.1 in the GPU config).",
+        positive,
+        "> 0",
+    )
+    placement: Literal["pack", "spread"] = config_field(
+        "pack",
+        "How Ray places the engines (one placement group, a bundle of tensor_parallel_size "
+        "GPUs per engine, each bundle on one node): pack on as few nodes as it can, spread "
+        "one per node where it can (docs/distributed.md).",
+    )
+    ray_address: str | None = config_field(
+        None, "Ray cluster to join (None: a private local Ray on 127.0.0.1)."
+    )
+    weight_sync: Literal["collective", "object_store"] = config_field(
+        "collective",
+        "How weights reach the engines after each update: collective (each tensor broadcast "
+        "from trainer rank 0 to every engine worker: NCCL on GPUs, gloo on CPU; no copy; the "
+        "engines' nodes must reach rank 0's address), object_store (through Ray's object "
+        "store, one copy kept for a replaced engine; 11x slower at 133M parameters on CPU, "
+        "benchmarks/results/weight_sync.json).",
+    )
+
+
+@dataclass
+class TrackingConfig:
+    uri: str | None = config_field(
+        None, "MLflow tracking URI; None: sqlite file in the output folder."
+    )
+    experiment: str = config_field("rollverify", "MLflow experiment name.")
+    plots: bool = config_field(
+        True,
+        "At the end of a run, its curves (reward, entropy, OPS, acceptance rate, length, "
+        "accuracy) as PNGs in RUN/plots and the MLflow run's artifacts (beside config.yaml, "
+        "ledger.json and summary.json, always stored).",
+    )
+
+
+@dataclass
+class CostConfig:
+    gpu: Literal["a100", "h100", "h200", "b200"] = config_field(
+        "h100",
+        "The GPU whose spec sheet prices each step's work (rollverify/cost/costmodel/): the "
+        "modeled_* metrics and modeled_gpu_days, beside the measured device-seconds.",
+    )
+    layout: Literal["auto", "colocated", "disaggregated"] = config_field(
+        "auto",
+        "colocated: the same GPUs roll out, then train (max of train.processes and the engines' "
+        "GPUs); disaggregated: the engines' GPUs (vllm.engines x tensor_parallel_size) beside "
+        "the trainer's; auto: colocated for the in-process engine, disaggregated for vLLM.",
+    )

@@ -1,0 +1,95 @@
+"""Verification (the paper's two-stage check and its filters) and the peers' off-policy
+corrections: the thresholds each applies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rollverify.config.field import at_least_one, config_field, positive
+
+
+@dataclass
+class VerifyConfig:
+    ops_metric: Literal["abs_ratio", "abs_log_ratio", "k3"] = config_field(
+        "abs_ratio", "Token OPS: |r-1|, |log r| or k3 (spec)."
+    )
+    ds: float = config_field(
+        0.01,
+        "Sequence-stage threshold on a segment's mean OPS; inf disables. The paper's 0.01; "
+        "the acceptance it gives on the embedded default: docs/results.md.",
+        positive,
+        "> 0 (inf allowed)",
+        allow_inf=True,
+    )
+    dt: float = config_field(
+        2.0,
+        "Token-stage threshold on one token's OPS; inf disables.",
+        positive,
+        "> 0 (inf allowed)",
+        allow_inf=True,
+    )
+    window: int = config_field(8, "Acceptance-rate window (cycles).", at_least_one, ">= 1")
+    switch_threshold: float = config_field(
+        0.5, "Switch to on-policy when the window mean is below.", lambda x: 0 < x <= 1, "in (0, 1]"
+    )
+    staleness_bound: int = config_field(
+        2,
+        "staleness-filter: drop samples staler than this many versions.",
+        lambda x: x >= 0,
+        ">= 0",
+    )
+    ops_bound: float = config_field(
+        0.05, "ops-filter: drop samples whose sequence OPS exceeds this.", positive, "> 0"
+    )
+
+
+@dataclass
+class CorrectionConfig:
+    """The peers' off-policy corrections (rollverify/core/corrections.py), each a method of its own
+    on partial rollout; defaults are the ones their code ships."""
+
+    tis_cap: float = config_field(
+        2.0,
+        "tis: token weight min(pi_old/mu, C), C this (verl's and slime's 2; TRL's own default "
+        "is 3).",
+        lambda x: x >= 1,
+        ">= 1",
+    )
+    mis_low: float = config_field(
+        0.5,
+        "mis: a sequence whose ratio prod_t pi_old/mu is below this is masked.",
+        lambda x: 0 < x <= 1,
+        "in (0, 1]",
+    )
+    mis_high: float = config_field(2.0, "mis: ... or above this.", lambda x: x >= 1, ">= 1")
+    icepop_low: float = config_field(
+        0.5,
+        "icepop: a token whose pi_old/mu is below this is masked (IcePop's [0.5, 5]).",
+        lambda x: 0 < x <= 1,
+        "in (0, 1]",
+    )
+    icepop_high: float = config_field(5.0, "icepop: ... or above this.", lambda x: x >= 1, ">= 1")
+    opsm_delta: float = config_field(
+        0.03,
+        "opsm: a sequence of negative advantage is masked when its mean over tokens of "
+        "log mu - log pi_theta exceeds this (DeepSeek-V3.2's delta, TRL's "
+        "off_policy_mask_threshold). The paper gives no value; 0.03 is AgileRL's default for "
+        "the same mask (TRL's docs suggest 0.5, which a tiny model's drift never reaches).",
+        positive,
+        "> 0",
+    )
+    decoupled_cap: float = config_field(
+        5.0,
+        "decoupled and m2po: AReaL's behavior weight pi_prox/mu; tokens above this are masked "
+        "(AReaL's rejection_sampling upper 5, action mask).",
+        lambda x: x >= 1,
+        ">= 1",
+    )
+    m2po_tau: float = config_field(
+        0.04,
+        "m2po: the tokens of largest (log mu - log pi_prox)^2 are masked until the mean of the "
+        "rest is below this (AReaL's m2_threshold).",
+        positive,
+        "> 0",
+    )

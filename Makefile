@@ -25,7 +25,8 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 	touch $(STAMP)
 
 # The main job: GRPO vs partial rollout vs RollVerify on the embedded default, then the cost
-# table and curves. hf engine: on 2 CPU cores the vLLM sidecar is no faster and starts in ~45 s.
+# table and curves. hf engine: on 2 CPU cores the vLLM sidecar is no faster and is slow to start
+# (its start: benchmarks/results/rollout_bench_vllm.json).
 demo: setup
 	$(VENV)/bin/rvctl compare grpo partial rollverify --engine hf --steps 40 --plots
 
@@ -41,7 +42,7 @@ test-fast: setup
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 # Seconds, not minutes: the tests that train nothing, load no model and start no server
-# (UNIT in tests/conftest.py; ~25 s here). One process: xdist's workers cost more than they save.
+# (UNIT in tests/conftest.py). One process: xdist's workers cost more than they save here.
 test-unit: setup
 	$(PY) -m pytest -q -m unit
 
@@ -59,9 +60,10 @@ bench: setup
 	$(PY) benchmarks/checkpoint_bench.py
 
 # Does the suite notice when a mechanism breaks? Named mutants of the paper's mechanisms
-# (tests/mutants.py, ~8 min: each one runs its tests in a mutated copy of the checkout) and
+# (tests/mutants.py: each one runs its tests in a mutated copy of the checkout; per-mutant
+# seconds in benchmarks/results/mutants.json) and
 # mutmut over the pure rules (core/: off_policy_shift, verify, switching, filters;
-# rollout/trajectory, cost/ledger; ~2 min).
+# rollout/trajectory, cost/ledger).
 # Each writes its result to benchmarks/results/ (mutants.json, mutation.json).
 mutants: setup
 	$(PY) tests/mutants.py --out benchmarks/results/mutants.json

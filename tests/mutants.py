@@ -1,4 +1,4 @@
-"""Named mutants: each breaks one mechanism of the paper (or a failure path the README promises),
+"""Named mutants: each breaks one mechanism of the paper (or a failure path the docs promise),
 and the tests named with it must then fail.
 
     .venv/bin/python tests/mutants.py                  # every mutant, one after another

@@ -1,5 +1,5 @@
-"""The named mutants: each breaks one mechanism of the paper (or a failure path the README
-promises), and the tests named with it must then fail (tests/mutants.py runs them)."""
+"""The named mutants: each breaks one mechanism of the paper (or a failure path the docs
+promise), and the tests named with it must then fail (tests/mutants.py runs them)."""
 
 from __future__ import annotations
 

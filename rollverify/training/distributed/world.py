@@ -3,19 +3,22 @@ on one machine, torchrun itself across machines; docs/distributed.md).
 
 Rank 0 drives everything but the update: the rollout engines, rewards, verification,
 switching, the ledger, MLflow and the checkpoints. Every rank trains its share of each batch
-(DDP or FSDP2, through transformers' Trainer and accelerate) and meets rank 0 at the points
-below, at the same moment of every step:
+(DDP or FSDP2, through transformers' Trainer and accelerate) and meets rank 0 at these named
+calls, at the same moment (each a collective: every rank makes it):
 
-    score(trajectories)  rank 0's trajectories scored under the current weights, each rank
-                     scoring an equal part (the batch's OPS, the cache's verification)
-    share(batch)     the rollout batch, from rank 0, each rank keeping its slice
-    agree_on_stop(requested)     rank 0's stop request (or its paused rollout), so that every
-                                 rank stops after the same step
-    gather_rng(state)            every rank's RNG state on rank 0, for a checkpoint
-    agree_checkpoint_written(ok) whether rank 0's checkpoint landed (the step to resume from)
-    agree_to_write(fits)         rank 0's call: a stop's grace covers one more checkpoint
+    in every step (training/loop.py)
+    score(items, fn)              rank 0's trajectories scored under the current weights,
+                                  each rank scoring an equal part (the batch's OPS, the
+                                  cache's verification)
+    share(batch)                  the rollout batch, from rank 0, each rank keeping its slice
+    agree_on_stop(requested)      rank 0's stop request (or its paused rollout): every rank
+                                  stops after the same step
+    at a checkpoint or a stop (training/checkpoint_client.py)
+    gather_rng(state)             every rank's RNG state on rank 0
+    agree_checkpoint_written(ok)  whether rank 0's checkpoint landed (the step to resume from)
+    agree_to_write(fits)          rank 0's call: a stop's grace covers one more checkpoint
 
-The agree_* calls are decide(flag) by the name of what is decided; broadcast and gather are
+The agree_* calls are decide(flag) under the name of what is decided; broadcast and gather are
 the primitives under all of them.
 
 One process (the default) is a world of size 1 and every call is free.

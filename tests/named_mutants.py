@@ -212,9 +212,9 @@ MUTANTS = [
     Mutant(
         "measurement-as-cost",
         "scoring done only for the logs is booked as the method's verification cost",
-        "rollverify/training/loop.py",
-        "            self.ledger.add_measurement(seconds)",
-        '            self.ledger.add_phase("verify", seconds)',
+        "rollverify/training/booking.py",
+        "        ledger.add_measurement(scoring.measure_seconds)",
+        '        ledger.add_phase("verify", scoring.measure_seconds)',
         ("tests/test_train.py::test_every_method_trains_end_to_end[partial]",),
     ),
     Mutant(
@@ -376,7 +376,7 @@ MUTANTS = [
     Mutant(
         "grace-ignored",
         "train.stop_grace_seconds: a checkpoint the grace cannot cover is skipped",
-        "rollverify/training/loop.py",
+        "rollverify/training/checkpoint_client.py",
         "self.stop.seconds_left() > 1.5 * self.checkpoint_seconds + 1",
         "True",
         (

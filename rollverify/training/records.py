@@ -93,6 +93,7 @@ class SyncRecord:
 
     seconds: float
     gap: float | None
+    engine_steps: list[EngineStep] = field(default_factory=list)  # the probe's, traced
 
     @property
     def synced(self) -> bool:

@@ -271,7 +271,7 @@ def _train(
         status = "FINISHED"
     except KeyboardInterrupt as interrupt:
         status = "KILLED"
-        saved = loop.last_good_checkpoint() if loop is not None else None
+        saved = loop.checkpoints.last_good() if loop is not None else None
         if stop.grace_expired and not isinstance(interrupt, RunInterrupted) and saved is not None:
             raise RunInterrupted(
                 saved,

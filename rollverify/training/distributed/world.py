@@ -3,14 +3,23 @@ on one machine, torchrun itself across machines; docs/distributed.md).
 
 Rank 0 drives everything but the update: the rollout engines, rewards, verification,
 switching, the ledger, MLflow and the checkpoints. Every rank trains its share of each batch
-(DDP or FSDP2, through transformers' Trainer and accelerate) and meets rank 0 at the points
-below, at the same moment of every step:
+(DDP or FSDP2, through transformers' Trainer and accelerate) and meets rank 0 at these named
+calls, at the same moment (each a collective: every rank makes it):
 
-    score(trajectories)  rank 0's trajectories scored under the current weights, each rank
-                     scoring an equal part (the batch's OPS, the cache's verification)
-    share(batch)     the rollout batch, from rank 0, each rank keeping its slice
-    decide(stop)     rank 0's stop request, so that every rank stops after the same step
-    gather(value)    every rank's value on rank 0 (its RNG state, for a checkpoint)
+    in every step (training/loop.py)
+    score(items, fn)              rank 0's trajectories scored under the current weights,
+                                  each rank scoring an equal part (the batch's OPS, the
+                                  cache's verification)
+    share(batch)                  the rollout batch, from rank 0, each rank keeping its slice
+    agree_on_stop(requested)      rank 0's stop request (or its paused rollout): every rank
+                                  stops after the same step
+    at a checkpoint or a stop (training/checkpoint_client.py)
+    gather_rng(state)             every rank's RNG state on rank 0
+    agree_checkpoint_written(ok)  whether rank 0's checkpoint landed (the step to resume from)
+    agree_to_write(fits)          rank 0's call: a stop's grace covers one more checkpoint
+
+The agree_* calls are decide(flag) under the name of what is decided; broadcast and gather are
+the primitives under all of them.
 
 One process (the default) is a world of size 1 and every call is free.
 """
@@ -92,6 +101,22 @@ class World:
         width = max(p.shape[1] for p in parts)
         padded = [torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in parts]
         return torch.cat(padded)
+
+    def agree_on_stop(self, requested: bool) -> bool:
+        """Rank 0's stop request on every rank: they stop after the same step."""
+        return self.decide(requested)
+
+    def agree_checkpoint_written(self, written: bool) -> bool:
+        """Whether rank 0's checkpoint landed, on every rank."""
+        return self.decide(written)
+
+    def agree_to_write(self, fits: bool) -> bool:
+        """Rank 0's call on whether a stop's grace covers one more checkpoint."""
+        return self.decide(fits)
+
+    def gather_rng(self, state: Any) -> list[Any] | None:
+        """Every rank's RNG state, in rank order, on rank 0 (None on the others)."""
+        return self.gather(state)
 
     def decide(self, flag: bool) -> bool:
         """Rank 0's `flag` on every rank: one decision for the whole world."""

@@ -47,7 +47,7 @@ def test_a_sweep_names_each_bad_grid_point_before_ray_starts(tmp_path, monkeypat
 
 
 def test_sweep_seeds_replace_the_specs_and_zero_is_refused(tmp_path, monkeypatch, capsys):
-    from rollverify.sweep import load_grid
+    from rollverify.experiments.sweep import load_grid
 
     assert load_grid(["ds", "dt"], {}).seeds == 1  # the shipped sweeps/ds_dt.yaml
     assert load_grid(["ds", "dt"], {"ds": "0.01"}, seeds=3).size == 3 * 4  # 1 ds x 4 dt x 3

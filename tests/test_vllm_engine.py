@@ -271,7 +271,10 @@ def test_a_reused_engine_must_fit_the_config(engine, tmp_path):
 
 @pytest.mark.parametrize("method", ["grpo", "partial", "rollverify"])
 def test_each_method_trains_on_the_shared_engine(engine, tmp_path, method, monkeypatch):
-    steps = 3
+    # A partial step pauses only if something is still in flight when its groups complete; under
+    # CPU load the sidecar can finish all 8 slots first (a full `make test` did, both steps of
+    # a 3-step run, once). Five chances to pause instead of two.
+    steps = 3 if method == "grpo" else 6
     # rollverify's run syncs over the collective (gloo here), the others over the object store
     weight_sync = "collective" if method == "rollverify" else "object_store"
     monkeypatch.setattr(engine, "settings", replace(engine.settings, weight_sync=weight_sync))

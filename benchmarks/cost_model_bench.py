@@ -16,7 +16,7 @@
    lengths the real rollouts produced, admitting as the engine does (hf: in batches of slots /
    8; vLLM: into every free slot). It predicts each schedule's rollout seconds, and so the partial /
    synchronous throughput ratio.
-Goal (issue 12): predicted within 10% of measured. Prints one JSON object.
+Goal: predicted within 10% of measured. Prints one JSON object.
 """
 
 from __future__ import annotations

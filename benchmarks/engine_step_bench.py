@@ -7,8 +7,8 @@ For 8, 32 and 64 rows at widths 50, 150 and 300 (the chain task's range), rows d
 admissions or retirements: `equal` rows all have the width's length; `mixed` rows have lengths
 spread evenly from a quarter of the width to the width (as partial rollout's resumed rows do).
 Per case: the median step in ms, and from torch's profiler the share of attention (SDPA),
-matrix products, other tensor ops and the rest (Python, the model's module calls). The goal
-(issue 13): a step at 64 rows costs at most 2x one at 8 rows. `kernels_64_rows_over_step_8_rows`
+matrix products, other tensor ops and the rest (Python, the model's module calls). The goal:
+a step at 64 rows costs at most 2x one at 8 rows. `kernels_64_rows_over_step_8_rows`
 is the floor under that ratio: attention and matrix products alone at 64 rows, over the whole
 8-row step; where it exceeds 2, trimming overhead cannot meet the goal (and overhead trimmed
 from both steps raises the ratio).

@@ -6,7 +6,7 @@ The batch looks like a partial-rollout cache: right-padded rows of long-tail len
 row made of 1-5 version segments, current log-probs a small drift away from behavior ones.
 Throughput is per generated token (padding excluded: ~2/3 of the [B, T] positions here);
 positions/s, padding included, is reported beside it.
-Goal (issue 2): >= 50M generated tokens/s for verify on a 2-core CPU.
+Goal: >= 50M generated tokens/s for verify on a 2-core CPU.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ What it cannot know is modeled, and each model is named here:
   The default median is 1,500 tokens with sigma 0.9: long-CoT math, whose median response at an
   8K budget is ~1-2K tokens (DAPO, Yu et al. 2025, Fig. 4b) with a long tail. About 3% hit an
   8K budget; at 64K the tail reaches ~30K in a batch of 1,024. The lengths can also come from a
-  run's own trace (`--lengths-from RUN`).
+  run's own trace (`--lengths-from RUN`). The median can move over the run: from the start
+  median to `--end-median` (linearly or log-linearly), or a run's median per step
+  (`--medians-from RUN`). The budget cuts every draw; the table counts the cut share.
 - **Acceptance**: each verification cycle keeps the fraction `acceptance` of every cached
   trajectory, so the rate the monitor sees (kept / cached tokens, the spec's) is exactly that.
   The default is 0.95: the embedded default ends `make demo` at 0.94 (ds = 0.01). It can also

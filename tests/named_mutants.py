@@ -249,6 +249,17 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "simulate-median-constant",
+        "rvctl simulate's median response length moves from --lengths' to --end-median",
+        "rollverify/experiments/simulate.py",
+        "        if self.end_median is None:\n            return self.median",
+        "        if True:\n            return self.median",
+        (
+            "tests/test_simulate.py::"
+            "test_each_steps_draws_have_that_steps_median_and_keep_their_length",
+        ),
+    ),
+    Mutant(
         "eval-sets-pooled",
         "eval_accuracy is the mean over eval sets, each weighing the same (not pooled samples)",
         "rollverify/tasks/evaluation.py",

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rollverify.config import load_config
@@ -15,6 +17,7 @@ from rollverify.experiments.simulate import (
     Settings,
     acceptance_of_run,
     lengths_of_run,
+    medians_of_run,
     rows,
     simulate,
 )
@@ -92,6 +95,7 @@ def test_the_cli_prints_the_cost_table_and_refuses_bad_input(monkeypatch, capsys
     ]
     expected = {"method", "context", "gpu", "gpu_days", "speedup_vs_grpo", "rollout_share"}
     expected |= {"slot_utilization", "tokens_generated", "tokens_regenerated", "switch_step"}
+    expected |= {"truncated_share"}
     assert set(rows[0]) == expected
     for bad, message in [
         (["--context", "8k"], "--context: '8k' is not a comma-separated list of numbers"),
@@ -145,3 +149,87 @@ def test_resumed_trajectories_are_prefilled_again():
     grpo, partial = simulate(config, Settings(("grpo", "partial"), (4096,), steps=15))
     assert partial.prefill_seconds > 3 * grpo.prefill_seconds > 0
     assert partial.prefill_seconds < partial.seconds["rollout"]
+
+
+# -- lengths that move, and the budget that cuts them ---------------------------------------------
+
+
+def test_the_median_moves_from_start_to_end_linearly_or_geometrically():
+    linear = LengthModel(median=1000, end_median=4000)
+    log = LengthModel(median=1000, end_median=4000, growth="log")
+    assert [linear.median_at(s, 7) for s in (1, 4, 7, 9)] == [1000, 2500, 4000, 4000]
+    assert [round(log.median_at(s, 7), 6) for s in (1, 4, 7)] == [1000, 2000, 4000]
+    assert LengthModel(median=1000).median_at(7, 7) == 1000  # no end: constant
+    curve = LengthModel(medians=(100.0, 200.0, 400.0))
+    assert [curve.median_at(s, 700) for s in (1, 2, 3, 700)] == [100, 200, 400, 400]
+
+
+def test_each_steps_draws_have_that_steps_median_and_keep_their_length():
+    model = LengthModel(median=500, sigma=0.5, end_median=4000, growth="log")
+    sampler = model.sampler(group_size=8, budget=10**6, seed=0, steps=4)
+    first = {(g, i): sampler(g, i) for g in range(400) for i in range(8)}
+    for step, median, groups in [(2, 1000, range(400, 800)), (4, 4000, range(800, 1200))]:
+        sampler.step = step  # 500 x 8 ** (1/3) per step
+        drawn = [sampler(g, i) for g in groups for i in range(8)]
+        assert abs(np.median(drawn) / median - 1) < 0.05
+    assert abs(np.median(list(first.values())) / 500 - 1) < 0.05
+    assert all(sampler(g, i) == n for (g, i), n in first.items())  # resumed: the same length
+
+
+def test_the_budget_cuts_lengths_and_the_table_counts_them():
+    model = LengthModel(median=1000, sigma=0.9)
+    sampler = model.sampler(group_size=8, budget=1000, seed=0)
+    drawn = [sampler(g, i) for g in range(200) for i in range(8)]
+    assert max(drawn) == 1000 and abs(drawn.count(1000) / len(drawn) - 0.5) < 0.05
+    tight = table(contexts=(1024,), lengths=model)["grpo"]["truncated_share"]
+    loose = table(contexts=(65536,), lengths=model)["grpo"]["truncated_share"]
+    assert loose < 0.01 and abs(tight - 0.5) < 0.1
+
+
+def test_growing_lengths_cost_more_and_hit_the_budget_more_often():
+    flat = table(contexts=(4096,), lengths=LengthModel(median=800))
+    grown = table(contexts=(4096,), lengths=LengthModel(median=800, end_median=3200))
+    for method in ("grpo", "partial"):
+        assert grown[method]["tokens_generated"] > 1.5 * flat[method]["tokens_generated"]
+        assert grown[method]["gpu_days"] > flat[method]["gpu_days"]
+        assert grown[method]["truncated_share"] > flat[method]["truncated_share"]
+
+
+def test_the_default_length_model_reproduces_the_tables_before_lengths_could_move():
+    """The numbers `table()` gave before the length model could move (commit 24c5b3d), exactly;
+    an end median equal to the start median is the same model."""
+    before = {
+        "grpo": (0.0028671551199465893, 1737385, 0),
+        "partial": (0.001409384773163142, 1853365, 0),
+        "rollverify": (0.0014512948133689643, 1909750, 56464),
+    }
+    methods = ("grpo", "partial", "rollverify")
+    for lengths in (LengthModel(), LengthModel(end_median=1500.0, growth="log")):
+        now = table(methods=methods, lengths=lengths)
+        assert {
+            m: (r["gpu_days"], r["tokens_generated"], r["tokens_regenerated"])
+            for m, r in now.items()
+        } == before
+
+
+def test_bad_length_growth_is_one_line_and_exit_2(monkeypatch, capsys):
+    for bad, message in [
+        (["--growth", "cubic"], "--growth: 'cubic' is not one of linear, log"),
+        (["--end-median", "0"], "--end-median: must be > 0"),
+    ]:
+        result = run_rvctl(["simulate", "--steps", "1", *bad], monkeypatch, capsys)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, bad
+        assert message in result.stderr, (bad, result.stderr)
+
+
+@pytest.mark.slow
+def test_the_median_can_follow_a_runs_trace_step_by_step(tmp_path):
+    summary = train(tiny(tmp_path, "partial"))
+    medians = medians_of_run(summary.run_dir)
+    from rollverify.cost import trace
+
+    table_ = trace.read(Path(summary.run_dir) / "trace", "trainer")
+    expected = [float(np.median(n)) for n in table_.column("completions").to_pylist()]
+    assert list(medians) == expected and len(medians) == 3
+    model = LengthModel(medians=medians)
+    assert model.moves and model.median_at(99, 700) == medians[-1]

@@ -15,7 +15,9 @@ What it cannot know is modeled, and each model is named here:
   The default median is 1,500 tokens with sigma 0.9: long-CoT math, whose median response at an
   8K budget is ~1-2K tokens (DAPO, Yu et al. 2025, Fig. 4b) with a long tail. About 3% hit an
   8K budget; at 64K the tail reaches ~30K in a batch of 1,024. The lengths can also come from a
-  run's own trace (`--lengths-from RUN`).
+  run's own trace (`--lengths-from RUN`). The median can move over the run: from the start
+  median to `--end-median` (linearly or log-linearly), or a run's median per step
+  (`--medians-from RUN`). The budget cuts every draw; the table counts the cut share.
 - **Acceptance**: each verification cycle keeps the fraction `acceptance` of every cached
   trajectory, so the rate the monitor sees (kept / cached tokens, the spec's) is exactly that.
   The default is 0.95: the embedded default ends `make demo` at 0.94 (ds = 0.01). It can also
@@ -55,35 +57,107 @@ from rollverify.rollout.engines.simulated import SimulatedEngine, Sketch
 from rollverify.rollout.schedules import PromptGroup, RolloutState, collect
 from rollverify.rollout.trajectory import Trajectory
 
+GROWTHS = ("linear", "log")  # how the median moves from `median` to `end_median`
+
 
 @dataclass(frozen=True)
 class LengthModel:
-    """Response lengths: lognormal(median, sigma), or drawn from `samples` (a run's own)."""
+    """Response lengths: lognormal(median, sigma), or drawn from `samples` (a run's own).
+
+    The median can move over the run (training lengthens chains of thought): from `median` at
+    step 1 to `end_median` at the last step, linearly or log-linearly (geometrically:
+    median x (end / median) ** fraction of the run), or step by step from `medians` (a run's
+    trace; the last repeats). A trajectory's length is drawn at the step its group is first
+    admitted, and kept when it is paused and resumed. Every length is cut at the response
+    budget: a cut response is a truncated one (finish reason "length").
+    """
 
     median: float = 1500.0
     sigma: float = 0.9
     samples: tuple[int, ...] = ()
+    end_median: float | None = None  # the median at the last step; None: `median` throughout
+    growth: str = "linear"  # "linear" or "log": how the median moves to `end_median`
+    medians: tuple[float, ...] = ()  # one median per step (the last repeats); overrides the two
 
-    def sampler(self, group_size: int, budget: int, seed: int) -> Callable[[int, int], int]:
-        """lengths(group_id, sample_index): drawn once per trajectory, in blocks of groups."""
-        rng, table = np.random.default_rng(seed), np.zeros((0, group_size), dtype=np.int64)
+    @property
+    def moves(self) -> bool:
+        return bool(self.medians) or (
+            self.end_median is not None and self.end_median != self.median
+        )
 
-        def lengths(group_id: int, sample_index: int) -> int:
-            nonlocal table
-            while group_id >= len(table):
-                if self.samples:
-                    block = rng.choice(np.array(self.samples), size=(4096, group_size))
-                else:
-                    block = rng.lognormal(math.log(self.median), self.sigma, (4096, group_size))
-                table = np.concatenate([table, np.ceil(block).astype(np.int64)])
-            return int(min(max(table[group_id, sample_index], 1), budget))
+    def median_at(self, step: int, steps: int) -> float:
+        """The median of responses drawn at training step `step` (1-based) of `steps`."""
+        if self.medians:
+            return self.medians[min(step, len(self.medians)) - 1]
+        if self.end_median is None:
+            return self.median
+        fraction = (min(step, steps) - 1) / (steps - 1) if steps > 1 else 1.0
+        if self.growth == "log":
+            return self.median * (self.end_median / self.median) ** fraction
+        return self.median + (self.end_median - self.median) * fraction
 
-        return lengths
+    def check(self) -> None:
+        if self.growth not in GROWTHS:
+            raise ValueError(f"--growth: {self.growth!r} is not one of {', '.join(GROWTHS)}")
+        if self.end_median is not None and self.end_median <= 0:
+            raise ValueError(f"--end-median: must be > 0, got {self.end_median:g}")
+        if self.medians and min(self.medians) <= 0:
+            raise ValueError("--medians-from: every step's median must be > 0")
+        if self.samples and self.moves:
+            raise ValueError(
+                "--lengths-from: a run's sampled lengths do not move; drop --end-median and "
+                "--medians-from, or use --lengths lognormal:MEDIAN,SIGMA"
+            )
+
+    def sampler(self, group_size: int, budget: int, seed: int, steps: int = 1) -> LengthSampler:
+        """lengths(group_id, sample_index): drawn once per trajectory, in blocks of groups; set
+        the sampler's `step` as training proceeds when the median moves."""
+        return LengthSampler(self, group_size, budget, seed, steps)
 
     def describe(self) -> str:
         if self.samples:
             return f"a run's {len(self.samples)} response lengths"
+        if self.medians:
+            return (
+                f"lognormal(median per step from a run, {self.medians[0]:g} to "
+                f"{self.medians[-1]:g}, sigma {self.sigma:g})"
+            )
+        if self.moves:
+            return (
+                f"lognormal(median {self.median:g} to {self.end_median:g} {self.growth}, "
+                f"sigma {self.sigma:g})"
+            )
         return f"lognormal(median {self.median:g}, sigma {self.sigma:g})"
+
+
+class LengthSampler:
+    """A LengthModel's draws for one run: `self(group_id, sample_index)` -> tokens, cut at the
+    budget. `step` is the training step now (the simulation sets it)."""
+
+    def __init__(self, model: LengthModel, group_size: int, budget: int, seed: int, steps: int):
+        self.model, self.budget, self.steps, self.step = model, budget, steps, 1
+        self.group_size = group_size
+        self.rng = np.random.default_rng(seed)
+        self.table = np.zeros((0, group_size), dtype=np.int64 if not model.moves else np.float64)
+        self.group_median: dict[int, float] = {}  # the median each group was drawn at
+
+    def __call__(self, group_id: int, sample_index: int) -> int:
+        model = self.model
+        while group_id >= len(self.table):
+            shape = (4096, self.group_size)
+            if model.samples:
+                block = np.ceil(self.rng.choice(np.array(model.samples), size=shape))
+            elif model.moves:  # the median is applied per group, at the step it is drawn
+                block = self.rng.standard_normal(shape)
+            else:
+                block = np.ceil(self.rng.lognormal(math.log(model.median), model.sigma, shape))
+            self.table = np.concatenate([self.table, block.astype(self.table.dtype)])
+        if model.moves:
+            median = self.group_median.setdefault(group_id, model.median_at(self.step, self.steps))
+            drawn = math.ceil(median * math.exp(model.sigma * self.table[group_id, sample_index]))
+        else:
+            drawn = int(self.table[group_id, sample_index])
+        return int(min(max(drawn, 1), self.budget))
 
 
 @dataclass(frozen=True)
@@ -114,6 +188,7 @@ class Settings:
             raise ValueError(f"--prompt-tokens: must be >= 1, got {self.prompt_tokens}")
         if not self.acceptance or not all(0 <= a <= 1 for a in self.acceptance):
             raise ValueError("--acceptance: must be in [0, 1]")
+        self.lengths.check()
 
 
 @dataclass
@@ -131,6 +206,8 @@ class Result:
     tokens_regenerated: int
     switch_step: int | None
     prefill_seconds: float = 0.0  # of the rollout seconds, prefills (resumed ones too)
+    trained: int = 0  # trajectories trained on
+    truncated: int = 0  # of those, cut at the response budget (finish reason "length")
 
     @property
     def gpu_days(self) -> float:
@@ -166,13 +243,13 @@ def simulate_one(
     config: RunConfig, settings: Settings, method_name: str, context: int, seed: int
 ) -> Result:
     """One method at one context: `settings.steps` steps of its schedule on the virtual clock."""
-    method, rollout = METHODS[method_name], config.rollout
+    method, rollout, steps = METHODS[method_name], config.rollout, settings.steps
     pricing = Pricing(ModelShape.of(config.model_path()), GPUS[settings.gpu], Layout.of(config))
     engine = SimulatedEngine(
         pricing,
         slots=rollout.slots,
         max_new_tokens=context,
-        lengths=settings.lengths.sampler(rollout.group_size, context, seed),
+        lengths=(lengths := settings.lengths.sampler(rollout.group_size, context, seed, steps)),
         admit_batch=1,  # vLLM admits into every free slot at once
         finishes_per_poll=settings.finishes_per_poll or max(1, rollout.slots // 64),
     )
@@ -180,7 +257,9 @@ def simulate_one(
     monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
     seconds = dict.fromkeys(("rollout", "train", "verify", "sync"), 0.0)
     shape, gpu, efficiency, layout = pricing.shape, pricing.gpu, pricing.efficiency, pricing.layout
-    for step in range(1, settings.steps + 1):
+    trained = truncated = 0
+    for step in range(1, steps + 1):
+        lengths.step = step  # groups first drawn now get this step's median
         started = engine.clock
         result = collect(
             engine,
@@ -192,7 +271,10 @@ def simulate_one(
             max_inflight_groups=rollout.max_inflight_groups,
         )
         seconds["rollout"] += engine.clock - started
-        tokens, attended = _work(list(result.trajectories()))
+        batch = list(result.trajectories())
+        trained += len(batch)
+        truncated += sum(t.finish_reason == "length" for t in batch)
+        tokens, attended = _work(batch)
         seconds["train"] += train_seconds(
             shape, gpu, efficiency, tokens, attended, layout.trainer_gpus
         )
@@ -212,6 +294,8 @@ def simulate_one(
         tokens_regenerated=engine.stats.tokens_regenerated,
         switch_step=monitor.switch_step,
         prefill_seconds=engine.prefill_seconds,
+        trained=trained,
+        truncated=truncated,
     )
 
 
@@ -277,6 +361,8 @@ def rows(results: list[Result]) -> list[dict[str, Any]]:
                 "tokens_generated": round(statistics.fmean(r.tokens_generated for r in group)),
                 "tokens_regenerated": round(statistics.fmean(r.tokens_regenerated for r in group)),
                 "switch_step": statistics.median(switches) if switches else None,
+                "truncated_share": sum(r.truncated for r in group)
+                / max(1, sum(r.trained for r in group)),
             }
         )
     for row in table:
@@ -323,6 +409,32 @@ def acceptance_of_run(run_dir: str | Path) -> tuple[float, ...]:
     if not by_step:
         raise ValueError(f"--acceptance-from {run_dir}: the run logged no acceptance_rate")
     curve, last = [], next(iter(by_step.values()))
+    for step in range(1, max(by_step) + 1):
+        last = by_step.get(step, last)
+        curve.append(last)
+    return tuple(curve)
+
+
+def medians_of_run(run_dir: str | Path) -> tuple[float, ...]:
+    """A run's median response length per training step (its trainer trace), for a length
+    model whose median follows it; steps the trace lacks repeat the step before."""
+    from rollverify.cost import trace
+
+    if not (Path(run_dir) / "trace").is_dir():
+        raise ValueError(
+            f"--medians-from {run_dir}: no trace folder here; pass a run folder that "
+            "checkpointed (its trace is written with each checkpoint)"
+        )
+    table = trace.read(Path(run_dir) / "trace", "trainer")
+    lengths_by_step: dict[int, list[int]] = {}
+    for step, lengths in zip(
+        table.column("step").to_pylist(), table.column("completions").to_pylist(), strict=True
+    ):
+        lengths_by_step.setdefault(step, []).extend(lengths)
+    by_step = {step: float(np.median(n)) for step, n in lengths_by_step.items() if n}
+    if not by_step:
+        raise ValueError(f"--medians-from {run_dir}: its trace records no completion lengths")
+    curve, last = [], by_step[min(by_step)]
     for step in range(1, max(by_step) + 1):
         last = by_step.get(step, last)
         curve.append(last)

@@ -3,6 +3,7 @@ virtual clock (rollverify/experiments/simulate.py; the cost model: docs/cost-mod
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -21,6 +22,7 @@ HEADERS = {  # one-word headers for the rich table; json/csv/md keep the stable 
     "tokens_generated": "tokens",
     "tokens_regenerated": "regen.",
     "switch_step": "switch@",
+    "truncated_share": "cut",
 }
 LEGEND = (
     "gpu_days: modeled GPU-days on --gpu in the config's cost.layout; speedup: grpo's / the "
@@ -57,6 +59,16 @@ def simulate(
     lengths_from: Annotated[
         Path | None, typer.Option(help="A run folder: sample its trained response lengths.")
     ] = None,
+    end_median: Annotated[
+        float | None,
+        typer.Option(help="The median response length at the last step (default: no growth)."),
+    ] = None,
+    growth: Annotated[
+        str, typer.Option(help="How the median moves to --end-median: linear or log.")
+    ] = "linear",
+    medians_from: Annotated[
+        Path | None, typer.Option(help="A run folder: follow its median response length per step.")
+    ] = None,
     acceptance: Annotated[
         float, typer.Option(help="Share of each cached trajectory a verification keeps.")
     ] = 0.95,
@@ -72,6 +84,7 @@ def simulate(
         Settings,
         acceptance_of_run,
         lengths_of_run,
+        medians_of_run,
         rows,
     )
     from rollverify.experiments.simulate import simulate as run
@@ -84,7 +97,12 @@ def simulate(
         steps=steps if steps is not None else run_config.train.steps,  # (0 is refused)
         seeds=seeds,
         prompt_tokens=prompt_tokens,
-        lengths=lengths_of_run(lengths_from) if lengths_from else _length_model(lengths),
+        lengths=replace(
+            lengths_of_run(lengths_from) if lengths_from else _length_model(lengths),
+            end_median=end_median,
+            growth=growth,
+            medians=medians_of_run(medians_from) if medians_from else (),
+        ),
         acceptance=acceptance_of_run(acceptance_from) if acceptance_from else (acceptance,),
     )
     settings.check()

@@ -64,10 +64,15 @@ def simulate(
         Path | None, typer.Option(help="A finished run folder: follow its acceptance per step.")
     ] = None,
     prompt_tokens: Annotated[int, typer.Option(help="Tokens per prompt.")] = 256,
+    profile: Annotated[
+        Path | None,
+        typer.Option(help="A profile (rvctl calibrate) to price with (default: cost.profile)."),
+    ] = None,
     format: FormatOption = Format.table,
 ) -> None:
     """Simulate grpo, partial rollout and RollVerify at scale; print modeled GPU-days."""
     from rollverify.config import load_config
+    from rollverify.cost.costmodel.profile import Profile
     from rollverify.experiments.simulate import (
         Settings,
         acceptance_of_run,
@@ -77,6 +82,9 @@ def simulate(
     from rollverify.experiments.simulate import simulate as run
 
     run_config = load_config(config)
+    profile_path, option = (
+        (profile, "--profile") if profile else (run_config.cost.profile, "cost.profile")
+    )
     settings = Settings(
         methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
         contexts=_numbers(context, int, "--context"),
@@ -86,6 +94,7 @@ def simulate(
         prompt_tokens=prompt_tokens,
         lengths=lengths_of_run(lengths_from) if lengths_from else _length_model(lengths),
         acceptance=acceptance_of_run(acceptance_from) if acceptance_from else (acceptance,),
+        profile=Profile.load(profile_path, option) if profile_path else None,
     )
     settings.check()
     total = len(settings.methods) * len(settings.contexts) * settings.seeds

@@ -136,10 +136,21 @@ def test_a_profile_fitted_to_one_run_predicts_another_runs_rollout_seconds(
     assert {row["gpu"] for row in json.loads(result.stdout)} == {profile.machine}
 
 
+def test_cost_profile_in_the_config_prices_the_simulation(tmp_path, monkeypatch, capsys):
+    _profile().save(tmp_path / "p.json")
+    (tmp_path / "run.yaml").write_text(f"cost:\n  profile: {tmp_path / 'p.json'}\n")
+    args = ["simulate", "-c", str(tmp_path / "run.yaml"), "--steps", "1", "--context", "32"]
+    result = run_rvctl([*args, "--methods", "grpo", "-f", "json"], monkeypatch, capsys)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)[0]["gpu"] == "a test machine"
+
+
 def test_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
     (tmp_path / "run").mkdir()
     (tmp_path / "bad.json").write_text('{"format": 1}')
+    (tmp_path / "run.yaml").write_text(f"cost:\n  profile: {tmp_path / 'none.json'}\n")
     for args, message in [
+        (["simulate", "-c", str(tmp_path / "run.yaml")], "cost.profile"),
         (["calibrate", str(tmp_path / "none")], "is no run folder"),
         (["calibrate", str(tmp_path / "run")], "has no trace folder"),
         (["simulate", "--profile", str(tmp_path / "bad.json")], "--profile"),

@@ -97,6 +97,12 @@ def simulate(
         profile=Profile.load(profile_path, option) if profile_path else None,
     )
     settings.check()
+    fitted = settings.profile.model if settings.profile else ""
+    if fitted and fitted != run_config.model.path:
+        stderr.print(
+            f"warning: the profile was fitted to {fitted}; it prices {run_config.model.path} "
+            "with that model's terms (calibrate a run of this model for its own)"
+        )
     total = len(settings.methods) * len(settings.contexts) * settings.seeds
     with Progress(
         TextColumn("[bold]simulate"),

@@ -57,6 +57,7 @@ class Profile:
     trainer: tuple[Term, ...] = ()  # TRAINER_TERMS (empty: the run logged no timings)
     residual: dict[str, float] = field(default_factory=dict)  # group -> relative RMS residual
     samples: dict[str, int] = field(default_factory=dict)  # group -> rows fitted
+    model: str = ""  # the run's model.path: the terms price that model's work only
 
     def step_cost(self) -> LinearStepCost:
         return LinearStepCost(*(t.value for t in self.engine))
@@ -128,6 +129,7 @@ class Profile:
             trainer=trainer,
             residual={str(k): float(v) for k, v in data.get("residual", {}).items()},
             samples={str(k): int(v) for k, v in data.get("samples", {}).items()},
+            model=str(data.get("model", "")),
         )
 
 
@@ -196,7 +198,18 @@ def fit_profile(run_dir: str | Path, machine: str | None = None) -> Profile:
         trainer=trainer,
         residual=profile_residual,
         samples=samples,
+        model=_model_of(run_dir),
     )
+
+
+def _model_of(run_dir: Path) -> str:
+    """The model.path of the run's saved config ("" where it saved none)."""
+    import yaml
+
+    try:
+        return str(yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["path"])
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        return ""
 
 
 def _fit_trainer(run_dir: Path, residual: dict, samples: dict) -> tuple[Term, ...]:

@@ -12,6 +12,7 @@ from typer._click import exceptions as usage  # typer 0.29 ships its own click
 
 from rollverify.infra.quiet import quiet_environment
 from rvctl.commands import (
+    calibrate,
     compare,
     config,
     data,
@@ -38,6 +39,7 @@ app.command("compare")(compare.compare)
 app.command("sweep", context_settings=sweep.CONTEXT)(sweep.sweep)
 app.command("report")(report.report)
 app.command("simulate")(simulate.simulate)
+app.command("calibrate")(calibrate.calibrate)
 app.command("export")(export.export)
 app.command("ui")(ui.ui)
 app.add_typer(data.app, name="data")

@@ -52,6 +52,7 @@ from rollverify.cost.costmodel import (
     sync_seconds,
     train_seconds,
 )
+from rollverify.cost.costmodel.profile import Profile
 from rollverify.cost.trace import scoring_work
 from rollverify.rollout.engines.simulated import SimulatedEngine, Sketch
 from rollverify.rollout.schedules import PromptGroup, RolloutState, collect
@@ -171,6 +172,7 @@ class Settings:
     lengths: LengthModel = field(default_factory=LengthModel)
     acceptance: tuple[float, ...] = (0.95,)  # one value, or one per step (the last repeats)
     finishes_per_poll: int | None = None  # None: slots / 64 (exact at 1, slower)
+    profile: Profile | None = None  # a machine's fitted terms (rvctl calibrate) price the run
 
     def check(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -246,7 +248,7 @@ def simulate_one(
     method, rollout, steps = METHODS[method_name], config.rollout, settings.steps
     pricing = Pricing(ModelShape.of(config.model_path()), GPUS[settings.gpu], Layout.of(config))
     engine = SimulatedEngine(
-        pricing,
+        settings.profile.step_cost() if settings.profile else pricing,
         slots=rollout.slots,
         max_new_tokens=context,
         lengths=(lengths := settings.lengths.sampler(rollout.group_size, context, seed, steps)),
@@ -275,17 +277,24 @@ def simulate_one(
         trained += len(batch)
         truncated += sum(t.finish_reason == "length" for t in batch)
         tokens, attended = _work(batch)
-        seconds["train"] += train_seconds(
-            shape, gpu, efficiency, tokens, attended, layout.trainer_gpus
-        )
+        if settings.profile:
+            seconds["train"] += settings.profile.train_seconds(tokens, attended)
+        else:
+            seconds["train"] += train_seconds(
+                shape, gpu, efficiency, tokens, attended, layout.trainer_gpus
+            )
         if method.verify:
             seconds["verify"] += _verify(config, settings, method, state, monitor, step, pricing)
-        seconds["sync"] += sync_seconds(shape.weight_bytes, gpu, efficiency, layout)
+        seconds["sync"] += (
+            settings.profile.sync_seconds(shape.weight_bytes)
+            if settings.profile
+            else sync_seconds(shape.weight_bytes, gpu, efficiency, layout)
+        )
         engine.load_weights([], version=step)
     return Result(
         method=method_name,
         context=context,
-        gpu=settings.gpu,
+        gpu=settings.profile.machine if settings.profile else settings.gpu,
         seed=seed,
         seconds=seconds,
         gpus=layout.gpus,
@@ -313,6 +322,8 @@ def _verify(config, settings, method, state, monitor, step, pricing) -> float:
         trajectory.truncate(k)
     if method.switching:
         monitor.update(sum(kept), before, step=step)
+    if settings.profile:
+        return settings.profile.score_seconds(tokens, attended)
     return prefill_seconds(
         pricing.shape,
         pricing.gpu,

@@ -76,10 +76,15 @@ def simulate(
         Path | None, typer.Option(help="A finished run folder: follow its acceptance per step.")
     ] = None,
     prompt_tokens: Annotated[int, typer.Option(help="Tokens per prompt.")] = 256,
+    profile: Annotated[
+        Path | None,
+        typer.Option(help="A profile (rvctl calibrate) to price with (default: cost.profile)."),
+    ] = None,
     format: FormatOption = Format.table,
 ) -> None:
     """Simulate grpo, partial rollout and RollVerify at scale; print modeled GPU-days."""
     from rollverify.config import load_config
+    from rollverify.cost.costmodel.profile import Profile
     from rollverify.experiments.simulate import (
         Settings,
         acceptance_of_run,
@@ -90,6 +95,9 @@ def simulate(
     from rollverify.experiments.simulate import simulate as run
 
     run_config = load_config(config)
+    profile_path, option = (
+        (profile, "--profile") if profile else (run_config.cost.profile, "cost.profile")
+    )
     settings = Settings(
         methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
         contexts=_numbers(context, int, "--context"),
@@ -104,8 +112,15 @@ def simulate(
             medians=medians_of_run(medians_from) if medians_from else (),
         ),
         acceptance=acceptance_of_run(acceptance_from) if acceptance_from else (acceptance,),
+        profile=Profile.load(profile_path, option) if profile_path else None,
     )
     settings.check()
+    fitted = settings.profile.model if settings.profile else ""
+    if fitted and fitted != run_config.model.path:
+        stderr.print(
+            f"warning: the profile was fitted to {fitted}; it prices {run_config.model.path} "
+            "with that model's terms (calibrate a run of this model for its own)"
+        )
     total = len(settings.methods) * len(settings.contexts) * settings.seeds
     with Progress(
         TextColumn("[bold]simulate"),

@@ -88,3 +88,9 @@ class CostConfig:
         "GPUs); disaggregated: the engines' GPUs (vllm.engines x tensor_parallel_size) beside "
         "the trainer's; auto: colocated for the in-process engine, disaggregated for vLLM.",
     )
+    profile: str | None = config_field(
+        None,
+        "A profile written by `rvctl calibrate RUN` (a JSON file): `rvctl simulate` prices "
+        "with its fitted terms (this machine's) instead of the GPU's spec sheet; its --profile "
+        "option wins. null: the spec sheet.",
+    )

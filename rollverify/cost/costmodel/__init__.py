@@ -10,6 +10,7 @@ for:
     pricing.py      the cost of a run's steps on one GPU in one layout (Pricing)
     step_cost.py    what a simulated engine needs priced (StepCost)
     cpu_profile.py  a CPU's engine iterations, fitted from its trace (LinearStepCost)
+    profile.py      a machine's engine and trainer terms fitted to a run (rvctl calibrate)
 """
 
 from rollverify.config.model_shape import SHIPPED_CONFIGS, ModelShape

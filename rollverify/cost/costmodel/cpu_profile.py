@@ -3,6 +3,8 @@ own trace by non-negative least squares."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rollverify.cost.trace import EngineStep
@@ -58,20 +60,51 @@ def fit_step_cost_to_totals(runs: list[list[EngineStep]], seconds: list[float]) 
     """The same fit where only the total seconds of each run of iterations were measured (an
     engine that times no iteration, as vLLM behind its RPC): a sum of linear costs is linear
     in the same coefficients."""
-    features = [
-        lambda s: s.decode_rows > 0,
+    features = step_features()
+    matrix = [[sum(f(s) for s in run) for f in features] for run in runs]
+    return LinearStepCost(*fit_terms(matrix, seconds)[0])
+
+
+def step_features() -> list[Callable[[EngineStep], float]]:
+    """The columns of an iteration that LinearStepCost's fields multiply, in their order."""
+    return [
+        lambda s: float(s.decode_rows > 0),
         lambda s: s.decode_rows,
         lambda s: s.decode_context,
         lambda s: s.decode_padded,
-        lambda s: s.prefill_rows > 0,
+        lambda s: float(s.prefill_rows > 0),
         lambda s: s.prefill_rows,
         lambda s: s.prefill_tokens,
         lambda s: s.prefill_padded,
     ]
+
+
+def fit_terms(
+    matrix: list[list[float]], seconds: list[float]
+) -> tuple[list[float], list[float | None], float]:
+    """Non-negative least squares of `seconds` on the columns of `matrix` (scipy's NNLS: a cost
+    never falls with more work). Returns (coefficients, their standard errors, the relative RMS
+    residual). A coefficient's error is ordinary least squares' on the columns the fit kept
+    (sigma^2 (A^T A)^-1, sigma^2 = RSS / (rows - kept)); None for a column it set to 0, and
+    NaN where the rows do not outnumber the kept columns."""
     import numpy as np
     from scipy.optimize import nnls
 
-    matrix = np.array([[sum(f(s) for s in run) for f in features] for run in runs], dtype=float)
-    scale = np.where(matrix.max(axis=0) > 0, matrix.max(axis=0), 1.0)  # columns of one size
-    solution, _ = nnls(matrix / scale, np.array(seconds, dtype=float))
-    return LinearStepCost(*(float(c) for c in solution / scale))
+    a = np.array(matrix, dtype=float).reshape(len(matrix), -1)
+    y = np.array(seconds, dtype=float)
+    peak = np.abs(a).max(axis=0) if len(a) else np.zeros(a.shape[1])
+    scale = np.where(peak > 0, peak, 1.0)  # columns of one size
+    solution, _ = nnls(a / scale, y)
+    coefficients = solution / scale
+    residuals = y - a @ coefficients
+    rms = float(np.sqrt(np.mean(residuals**2)) / np.mean(np.abs(y))) if len(y) and y.any() else 0.0
+    kept = np.flatnonzero(coefficients > 0)
+    errors: list[float | None] = [None] * a.shape[1]
+    dof = len(y) - len(kept)
+    if len(kept):
+        scaled = a[:, kept] / scale[kept]
+        variance = float(residuals @ residuals) / dof if dof > 0 else math.nan
+        covariance = variance * np.linalg.pinv(scaled.T @ scaled)
+        for i, column in enumerate(kept):
+            errors[column] = float(np.sqrt(max(covariance[i, i], 0.0)) / scale[column])
+    return [float(c) for c in coefficients], errors, rms

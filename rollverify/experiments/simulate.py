@@ -287,7 +287,7 @@ def simulate_one(
             seconds["verify"] += _verify(config, settings, method, state, monitor, step, pricing)
         seconds["sync"] += (
             settings.profile.sync_seconds(shape.weight_bytes)
-            if settings.profile
+            if settings.profile and settings.profile.has("sync_per_byte")
             else sync_seconds(shape.weight_bytes, gpu, efficiency, layout)
         )
         engine.load_weights([], version=step)

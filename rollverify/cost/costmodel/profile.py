@@ -62,6 +62,11 @@ class Profile:
     def step_cost(self) -> LinearStepCost:
         return LinearStepCost(*(t.value for t in self.engine))
 
+    def has(self, name: str) -> bool:
+        """Whether the profile fitted this trainer term (benchmarks/gpu_check.py times no
+        weight sync: simulate then prices sync with its roofline)."""
+        return any(t.name == name for t in self.trainer)
+
     def trainer_term(self, name: str) -> float:
         return next((t.value for t in self.trainer if t.name == name), 0.0)
 

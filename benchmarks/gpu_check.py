@@ -1,0 +1,264 @@
+"""The GPU check: time a Qwen3-8B-shaped model on this machine and write its cost profile.
+
+    python benchmarks/gpu_check.py [--out gpu_profile.json] [--toy] [--device cuda]
+
+Needs only torch and transformers (a bare CUDA image has both), and no weights: the model is
+Qwen3-8B's shape (config.json of Qwen/Qwen3-8B-Base) with random weights, which cost what
+trained ones cost. It times
+  - decode iterations: `rows` sequences of `context` tokens each, one token each, from a KV
+    cache (DynamicCache), over a grid of rows x context;
+  - prefill iterations: `rows` prompts of `tokens` tokens, over a grid;
+  - a forward and backward at the trainer's micro-batch, and a forward alone (the scoring of
+    verification), over a few sequence lengths;
+then fits the terms `rvctl calibrate` fits to a run (rollverify/cost/costmodel/profile.py:
+the engine's LinearStepCost, the trainer's train_* and score_* terms) by non-negative least
+squares, and writes them as a profile (JSON, format 1) naming the machine. `rvctl simulate
+--profile FILE` prices with it. Weight sync is not timed here (it depends on the links
+between trainer and engines, not on one GPU): the profile leaves `sync_per_byte` out and
+simulate prices sync with its roofline.
+
+On one H200 the whole check is sized to take a few minutes (the largest decode point holds
+64 rows x 8192 tokens of KV, ~38 GiB in bf16, beside the 16 GiB of weights). `--toy` runs a
+2-layer model at tiny sizes on any device (the test suite runs it on a CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+import torch
+
+# Qwen/Qwen3-8B-Base's config.json (rollverify/assets/model_configs holds the same file)
+QWEN3_8B = dict(
+    vocab_size=151936,
+    hidden_size=4096,
+    intermediate_size=12288,
+    num_hidden_layers=36,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    max_position_embeddings=32768,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+)
+TOY = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=2048,
+)
+# (grids: full size, toy size)
+DECODE_ROWS = ([1, 8, 32, 64], [1, 4, 8])
+DECODE_CONTEXT = ([1024, 4096, 8192], [32, 128])
+PREFILL = ([(1, 512), (4, 1024), (8, 2048), (16, 4096)], [(1, 16), (2, 32), (4, 64)])
+TRAIN_TOKENS = ([1024, 2048, 4096, 8192], [16, 32, 64])
+TRAIN_TERMS = ("train_overhead", "train_per_token", "train_per_attended")  # (profile.py's)
+SCORE_TERMS = ("score_per_token", "score_per_attended")
+ENGINE_TERMS = (  # LinearStepCost's fields, in order (rollverify/cost/costmodel/cpu_profile.py)
+    "overhead",
+    "per_row",
+    "per_context",
+    "per_padded",
+    "prefill_overhead",
+    "per_prefill_row",
+    "per_prefill_token",
+    "per_prefill_padded",
+)
+
+
+def build_model(toy: bool, device: str):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    config = Qwen3Config(**(TOY if toy else QWEN3_8B), torch_dtype=dtype)
+    config._attn_implementation = "sdpa"
+    with torch.device(device):
+        model = Qwen3ForCausalLM(config).to(dtype)
+    return model.eval()
+
+
+def timed(device: str, run, repeats: int) -> float:
+    """Median seconds of `run()` over `repeats`, after one warm-up call."""
+    run()
+    samples = []
+    for _ in range(repeats):
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        run()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def engine_points(model, toy: bool, device: str, repeats: int) -> list[tuple[list[float], float]]:
+    """(the iteration's columns, in ENGINE_TERMS' order; its seconds) for every grid point."""
+    from transformers import DynamicCache
+
+    index = 1 if toy else 0
+    vocab = model.config.vocab_size
+    points = []
+    with torch.no_grad():
+        for rows in DECODE_ROWS[index]:
+            for context in DECODE_CONTEXT[index]:
+                prompt = torch.randint(vocab, (rows, context), device=device)
+                cache = DynamicCache()
+                model(prompt, past_key_values=cache, use_cache=True)
+                token = torch.randint(vocab, (rows, 1), device=device)
+                position = torch.full((rows, 1), context, device=device)
+
+                def decode(cache=cache, token=token, position=position):
+                    model(token, past_key_values=cache, position_ids=position, use_cache=True)
+                    cache.crop(-1)  # drop the token: every repeat decodes at the same context
+
+                seconds = timed(device, decode, repeats)
+                points.append(([1.0, rows, rows * (context + 1), 0, 0, 0, 0, 0], seconds))
+                del cache
+        for rows, tokens in PREFILL[index]:
+            prompt = torch.randint(vocab, (rows, tokens), device=device)
+
+            def prefill(prompt=prompt):
+                model(prompt, past_key_values=DynamicCache(), use_cache=True)
+
+            seconds = timed(device, prefill, repeats)
+            points.append(([0, 0, 0, 0, 1.0, rows, rows * tokens, 0], seconds))
+    return points
+
+
+def trainer_points(model, toy: bool, device: str, repeats: int) -> dict[str, list]:
+    """Forward+backward (train) and forward-only (score) at one sequence per micro-batch."""
+    vocab = model.config.vocab_size
+    train, score = [], []
+    for tokens in TRAIN_TOKENS[1 if toy else 0]:
+        ids = torch.randint(vocab, (1, tokens), device=device)
+        attended = tokens * (tokens + 1) / 2  # the sum of the tokens' contexts
+
+        def forward_backward(ids=ids):
+            model.zero_grad(set_to_none=True)
+            model(ids, labels=ids).loss.backward()
+
+        def forward(ids=ids):
+            with torch.no_grad():
+                model(ids)
+
+        model.train()
+        train.append(([1.0, tokens, attended], timed(device, forward_backward, repeats)))
+        model.eval()
+        score.append(([tokens, attended], timed(device, forward, repeats)))
+    model.zero_grad(set_to_none=True)
+    return {"train": train, "score": score}
+
+
+def fit(points: list[tuple[list[float], float]]) -> tuple[list[float], list, float]:
+    """Non-negative least squares (a cost never falls with more work): scipy's NNLS where
+    scipy is installed, else least squares refitted without the columns it made negative.
+    Returns the coefficients, their standard errors (None: a column set to 0) and the relative
+    RMS residual."""
+    import numpy as np
+
+    a = np.array([p[0] for p in points], dtype=float)
+    y = np.array([p[1] for p in points], dtype=float)
+    scale = np.where(np.abs(a).max(axis=0) > 0, np.abs(a).max(axis=0), 1.0)
+    scaled = a / scale
+    try:
+        from scipy.optimize import nnls
+
+        solution, _ = nnls(scaled, y)
+    except ImportError:
+        kept = np.abs(a).max(axis=0) > 0
+        while True:
+            solution = np.zeros(a.shape[1])
+            solution[kept] = np.linalg.lstsq(scaled[:, kept], y, rcond=None)[0]
+            if (solution >= 0).all():
+                break
+            kept &= solution > 0
+    coefficients = solution / scale
+    residuals = y - a @ coefficients
+    rms = float(np.sqrt(np.mean(residuals**2)) / np.mean(np.abs(y)))
+    kept = np.flatnonzero(coefficients > 0)
+    errors: list = [None] * a.shape[1]
+    dof = len(y) - len(kept)
+    if len(kept) and dof > 0:
+        columns = scaled[:, kept]
+        variance = float(residuals @ residuals) / dof
+        covariance = variance * np.linalg.pinv(columns.T @ columns)
+        for position, column in enumerate(kept):
+            errors[column] = float(np.sqrt(covariance[position, position]) / scale[column])
+    return [float(c) for c in coefficients], errors, rms
+
+
+def terms(names, coefficients, errors) -> list[dict]:
+    return [
+        {"name": n, "value": v, "error": e}
+        for n, v, e in zip(names, coefficients, errors, strict=True)
+    ]
+
+
+def machine(device: str) -> str:
+    if device.startswith("cuda"):
+        return f"{torch.cuda.get_device_name(device)} (gpu_check)"
+    return f"{platform.processor() or platform.machine()} CPU, {os.cpu_count()} cores (gpu_check)"
+
+
+def write_atomically(path: str, text: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as handle:
+        handle.write(text)
+    os.replace(handle.name, path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="gpu_profile.json", help="the profile to write")
+    parser.add_argument("--toy", action="store_true", help="a 2-layer model at tiny sizes")
+    default_device = "cuda" if torch.cuda.is_available() else "cpu"
+    parser.add_argument("--device", default=default_device)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--model", default="Qwen/Qwen3-8B-Base", help="the model.path the profile prices"
+    )
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    started = time.perf_counter()
+    model = build_model(args.toy, args.device)
+    engine = engine_points(model, args.toy, args.device, args.repeats)
+    trainer = trainer_points(model, args.toy, args.device, args.repeats)
+    engine_fit = fit(engine)
+    train_fit, score_fit = fit(trainer["train"]), fit(trainer["score"])
+    profile = {
+        "format": 1,
+        "machine": machine(args.device),
+        "source": "benchmarks/gpu_check.py" + (" --toy" if args.toy else ""),
+        "engine": terms(ENGINE_TERMS, *engine_fit[:2]),
+        "trainer": terms(
+            ("train_overhead", "train_per_token", "train_per_attended"), *train_fit[:2]
+        )
+        + terms(("score_per_token", "score_per_attended"), *score_fit[:2]),
+        "residual": {"engine": engine_fit[2], "train": train_fit[2], "score": score_fit[2]},
+        "samples": {"engine": len(engine), "train": len(trainer["train"])},
+        "model": args.model,
+    }
+    write_atomically(args.out, json.dumps(profile, indent=2) + "\n")
+    summary = {
+        "out": args.out,
+        "machine": profile["machine"],
+        "seconds": round(time.perf_counter() - started, 1),
+        "residual": profile["residual"],
+        "points": {"engine": [[p[0], p[1]] for p in engine], **trainer},
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""benchmarks/gpu_check.py: its fit recovers known costs (with and without scipy), and at toy
+size on this CPU it writes a profile that rvctl simulate prices with (the GPU run itself needs
+a GPU)."""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rollverify.config import load_config
+from rollverify.cost.costmodel.profile import Profile
+from rollverify.experiments.simulate import Settings, simulate
+from tests.cli import run_rvctl
+
+SCRIPT = Path(__file__).parents[1] / "benchmarks" / "gpu_check.py"
+
+
+def gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("scipy", [True, False])
+def test_the_fit_recovers_a_known_cost_and_keeps_it_non_negative(scipy, monkeypatch):
+    module = gpu_check()
+    if not scipy:  # a bare CUDA image may have no scipy: the fallback must agree
+        real_import = builtins.__import__
+
+        def no_scipy(name, *args, **kwargs):
+            if name.startswith("scipy"):
+                raise ImportError(name)
+            return real_import(name, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "__import__", no_scipy)
+    rng = np.random.default_rng(0)
+    rows = rng.integers(1, 64, 40)
+    context = rows * rng.integers(100, 8000, 40)
+    truth = np.array([3e-3, 2e-5, 4e-9])
+    columns = np.column_stack([np.ones(40), rows, context])
+    # and a column whose unconstrained fit is negative (the seconds fall a little with it):
+    # a cost that falls with more work is not one, so the fit sets it to 0
+    useless = rng.integers(0, 100, 40)
+    seconds = (columns @ truth - 1e-6 * useless) * (1 + rng.normal(0, 0.01, 40))
+    points = [([*c, u], s) for c, u, s in zip(columns.tolist(), useless, seconds, strict=True)]
+    values, errors, residual = module.fit(points)
+    np.testing.assert_allclose(values[:3], truth, rtol=0.1)
+    assert all(v >= 0 for v in values) and values[3] == 0
+    assert residual < 0.05
+    assert errors[0] is not None and errors[0] < 0.1 * truth[0]
+
+
+@pytest.mark.slow
+def test_at_toy_size_it_writes_a_profile_simulate_prices_with(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "gpu_profile.json"
+    command = [sys.executable, str(SCRIPT), "--toy", "--device", "cpu", "--repeats", "2"]
+    done = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    profile = Profile.load(out)  # the format rvctl calibrate writes
+    assert profile.machine.endswith("(gpu_check)") and profile.model == "Qwen/Qwen3-8B-Base"
+    assert profile.samples["engine"] == len(summary["points"]["engine"]) == 6 + 3
+    terms = {t.name: t.value for t in profile.engine}
+    assert terms["overhead"] > 0 and terms["prefill_overhead"] + terms["per_prefill_token"] > 0
+    assert {t.name for t in profile.trainer} == {
+        "train_overhead",
+        "train_per_token",
+        "train_per_attended",
+        "score_per_token",
+        "score_per_attended",
+    }
+    assert profile.train_seconds(64, 64 * 65 / 2) > 0
+    args = ["simulate", "--profile", str(out), "--steps", "2", "--context", "64", "-f", "json"]
+    result = run_rvctl(args, monkeypatch, capsys)
+    assert result.returncode == 0, result.stderr
+    assert {row["gpu"] for row in json.loads(result.stdout)} == {profile.machine}
+    # it times no weight sync: simulate prices sync with its roofline, not as free
+    settings = Settings(methods=("grpo",), contexts=(64,), steps=2, profile=profile)
+    (simulated,) = simulate(load_config(), settings)
+    assert simulated.seconds["sync"] > 0

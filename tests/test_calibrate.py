@@ -15,7 +15,7 @@ import pytest
 from rollverify.config import load_config
 from rollverify.cost import trace
 from rollverify.cost.costmodel.cpu_profile import LinearStepCost, fit_terms
-from rollverify.cost.costmodel.profile import Profile, Term
+from rollverify.cost.costmodel.profile import Profile, Term, fit_profile
 from rollverify.cost.trace import EngineStep
 from rollverify.experiments.simulate import Settings, simulate
 from rollverify.training.run import train
@@ -100,12 +100,11 @@ def _timed(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_a_profile_fitted_to_one_run_predicts_another_runs_rollout_seconds(
+def test_calibrate_on_a_real_run_writes_a_profile_simulate_prices_with(
     tmp_path, monkeypatch, capsys
 ):
-    """Held out: fitted to a partial-rollout run of 16 slots, the profile prices a grpo run of
-    another seed on 8 slots (fewer rows per iteration, no resumed prefills, other lengths)
-    within 10% of the seconds that run timed."""
+    """rvctl calibrate on a real run: its terms, their errors, the profile it writes; the
+    held-out error on this machine is printed (the recorded-trace test below holds it)."""
     wide = {"rollout.slots": 16, "rollout.group_size": 4, "train.steps": 6}
     fitted = train(tiny(tmp_path / "a", "partial", **wide, **{"train.seed": 0})).run_dir
     other = train(tiny(tmp_path / "b", "grpo", **{"train.steps": 6, "train.seed": 1})).run_dir
@@ -120,13 +119,11 @@ def test_a_profile_fitted_to_one_run_predicts_another_runs_rollout_seconds(
     assert profile.source == str(Path(fitted).resolve())
     assert profile.samples["engine"] == len([s for s in _timed(fitted)]) - 1  # less the warm-up
 
+    # this machine's own timings, under whatever load the suite puts beside it: reported, and
+    # held to 10% only on the recorded traces below
     held_out = _rollout(other)
-    measured = sum(s.seconds for s in held_out)
-    predicted = profile.rollout_seconds(held_out)
-    error = predicted / measured - 1
-    print(f"held-out rollout seconds: measured {measured:.4f}, predicted {predicted:.4f}")
-    print(f"held-out error: {error:+.1%}")
-    assert abs(error) < 0.10
+    error = profile.rollout_seconds(held_out) / sum(s.seconds for s in held_out) - 1
+    print(f"held-out error on this machine: {error:+.1%}")
 
     result = run_rvctl(
         ["simulate", "--profile", str(tmp_path / "p.json"), "--steps", "2", "--context", "64",
@@ -134,6 +131,24 @@ def test_a_profile_fitted_to_one_run_predicts_another_runs_rollout_seconds(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert {row["gpu"] for row in json.loads(result.stdout)} == {profile.machine}
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "calibration"
+
+
+def test_a_profile_fitted_to_recorded_traces_predicts_another_runs_rollout_within_10_percent():
+    """Held out, on traces recorded on an idle 2-core CPU (fixtures/calibration/README.md): the
+    profile fitted to a partial-rollout run of 16 slots prices a grpo run of another seed on 8
+    slots (fewer rows per iteration, no resumed prefills, other lengths) within 10% of the
+    seconds that run timed."""
+    profile = fit_profile(FIXTURES / "partial_16_slots")
+    held_out = _rollout(FIXTURES / "grpo_8_slots")
+    measured = sum(s.seconds for s in held_out)
+    predicted = profile.rollout_seconds(held_out)
+    error = predicted / measured - 1
+    print(f"held-out rollout seconds: measured {measured:.4f}, predicted {predicted:.4f}")
+    print(f"held-out error: {error:+.1%}")
+    assert len(held_out) > 100 and abs(error) < 0.10
 
 
 def test_cost_profile_in_the_config_prices_the_simulation(tmp_path, monkeypatch, capsys):

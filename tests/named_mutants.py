@@ -749,4 +749,62 @@ MUTANTS = [
             "test_a_grid_over_methods_pairs_each_point_with_grpo_at_the_same_knob",
         ),
     ),
+    Mutant(
+        "kv-preempts-oldest",
+        "out of KV cache, vLLM preempts the newest running row (not the oldest)",
+        "rollverify/rollout/engines/simulated.py",
+        "row_id = max(self._rows)",
+        "row_id = min(self._rows)",
+        (
+            "tests/test_kv_cache.py::test_the_newest_row_is_preempted_and_waits_at_the_front_of_the_queue",
+        ),
+    ),
+    Mutant(
+        "kv-admits-while-preempting",
+        "a step that preempted admits nothing (vLLM's scheduler)",
+        "rollverify/rollout/engines/simulated.py",
+        "                    return finished  # vLLM admits nothing in a step that preempted",
+        "                    return finished + self._admit()",
+        (
+            "tests/test_kv_cache.py::test_held_blocks_fit_after_every_poll_and_a_preempting_poll_admits_no_one",
+        ),
+    ),
+    Mutant(
+        "kv-blocks-not-rounded-up",
+        "a row holds ceil(tokens / block_size) blocks: its last, partly filled block counts",
+        "rollverify/cost/kv_cache.py",
+        "padding = sum(n * (-(r + step) % size) for r, n in self.residues.items() if n)",
+        "padding = 0",
+        ("tests/test_kv_cache.py::test_blocks_held_are_the_sum_of_each_rows_rounded_up_blocks",),
+    ),
+    Mutant(
+        "kv-admission-ignores-memory",
+        "a queued row is admitted only if its blocks fit beside the running rows'",
+        "rollverify/rollout/engines/simulated.py",
+        "if held + blocks_for(context, size) > self.kv_blocks and (admitted or self._rows):",
+        "if False:",
+        (
+            "tests/test_kv_cache.py::test_held_blocks_fit_after_every_poll_and_a_preempting_poll_admits_no_one",
+        ),
+    ),
+    Mutant(
+        "prefix-cache-front-drifts",
+        "blocks a cache hit took back are skipped by the free queue's front, not evicted twice",
+        "rollverify/cost/kv_cache.py",
+        "                self._passed += end - start",
+        "                pass",
+        (
+            "tests/test_kv_cache.py::test_blocks_a_cache_hit_took_back_are_skipped_by_the_front_not_evicted_twice",
+        ),
+    ),
+    Mutant(
+        "kv-no-profiling-pass",
+        "the KV cache gets what the weights and the profiling pass's peak leave",
+        "rollverify/cost/kv_cache.py",
+        "activations=layer + sampler,",
+        "activations=0,",
+        (
+            "tests/test_kv_cache.py::test_an_engines_kv_tokens_are_what_memory_leaves_after_weights_and_the_profiling_pass",
+        ),
+    ),
 ]

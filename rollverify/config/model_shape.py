@@ -24,6 +24,7 @@ class ModelShape:
     head_dim: int
     bytes_per_parameter: int = 2  # bf16 weights
     vocab: int = 0  # the logits' width
+    intermediate: int = 0  # one token's MLP width (MoE: its routed experts' and shared)
 
     @property
     def weight_bytes(self) -> int:
@@ -50,8 +51,12 @@ class ModelShape:
             routed = config["num_experts_per_tok"]
             shared = 3 * hidden * config.get("shared_expert_intermediate_size", 0)
             mlp_all, mlp_active = experts * expert + shared, routed * expert + shared
+            width = routed * config["moe_intermediate_size"] + config.get(
+                "shared_expert_intermediate_size", 0
+            )
         else:
             mlp_all = mlp_active = 3 * hidden * config["intermediate_size"]  # gate, up, down
+            width = config["intermediate_size"]
         embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
         router = hidden * experts  # one score per expert
         norms = 2 * hidden + (2 * head_dim if _has_qk_norm(config) else 0)  # per layer
@@ -66,6 +71,7 @@ class ModelShape:
             head_dim=head_dim,
             bytes_per_parameter=bytes_per_parameter,
             vocab=vocab,
+            intermediate=width,
         )
 
     @classmethod

@@ -12,7 +12,8 @@ An estimate, not a measurement (no GPU is touched):
 - a reference model (train.beta > 0): weights in model.dtype, sharded like the rest;
 - the in-process (hf) engine: its copy of the weights in model.dtype, on the trainer's device;
 - engines: vLLM takes vllm.gpu_memory_utilization of each GPU; its weights (model.dtype, split
-  over tensor_parallel_size) and KV cache share it;
+  over tensor_parallel_size), its profiling pass's peak and the KV cache share it
+  (rollverify/cost/kv_cache.py);
 - a checkpoint: the weights and both AdamW moments in the master dtype (every rank's RNG and
   the loop's state are kilobytes)."""
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 from rollverify.config import RunConfig
 from rollverify.config.model_shape import ModelShape
+from rollverify.cost import kv_cache
 from rollverify.cost.costmodel.gpus import GPUS, GPUProfile
 
 BF16 = 2
@@ -97,13 +99,21 @@ def estimate(config: RunConfig, shape: ModelShape | None = None) -> MemoryEstima
         parts["engine_copy"] = shape.parameters * compute
     vllm = config.vllm
     engine_weights = shape.parameters * compute / vllm.tensor_parallel_size
-    kv_per_token = shape.kv_bytes_per_token / vllm.tensor_parallel_size
-    free = vllm.gpu_memory_utilization * gpu.memory - engine_weights
+    kv = kv_cache.capacity(
+        shape,
+        gpu.memory,
+        vllm.gpu_memory_utilization,
+        vllm.tensor_parallel_size,
+        max_num_seqs=config.rollout.slots // vllm.engines,
+        max_num_batched_tokens=vllm.max_num_batched_tokens,
+        block_size=vllm.block_size,
+        dtype_bytes=compute,
+    )
     return MemoryEstimate(
         gpu=gpu,
         trainer_parts=parts,
         engine_weights=engine_weights,
-        kv_tokens=max(int(free // kv_per_token), 0),
+        kv_tokens=kv.tokens,
         kv_tokens_wanted=config.rollout.slots // vllm.engines * vllm.max_model_len,
         checkpoint_bytes=3 * shape.parameters * master,
     )

@@ -43,6 +43,7 @@ import torch
 from rollverify.config import RunConfig
 from rollverify.core.methods import METHODS
 from rollverify.core.switching import AcceptanceMonitor
+from rollverify.cost import kv_cache
 from rollverify.cost.costmodel import (
     GPUS,
     Layout,
@@ -53,6 +54,7 @@ from rollverify.cost.costmodel import (
     train_seconds,
 )
 from rollverify.cost.costmodel.profile import Profile
+from rollverify.cost.kv_cache import BLOCK_SIZE
 from rollverify.cost.trace import scoring_work
 from rollverify.rollout.engines.simulated import SimulatedEngine, Sketch
 from rollverify.rollout.schedules import PromptGroup, RolloutState, collect
@@ -173,6 +175,7 @@ class Settings:
     acceptance: tuple[float, ...] = (0.95,)  # one value, or one per step (the last repeats)
     finishes_per_poll: int | None = None  # None: slots / 64 (exact at 1, slower)
     profile: Profile | None = None  # a machine's fitted terms (rvctl calibrate) price the run
+    kv_cache: bool = True  # the engines' KV-cache capacity and preemption (False: unlimited)
 
     def check(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -210,6 +213,8 @@ class Result:
     prefill_seconds: float = 0.0  # of the rollout seconds, prefills (resumed ones too)
     trained: int = 0  # trajectories trained on
     truncated: int = 0  # of those, cut at the response budget (finish reason "length")
+    preemptions: int = 0  # rows the KV cache could not hold (recomputed when they return)
+    tokens_recomputed: int = 0  # prompt + generated tokens those rows prefilled again
 
     @property
     def gpu_days(self) -> float:
@@ -254,6 +259,10 @@ def simulate_one(
         lengths=(lengths := settings.lengths.sampler(rollout.group_size, context, seed, steps)),
         admit_batch=1,  # vLLM admits into every free slot at once
         finishes_per_poll=settings.finishes_per_poll or max(1, rollout.slots // 64),
+        kv_tokens=kv_tokens(config, settings, context, pricing.shape)
+        if settings.kv_cache
+        else None,
+        block_size=config.vllm.block_size or BLOCK_SIZE,
     )
     source, state = _Prompts(settings.prompt_tokens), RolloutState()
     monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
@@ -305,7 +314,41 @@ def simulate_one(
         prefill_seconds=engine.prefill_seconds,
         trained=trained,
         truncated=truncated,
+        preemptions=engine.stats.preemptions,
+        tokens_recomputed=engine.stats.tokens_recomputed,
     )
+
+
+def check_fits(config: RunConfig, settings: Settings) -> None:
+    """Before anything runs: one sequence of every context fits an engine's KV cache."""
+    if settings.kv_cache:
+        shape = ModelShape.of(config.model_path())
+        for context in settings.contexts:
+            kv_tokens(config, settings, context, shape)
+
+
+def kv_tokens(config: RunConfig, settings: Settings, context: int, shape: ModelShape) -> int:
+    """The KV tokens of all the run's engines on `settings.gpu` (rollverify/cost/kv_cache.py),
+    checked as vLLM checks at start: one sequence of the longest context must fit."""
+    vllm, layout = config.vllm, Layout.of(config)
+    per_engine = kv_cache.capacity(
+        shape,
+        GPUS[settings.gpu].memory,
+        vllm.gpu_memory_utilization,
+        layout.tensor_parallel,
+        max_num_seqs=max(1, config.rollout.slots // layout.engines),
+        max_num_batched_tokens=vllm.max_num_batched_tokens,
+        block_size=vllm.block_size,
+    ).tokens
+    longest = settings.prompt_tokens + context
+    if per_engine < longest:
+        raise ValueError(
+            f"--context {context}: one sequence of {longest} tokens needs more KV cache than an "
+            f"engine of {layout.tensor_parallel} {settings.gpu} GPU(s) holds ({per_engine} "
+            "tokens); raise vllm.tensor_parallel_size or vllm.gpu_memory_utilization, or "
+            "pass --no-kv-cache"
+        )
+    return per_engine * layout.engines
 
 
 def _verify(config, settings, method, state, monitor, step, pricing) -> float:
@@ -342,6 +385,7 @@ def simulate(
     config: RunConfig, settings: Settings, on_result: Callable[[Result], None] = lambda r: None
 ) -> list[Result]:
     settings.check()
+    check_fits(config, settings)
     results = []
     for context in settings.contexts:
         for seed in range(settings.seeds):
@@ -374,6 +418,8 @@ def rows(results: list[Result]) -> list[dict[str, Any]]:
                 "switch_step": statistics.median(switches) if switches else None,
                 "truncated_share": sum(r.truncated for r in group)
                 / max(1, sum(r.trained for r in group)),
+                "preemptions": round(statistics.fmean(r.preemptions for r in group)),
+                "tokens_recomputed": round(statistics.fmean(r.tokens_recomputed for r in group)),
             }
         )
     for row in table:

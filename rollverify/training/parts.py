@@ -65,6 +65,8 @@ def vllm_settings(config: RunConfig):
         gpu_memory_utilization=vllm.gpu_memory_utilization,
         enforce_eager=vllm.enforce_eager,
         cpu_kv_cache_gib=vllm.cpu_kv_cache_gib,
+        block_size=vllm.block_size,
+        max_num_batched_tokens=vllm.max_num_batched_tokens,
         placement=vllm.placement,
         weight_sync=vllm.weight_sync,
     )

@@ -23,10 +23,13 @@ HEADERS = {  # one-word headers for the rich table; json/csv/md keep the stable 
     "tokens_regenerated": "regen.",
     "switch_step": "switch@",
     "truncated_share": "cut",
+    "preemptions": "preempt.",
+    "tokens_recomputed": "recomp.",
 }
 LEGEND = (
     "gpu_days: modeled GPU-days on --gpu in the config's cost.layout; speedup: grpo's / the "
-    "row's at the same context; rollout_share: rollout / total modeled time; not measured on "
+    "row's at the same context; rollout_share: rollout / total modeled time; preempt.: rows "
+    "the KV cache could not hold, recomp.: tokens they prefilled again; not measured on "
     "a GPU: see docs/cost-model.md for every constant and what it leaves out"
 )
 
@@ -80,6 +83,12 @@ def simulate(
         Path | None,
         typer.Option(help="A profile (rvctl calibrate) to price with (default: cost.profile)."),
     ] = None,
+    kv_cache: Annotated[
+        bool,
+        typer.Option(
+            help="Model the engines' KV-cache capacity and preemption (--no-kv-cache: unlimited)."
+        ),
+    ] = True,
     format: FormatOption = Format.table,
 ) -> None:
     """Simulate grpo, partial rollout and RollVerify at scale; print modeled GPU-days."""
@@ -88,6 +97,7 @@ def simulate(
     from rollverify.experiments.simulate import (
         Settings,
         acceptance_of_run,
+        check_fits,
         lengths_of_run,
         medians_of_run,
         rows,
@@ -113,8 +123,10 @@ def simulate(
         ),
         acceptance=acceptance_of_run(acceptance_from) if acceptance_from else (acceptance,),
         profile=Profile.load(profile_path, option) if profile_path else None,
+        kv_cache=kv_cache,
     )
     settings.check()
+    check_fits(run_config, settings)
     fitted = settings.profile.model if settings.profile else ""
     if fitted and fitted != run_config.model.path:
         stderr.print(

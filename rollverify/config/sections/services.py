@@ -25,6 +25,20 @@ class VLLMConfig:
     max_model_len: int = config_field(
         512, "Longest prompt + response (>= prompt + max_new_tokens).", at_least_one, ">= 1"
     )
+    block_size: int | None = config_field(
+        None,
+        "Tokens per KV-cache block (null: vLLM's default, 16 on GPUs). The cost model's "
+        "simulated engine counts blocks of this size (rollverify/cost/kv_cache.py).",
+        lambda x: x is None or x >= 1,
+        ">= 1 or null",
+    )
+    max_num_batched_tokens: int | None = config_field(
+        None,
+        "Tokens one engine iteration may process (null: vLLM's default for an engine, 2048). "
+        "Its profiling pass at this size is memory the KV cache does not get.",
+        lambda x: x is None or x >= 1,
+        ">= 1 or null",
+    )
     enforce_eager: bool = config_field(
         True, "No CUDA graphs / compilation (required on CPU; set false on GPUs for speed)."
     )

@@ -84,6 +84,8 @@ class EngineStats:
     tokens_prefilled: int = 0
     aborted: int = 0
     restarts: int = 0  # sidecars replaced after dying
+    preemptions: int = 0  # rows whose KV was dropped for lack of cache (the simulated engine)
+    tokens_recomputed: int = 0  # prompt + tokens those rows prefill again when they return
 
     def utilization(self, slots: int) -> float:
         return self.slot_steps_busy / (slots * self.decode_steps) if self.decode_steps else 0.0

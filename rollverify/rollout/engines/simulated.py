@@ -9,6 +9,14 @@ It does what the in-process engine does (engines/hf_engine.py), step for step:
 Each trajectory's total length comes from `lengths(group_id, sample_index)`: drawn once per
 trajectory, so one that is paused and resumed ends where it would have.
 
+With a KV cache (`kv_tokens`, rollverify/cost/kv_cache.py) it also does what vLLM's V1
+scheduler does when memory runs out: rows hold blocks of `block_size` tokens; at a step whose
+blocks would exceed the cache, the newest running rows are preempted (their KV is dropped,
+they go back to the front of the queue with the tokens they made, and their prompt and those
+tokens are prefilled again when they return: recomputation), and nothing is admitted in that
+step; a queued trajectory is admitted only if its blocks fit (first come, first served: the
+first that does not fit stops admission). All engines' caches are pooled, as their slots are.
+
 Instead of stepping token by token, a poll jumps ahead to the next event: the next finish, or
 the next admission. Time advances by the cost model's price of the decode steps in between
 (closed form, costmodel.decode_run_seconds) and of each prefill. With `finishes_per_poll` = m
@@ -33,6 +41,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rollverify.cost.costmodel import StepCost
+from rollverify.cost.kv_cache import BLOCK_SIZE, BlockCount, PrefixCache, blocks_for
 from rollverify.cost.trace import EngineStep
 from rollverify.rollout.engines.batching import DECODE_KEEP, padded_positions
 from rollverify.rollout.engines.protocol import EngineStats, QueuedSlots
@@ -87,6 +96,8 @@ class SimulatedEngine(QueuedSlots):
         admit_batch: int | None = None,
         finishes_per_poll: int = 1,
         version: int = 0,
+        kv_tokens: int | None = None,
+        block_size: int = BLOCK_SIZE,
     ) -> None:
         self.cost = cost  # each iteration's price: Pricing (a GPU), LinearStepCost (fitted)
         self.slots = slots
@@ -105,6 +116,10 @@ class SimulatedEngine(QueuedSlots):
         self._finishing: list[tuple[int, int]] = []  # heap of (finish step, row id)
         self._ids = itertools.count()
         self._context0 = 0  # sum over rows of (base - admitted_at): context = this + rows x step
+        # KV blocks: None is a cache without limit (today's engines up to their slots)
+        self.kv_blocks = None if kv_tokens is None else kv_tokens // block_size
+        self._blocks = BlockCount(block_size)  # blocks the rows hold: c_i = base - admitted_at
+        self._cached = PrefixCache(self.kv_blocks or 0)  # preempted rows' prefixes
 
     # -- the engine interface -----------------------------------------------------------------
 
@@ -117,7 +132,15 @@ class SimulatedEngine(QueuedSlots):
     def poll(self) -> list[Trajectory]:
         finished = []
         if self._rows:
-            finished += self._decode(self._steps_to_next_event())
+            steps = self._steps_to_next_event()
+            full = self._first_step_over_cache(steps)
+            if full is not None:
+                if full > self.step + 1:
+                    finished += self._decode(full - self.step - 1)
+                if self._preempt(at=full):
+                    return finished  # vLLM admits nothing in a step that preempted
+                return finished + self._admit()
+            finished += self._decode(steps)
         finished += self._admit()
         return finished
 
@@ -125,12 +148,16 @@ class SimulatedEngine(QueuedSlots):
         paused = [self._flush(row) for row in self._rows.values()] + list(self._queue)
         self.stats.aborted += len(paused)
         self._rows, self._finishing, self._context0 = {}, [], 0
+        self._cached.free(self._blocks.blocks_at(self.step))
+        self._cached.reset()  # the weights change next: what the cache holds is stale
+        self._blocks.clear()
         self._queue.clear()
         return paused
 
     def load_weights(self, named_tensors: Iterable, version: int) -> None:
         if self.has_work:
             raise RuntimeError("pause the engine before loading weights: in-flight KV is stale")
+        self._cached.reset()
         self.version = version
 
     def probe_logprobs(self, token_ids: list[int]) -> torch.Tensor:
@@ -174,7 +201,7 @@ class SimulatedEngine(QueuedSlots):
         while self._finishing and self._finishing[0][0] <= self.step:
             end, row_id = heapq.heappop(self._finishing)
             row = self._rows.pop(row_id)
-            self._context0 -= row.base - row.admitted_at
+            self._leave(row)
             # a row that ended inside the jump generated no tokens past its end
             self.stats.slot_steps_busy -= self.step - end
             finished.append(self._flush(row, at=end))
@@ -195,14 +222,16 @@ class SimulatedEngine(QueuedSlots):
         free = self.slots - len(self._rows)
         if not self._queue or not self._admissible(free):
             return []
-        admitted = [self._queue.popleft() for _ in range(min(free, len(self._queue)))]
+        admitted, cached = self._fitting(min(free, len(self._queue)))
+        if not admitted:
+            return []
         contexts = [t.prompt_ids.shape[0] + len(t) for t in admitted]
         step = EngineStep(
             0,
             0,
             len(admitted),
-            sum(contexts),
-            sum(n * (n + 1) // 2 for n in contexts),
+            sum(contexts) - sum(cached),
+            sum(n * (n + 1) // 2 - h * (h + 1) // 2 for n, h in zip(contexts, cached, strict=True)),
             prefill_padded=padded_positions(contexts),  # grouped as the hf engine does
         )
         price = self.cost.iteration(step)
@@ -219,9 +248,80 @@ class SimulatedEngine(QueuedSlots):
             row_id = next(self._ids)
             self._rows[row_id] = row
             self._context0 += row.base - row.admitted_at
+            self._blocks.add(row.base - row.admitted_at)
             heapq.heappush(self._finishing, (end, row_id))
         self.stats.tokens_prefilled += step.prefill_tokens
         return finished
+
+    # -- the KV cache ---------------------------------------------------------------------------
+
+    def _first_step_over_cache(self, steps: int) -> int | None:
+        """The first of the next `steps` engine steps whose rows' blocks exceed the cache (at
+        step t a row holds its context: base - admitted_at + t tokens), or None."""
+        if self.kv_blocks is None:
+            return None
+        return self._blocks.first_step_over(self.step + 1, self.step + steps, self.kv_blocks)
+
+    def _preempt(self, at: int) -> bool:
+        """Preempt the newest rows until step `at` fits, as vLLM's scheduler does (recompute:
+        the row's KV is dropped; it returns to the front of the queue with its tokens). False
+        if rows finishing before `at` already made room."""
+        preempted = []
+        while self._blocks.blocks_at(at) > self.kv_blocks:
+            if len(self._rows) == 1:
+                raise ValueError(
+                    "vllm: one sequence needs more KV cache than the engines have; raise "
+                    "vllm.gpu_memory_utilization or vllm.tensor_parallel_size, or lower the "
+                    "context"
+                )
+            row_id = max(self._rows)  # the newest: vLLM pops the end of its running list
+            row = self._rows.pop(row_id)
+            self._leave(row, free=False)
+            trajectory = self._flush(row)
+            self._cached.keep(
+                id(trajectory), row.base - row.admitted_at + self.step, self._blocks.block_size
+            )
+            self.stats.preemptions += 1
+            preempted.append(trajectory)
+        if not preempted:
+            return False
+        self._queue.extendleft(preempted)  # the last preempted (the oldest of them) first
+        self._finishing = [(end, i) for end, i in self._finishing if i in self._rows]
+        heapq.heapify(self._finishing)
+        return True
+
+    def _fitting(self, most: int) -> tuple[list[Trajectory], list[int]]:
+        """Up to `most` queued trajectories, first come first served, as long as their blocks
+        fit beside the running rows' (the first that does not fit waits, and all behind it);
+        with each, the tokens of its prefix still cached (a preempted row's: not recomputed)."""
+        if self.kv_blocks is None:
+            return [self._queue.popleft() for _ in range(most)], [0] * most
+        size = self._blocks.block_size
+        held = self._blocks.blocks_at(self.step)
+        admitted: list[Trajectory] = []
+        cached: list[int] = []
+        while self._queue and len(admitted) < most:
+            context = self._queue[0].prompt_ids.shape[0] + len(self._queue[0])
+            if held + blocks_for(context, size) > self.kv_blocks and (admitted or self._rows):
+                break
+            trajectory = self._queue.popleft()
+            hits = self._cached.hits(id(trajectory), held)
+            held += blocks_for(context, size)
+            found = 0 if hits is None else min(hits * size, context - 1)  # the last is computed
+            if hits is not None:
+                self.stats.tokens_recomputed += context - found
+            admitted.append(trajectory)
+            cached.append(found)
+        return admitted, cached
+
+    def _leave(self, row: _Row, free: bool = True) -> None:
+        """The row stops holding blocks; `free`: they go to the end of vLLM's free queue (a
+        preempted row's go there through PrefixCache.keep, which remembers them)."""
+        offset = row.base - row.admitted_at
+        self._context0 -= offset
+        self._blocks.remove(offset)
+        if free:
+            self._cached.free(blocks_for(offset + self.step, self._blocks.block_size))
 
     def _flush(self, row: _Row, at: int | None = None) -> Trajectory:
         """Give the row's trajectory the tokens it generated up to step `at` (default: now),

@@ -22,6 +22,8 @@ class VLLMSettings:
     enforce_eager: bool = True
     enable_prefix_caching: bool = True
     cpu_kv_cache_gib: int = 1
+    block_size: int | None = None  # None: vLLM's default
+    max_num_batched_tokens: int | None = None  # None: vLLM's default
     placement: str = "pack"  # the placement group's strategy: pack or spread
     weight_sync: str = "collective"  # or object_store (weight_group.py)
 
@@ -37,7 +39,7 @@ class VLLMSettings:
         }
 
     def engine_kwargs(self, seed: int) -> dict[str, Any]:
-        return {
+        kwargs = {
             "model": self.model,
             "dtype": self.dtype,
             "max_model_len": self.max_model_len,
@@ -51,7 +53,17 @@ class VLLMSettings:
             # On, for the stat logger that traces each iteration (the cost model's input);
             # vLLM's own logging loggers stay off (VLLM_LOGGING_LEVEL=WARNING).
             "disable_log_stats": False,
-        } | self._tensor_parallel()
+        }
+        return kwargs | self._tensor_parallel() | self._set_only()
+
+    def _set_only(self) -> dict[str, Any]:
+        """What vLLM should pick itself unless the config says (its defaults differ by
+        platform: a CPU's block size is not a GPU's)."""
+        chosen = {
+            "block_size": self.block_size,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+        }
+        return {k: v for k, v in chosen.items() if v is not None}
 
     def _tensor_parallel(self) -> dict[str, Any]:
         """An engine's tensor-parallel workers: processes beside its sidecar, on the GPUs of

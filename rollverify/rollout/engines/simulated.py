@@ -200,6 +200,8 @@ class SimulatedEngine(QueuedSlots):
         finished = []
         while self._finishing and self._finishing[0][0] <= self.step:
             end, row_id = heapq.heappop(self._finishing)
+            if row_id not in self._rows:
+                continue  # preempted: it finishes under a new id
             row = self._rows.pop(row_id)
             self._leave(row)
             # a row that ended inside the jump generated no tokens past its end
@@ -274,7 +276,8 @@ class SimulatedEngine(QueuedSlots):
                     "vllm.gpu_memory_utilization or vllm.tensor_parallel_size, or lower the "
                     "context"
                 )
-            row_id = max(self._rows)  # the newest: vLLM pops the end of its running list
+            row_id = next(reversed(self._rows))  # the newest (ids rise): vLLM pops the end
+            # of its running list
             row = self._rows.pop(row_id)
             self._leave(row, free=False)
             trajectory = self._flush(row)
@@ -286,9 +289,7 @@ class SimulatedEngine(QueuedSlots):
         if not preempted:
             return False
         self._queue.extendleft(preempted)  # the last preempted (the oldest of them) first
-        self._finishing = [(end, i) for end, i in self._finishing if i in self._rows]
-        heapq.heapify(self._finishing)
-        return True
+        return True  # their entries in _finishing are dropped when they come up
 
     def _fitting(self, most: int) -> tuple[list[Trajectory], list[int]]:
         """Up to `most` queued trajectories, first come first served, as long as their blocks

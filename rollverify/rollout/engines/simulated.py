@@ -120,6 +120,7 @@ class SimulatedEngine(QueuedSlots):
         self.kv_blocks = None if kv_tokens is None else kv_tokens // block_size
         self._blocks = BlockCount(block_size)  # blocks the rows hold: c_i = base - admitted_at
         self._cached = PrefixCache(self.kv_blocks or 0)  # preempted rows' prefixes
+        self._stale = 0  # entries of preempted rows left in _finishing
 
     # -- the engine interface -----------------------------------------------------------------
 
@@ -147,7 +148,7 @@ class SimulatedEngine(QueuedSlots):
     def pause(self) -> list[Trajectory]:
         paused = [self._flush(row) for row in self._rows.values()] + list(self._queue)
         self.stats.aborted += len(paused)
-        self._rows, self._finishing, self._context0 = {}, [], 0
+        self._rows, self._finishing, self._context0, self._stale = {}, [], 0, 0
         self._cached.free(self._blocks.blocks_at(self.step))
         self._cached.reset()  # the weights change next: what the cache holds is stale
         self._blocks.clear()
@@ -183,8 +184,11 @@ class SimulatedEngine(QueuedSlots):
 
     def _steps_to_next_event(self) -> int:
         """Decode steps until the next finish (the m-th with finishes_per_poll = m), or one if
-        the queue would be admitted after this step's decode (as the hf engine does)."""
-        if self._queue and self._admissible(free=self.slots - len(self._rows)):
+        the queue would be admitted after this step's decode (as the hf engine does). A queue
+        whose first trajectory does not fit the KV cache waits for a finish: decoding only
+        takes blocks, finishing gives them back."""
+        free = self.slots - len(self._rows)
+        if self._queue and self._admissible(free) and self._head_fits():
             return 1
         ends = heapq.nsmallest(self.finishes_per_poll, self._finishing)
         return max(1, ends[-1][0] - self.step)
@@ -289,7 +293,19 @@ class SimulatedEngine(QueuedSlots):
         if not preempted:
             return False
         self._queue.extendleft(preempted)  # the last preempted (the oldest of them) first
-        return True  # their entries in _finishing are dropped when they come up
+        self._stale += len(preempted)  # their entries in _finishing, dropped when they come up
+        if self._stale > len(self._rows):  # or now, once they outnumber the live ones
+            self._finishing = [(end, i) for end, i in self._finishing if i in self._rows]
+            heapq.heapify(self._finishing)
+            self._stale = 0
+        return True
+
+    def _head_fits(self) -> bool:
+        if self.kv_blocks is None:
+            return True
+        head = self._queue[0]
+        need = blocks_for(head.prompt_ids.shape[0] + len(head), self._blocks.block_size)
+        return self._blocks.blocks_at(self.step + 1) + need <= self.kv_blocks
 
     def _fitting(self, most: int) -> tuple[list[Trajectory], list[int]]:
         """Up to `most` queued trajectories, first come first served, as long as their blocks

@@ -31,10 +31,10 @@ GROWN = {"end_median": 4500.0, "growth": "log"}
 def variants(base: Settings) -> dict[str, Settings]:
     grown = replace(base.lengths, **GROWN)
     return {
-        "fixed, no KV limit": replace(base, kv_cache=False),
-        "fixed, KV cache": base,
-        "grown, no KV limit": replace(base, lengths=grown, kv_cache=False),
-        "grown, KV cache": replace(base, lengths=grown),
+        "fixed": replace(base, kv_cache=False),  # the model before issue 32
+        "fixed+kv": base,
+        "grown": replace(base, lengths=grown, kv_cache=False),
+        "grown+kv": replace(base, lengths=grown),
     }
 
 
@@ -43,7 +43,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=700)
     parser.add_argument("--context", default="8192,65536")
     parser.add_argument("--methods", default="grpo,partial,rollverify")
-    parser.add_argument("--variants", default="", help="comma-separated names (default: all)")
+    parser.add_argument(
+        "--variants",
+        default="",
+        help="comma-separated: fixed, fixed+kv, grown, grown+kv (default: all)",
+    )
     args = parser.parse_args()
     config = load_config(CONFIG)
     base = Settings(

@@ -807,4 +807,56 @@ MUTANTS = [
             "tests/test_kv_cache.py::test_an_engines_kv_tokens_are_what_memory_leaves_after_weights_and_the_profiling_pass",
         ),
     ),
+    Mutant(
+        "async-admission-ignores-lag",
+        "while the engines wait for the newest weights one batch fewer may be in play",
+        "rollverify/core/staleness_bound.py",
+        "return in_play < (engine_version + eta - version + 1) * batch_groups",
+        "return in_play < (eta + 1) * batch_groups",
+        (
+            "tests/test_async_rollout.py::test_admission_keeps_the_groups_in_play_trainable_by_their_deadlines",
+        ),
+    ),
+    Mutant(
+        "async-batch-ignores-deadlines",
+        "a batch that would leave groups unable to meet their deadline waits instead",
+        "rollverify/core/staleness_bound.py",
+        "if due > (start + eta - version) * batch_groups:",
+        "if False:",
+        (
+            "tests/test_async_rollout.py::test_no_trained_token_lags_more_than_eta_and_no_group_is_starved[3]",
+            "tests/test_async_rollout.py::test_the_batch_takes_the_earliest_complete_groups_and_waits_when_deadlines_would_slip",
+        ),
+    ),
+    Mutant(
+        "async-update-waits-for-an-event",
+        "weights land at the first token boundary after they arrive, not at the next finish",
+        "rollverify/rollout/engines/simulated.py",
+        "steps = self._steps_until_weights(self._steps_to_next_event())",
+        "steps = self._steps_to_next_event()",
+        (
+            "tests/test_async_rollout.py::test_tokens_of_one_trajectory_carry_the_versions_that_sampled_them_across_an_update",
+        ),
+    ),
+    Mutant(
+        "async-update-relabels-old-tokens",
+        "tokens sampled before an in-flight update keep the version that sampled them",
+        "rollverify/rollout/engines/simulated.py",
+        "            trajectory = self._flush(row)  # what it made so far, under the old weights\n"
+        "            row.admitted_at, row.base = self.step + 1, offset + self.step + 1",
+        "            trajectory = row.trajectory\n            (offset,)",
+        (
+            "tests/test_async_rollout.py::test_tokens_of_one_trajectory_carry_the_versions_that_sampled_them_across_an_update",
+        ),
+    ),
+    Mutant(
+        "async-kv-recompute-free",
+        "recomputing running rows' KV under new weights costs a prefill of their contexts",
+        "rollverify/rollout/engines/simulated.py",
+        "        if recompute_kv and contexts:",
+        "        if False:",
+        (
+            "tests/test_async_rollout.py::test_recomputing_the_kv_on_an_update_costs_a_prefill_of_every_running_row",
+        ),
+    ),
 ]

@@ -95,7 +95,7 @@ def test_the_cli_prints_the_cost_table_and_refuses_bad_input(monkeypatch, capsys
     ]
     expected = {"method", "context", "gpu", "gpu_days", "speedup_vs_grpo", "rollout_share"}
     expected |= {"slot_utilization", "tokens_generated", "tokens_regenerated", "switch_step"}
-    expected |= {"truncated_share", "preemptions", "tokens_recomputed"}
+    expected |= {"truncated_share", "preemptions", "tokens_recomputed", "staleness_max"}
     assert set(rows[0]) == expected
     for bad, message in [
         (["--context", "8k"], "--context: '8k' is not a comma-separated list of numbers"),

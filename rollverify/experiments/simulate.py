@@ -56,6 +56,7 @@ from rollverify.cost.costmodel import (
 from rollverify.cost.costmodel.profile import Profile
 from rollverify.cost.kv_cache import BLOCK_SIZE
 from rollverify.cost.trace import scoring_work
+from rollverify.rollout.async_rollout import AsyncState, next_batch
 from rollverify.rollout.engines.simulated import SimulatedEngine, Sketch
 from rollverify.rollout.schedules import PromptGroup, RolloutState, collect
 from rollverify.rollout.trajectory import Trajectory
@@ -176,6 +177,8 @@ class Settings:
     finishes_per_poll: int | None = None  # None: slots / 64 (exact at 1, slower)
     profile: Profile | None = None  # a machine's fitted terms (rvctl calibrate) price the run
     kv_cache: bool = True  # the engines' KV-cache capacity and preemption (False: unlimited)
+    asyncs: tuple[int, ...] = ()  # staleness bounds eta of asynchronous runs to add
+    keep_kv: bool = False  # asynchronous: keep the stale KV on a weight update (PipelineRL)
 
     def check(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -193,6 +196,8 @@ class Settings:
             raise ValueError(f"--prompt-tokens: must be >= 1, got {self.prompt_tokens}")
         if not self.acceptance or not all(0 <= a <= 1 for a in self.acceptance):
             raise ValueError("--acceptance: must be in [0, 1]")
+        if any(eta < 0 for eta in self.asyncs):
+            raise ValueError("--async: staleness bounds eta must be >= 0 (0 is synchronous)")
         self.lengths.check()
 
 
@@ -215,15 +220,22 @@ class Result:
     truncated: int = 0  # of those, cut at the response budget (finish reason "length")
     preemptions: int = 0  # rows the KV cache could not hold (recomputed when they return)
     tokens_recomputed: int = 0  # prompt + generated tokens those rows prefilled again
+    staleness_max: int = 0  # the most versions a trained token lagged the policy training it
+    wall_seconds: float | None = None  # asynchronous: engines and trainer overlap (else the sum)
+
+    @property
+    def wall(self) -> float:
+        return sum(self.seconds.values()) if self.wall_seconds is None else self.wall_seconds
 
     @property
     def gpu_days(self) -> float:
-        return sum(self.seconds.values()) * self.gpus / 86_400
+        return self.wall * self.gpus / 86_400
 
     @property
     def rollout_share(self) -> float:
-        total = sum(self.seconds.values())
-        return self.seconds["rollout"] / total if total else math.nan
+        """Rollout seconds over the wall (asynchronous: the engines' busy share, whose idle
+        rest is waiting for the trainer)."""
+        return self.seconds["rollout"] / self.wall if self.wall else math.nan
 
 
 @dataclass(frozen=True)
@@ -252,23 +264,13 @@ def simulate_one(
     """One method at one context: `settings.steps` steps of its schedule on the virtual clock."""
     method, rollout, steps = METHODS[method_name], config.rollout, settings.steps
     pricing = Pricing(ModelShape.of(config.model_path()), GPUS[settings.gpu], Layout.of(config))
-    engine = SimulatedEngine(
-        settings.profile.step_cost() if settings.profile else pricing,
-        slots=rollout.slots,
-        max_new_tokens=context,
-        lengths=(lengths := settings.lengths.sampler(rollout.group_size, context, seed, steps)),
-        admit_batch=1,  # vLLM admits into every free slot at once
-        finishes_per_poll=settings.finishes_per_poll or max(1, rollout.slots // 64),
-        kv_tokens=kv_tokens(config, settings, context, pricing.shape)
-        if settings.kv_cache
-        else None,
-        block_size=config.vllm.block_size or BLOCK_SIZE,
-    )
+    engine = _engine(config, settings, context, seed, pricing)
+    lengths = engine.lengths
     source, state = _Prompts(settings.prompt_tokens), RolloutState()
     monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
     seconds = dict.fromkeys(("rollout", "train", "verify", "sync"), 0.0)
-    shape, gpu, efficiency, layout = pricing.shape, pricing.gpu, pricing.efficiency, pricing.layout
-    trained = truncated = 0
+    layout = pricing.layout
+    trained = truncated = staleness = 0
     for step in range(1, steps + 1):
         lengths.step = step  # groups first drawn now get this step's median
         started = engine.clock
@@ -285,20 +287,11 @@ def simulate_one(
         batch = list(result.trajectories())
         trained += len(batch)
         truncated += sum(t.finish_reason == "length" for t in batch)
-        tokens, attended = _work(batch)
-        if settings.profile:
-            seconds["train"] += settings.profile.train_seconds(tokens, attended)
-        else:
-            seconds["train"] += train_seconds(
-                shape, gpu, efficiency, tokens, attended, layout.trainer_gpus
-            )
+        staleness = max([staleness, *(step - 1 - _oldest(t, step - 1) for t in batch)])
+        seconds["train"] += _train_seconds(settings, pricing, batch)
         if method.verify:
             seconds["verify"] += _verify(config, settings, method, state, monitor, step, pricing)
-        seconds["sync"] += (
-            settings.profile.sync_seconds(shape.weight_bytes)
-            if settings.profile and settings.profile.has("sync_per_byte")
-            else sync_seconds(shape.weight_bytes, gpu, efficiency, layout)
-        )
+        seconds["sync"] += _sync_seconds(settings, pricing)
         engine.load_weights([], version=step)
     return Result(
         method=method_name,
@@ -316,11 +309,125 @@ def simulate_one(
         truncated=truncated,
         preemptions=engine.stats.preemptions,
         tokens_recomputed=engine.stats.tokens_recomputed,
+        staleness_max=staleness,
     )
 
 
+def simulate_async(
+    config: RunConfig, settings: Settings, eta: int, context: int, seed: int
+) -> Result:  # (check_fits refuses a layout without overlap)
+    """Asynchronous training at staleness bound `eta` (rollverify/rollout/async_rollout.py):
+    the engines generate all the time; the trainer trains each batch as soon as it exists and
+    its previous step is done, then sends the weights, which the engines load in flight.
+    Engines and trainer hold GPUs of their own (disaggregated), so the run lasts until the
+    later of the two clocks and every GPU is paid for all of it."""
+    rollout, steps = config.rollout, settings.steps
+    pricing = Pricing(ModelShape.of(config.model_path()), GPUS[settings.gpu], Layout.of(config))
+    engine = _engine(config, settings, context, seed, pricing)
+    lengths = engine.lengths
+    source, state = _Prompts(settings.prompt_tokens), AsyncState()
+    seconds = dict.fromkeys(("rollout", "train", "verify", "sync"), 0.0)
+    trainer_free = 0.0  # virtual time the trainer finishes its last step and sync
+    trained = truncated = staleness = 0
+    for step in range(1, steps + 1):
+        lengths.step = step
+        before, idle = engine.clock, engine.idle_seconds
+        result = next_batch(
+            engine,
+            source,
+            state,
+            batch_groups=rollout.batch_groups,
+            group_size=rollout.group_size,
+            eta=eta,
+            version=step - 1,
+            wait_for_weights=engine.wait_for_weights,
+        )
+        # the engines' busy time, overlapping training (waiting for weights is not rollout)
+        seconds["rollout"] += engine.clock - before - (engine.idle_seconds - idle)
+        batch = list(result.trajectories())
+        trained += len(batch)
+        truncated += sum(t.finish_reason == "length" for t in batch)
+        staleness = max([staleness, *(step - 1 - _oldest(t, step - 1) for t in batch)])
+        train = _train_seconds(settings, pricing, batch)
+        sync = _sync_seconds(settings, pricing)
+        seconds["train"] += train
+        seconds["sync"] += sync
+        trained_at = max(engine.clock, trainer_free) + train
+        trainer_free = trained_at + sync
+        engine.schedule_weights(
+            step, at=trained_at, seconds=sync, recompute_kv=not settings.keep_kv
+        )
+    wall = max(engine.clock, trainer_free)
+    name = f"async-eta{eta}" + ("-keep-kv" if settings.keep_kv else "")
+    return Result(
+        method=name,
+        context=context,
+        gpu=settings.profile.machine if settings.profile else settings.gpu,
+        seed=seed,
+        seconds=seconds,
+        gpus=pricing.layout.gpus,
+        slot_utilization=engine.stats.utilization(engine.slots),
+        tokens_generated=engine.stats.tokens_generated,
+        tokens_regenerated=engine.stats.tokens_regenerated,
+        switch_step=None,
+        prefill_seconds=engine.prefill_seconds,
+        trained=trained,
+        truncated=truncated,
+        preemptions=engine.stats.preemptions,
+        tokens_recomputed=engine.stats.tokens_recomputed,
+        staleness_max=staleness,
+        wall_seconds=wall,
+    )
+
+
+def _oldest(trajectory: Trajectory, default: int) -> int:
+    oldest = getattr(trajectory, "oldest_version", None)
+    return default if oldest is None else oldest
+
+
+def _engine(config, settings, context, seed, pricing) -> SimulatedEngine:
+    return SimulatedEngine(
+        settings.profile.step_cost() if settings.profile else pricing,
+        slots=config.rollout.slots,
+        max_new_tokens=context,
+        lengths=settings.lengths.sampler(config.rollout.group_size, context, seed, settings.steps),
+        admit_batch=1,  # vLLM admits into every free slot at once
+        finishes_per_poll=settings.finishes_per_poll or max(1, config.rollout.slots // 64),
+        kv_tokens=kv_tokens(config, settings, context, pricing.shape)
+        if settings.kv_cache
+        else None,
+        block_size=config.vllm.block_size or BLOCK_SIZE,
+    )
+
+
+def _train_seconds(settings: Settings, pricing: Pricing, batch: list) -> float:
+    tokens, attended = _work(batch)
+    if settings.profile:
+        return settings.profile.train_seconds(tokens, attended)
+    return train_seconds(
+        pricing.shape,
+        pricing.gpu,
+        pricing.efficiency,
+        tokens,
+        attended,
+        pricing.layout.trainer_gpus,
+    )
+
+
+def _sync_seconds(settings: Settings, pricing: Pricing) -> float:
+    if settings.profile and settings.profile.has("sync_per_byte"):
+        return settings.profile.sync_seconds(pricing.shape.weight_bytes)
+    return sync_seconds(pricing.shape.weight_bytes, pricing.gpu, pricing.efficiency, pricing.layout)
+
+
 def check_fits(config: RunConfig, settings: Settings) -> None:
-    """Before anything runs: one sequence of every context fits an engine's KV cache."""
+    """Before anything runs: one sequence of every context fits an engine's KV cache, and
+    asynchronous runs have a layout that can overlap."""
+    if settings.asyncs and Layout.of(config).kind != "disaggregated":
+        raise ValueError(
+            "--async: asynchronous training needs engines and trainer on GPUs of their own; "
+            "use the vllm engine with cost.layout: disaggregated (or auto)"
+        )
     if settings.kv_cache:
         shape = ModelShape.of(config.model_path())
         for context in settings.contexts:
@@ -392,6 +499,9 @@ def simulate(
             for method in settings.methods:
                 results.append(simulate_one(config, settings, method, context, seed))
                 on_result(results[-1])
+            for eta in settings.asyncs:
+                results.append(simulate_async(config, settings, eta, context, seed))
+                on_result(results[-1])
     return results
 
 
@@ -418,6 +528,7 @@ def rows(results: list[Result]) -> list[dict[str, Any]]:
                 "switch_step": statistics.median(switches) if switches else None,
                 "truncated_share": sum(r.truncated for r in group)
                 / max(1, sum(r.trained for r in group)),
+                "staleness_max": max(r.staleness_max for r in group),
                 "preemptions": round(statistics.fmean(r.preemptions for r in group)),
                 "tokens_recomputed": round(statistics.fmean(r.tokens_recomputed for r in group)),
             }

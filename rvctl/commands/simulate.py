@@ -25,11 +25,13 @@ HEADERS = {  # one-word headers for the rich table; json/csv/md keep the stable 
     "truncated_share": "cut",
     "preemptions": "preempt.",
     "tokens_recomputed": "recomp.",
+    "staleness_max": "stale",
 }
 LEGEND = (
     "gpu_days: modeled GPU-days on --gpu in the config's cost.layout; speedup: grpo's / the "
     "row's at the same context; rollout_share: rollout / total modeled time; preempt.: rows "
-    "the KV cache could not hold, recomp.: tokens they prefilled again; not measured on "
+    "the KV cache could not hold, recomp.: tokens they prefilled again; stale: the most "
+    "versions a trained token lagged (async-eta<N>: at most N); not measured on "
     "a GPU: see docs/cost-model.md for every constant and what it leaves out"
 )
 
@@ -83,6 +85,18 @@ def simulate(
         Path | None,
         typer.Option(help="A profile (rvctl calibrate) to price with (default: cost.profile)."),
     ] = None,
+    async_eta: Annotated[
+        str,
+        typer.Option(
+            "--async",
+            help="Also price asynchronous training at these staleness bounds eta, comma-"
+            "separated (rows async-eta<N>; a disaggregated layout).",
+        ),
+    ] = "",
+    keep_kv: Annotated[
+        bool,
+        typer.Option(help="Asynchronous: keep the stale KV cache on a weight update (PipelineRL)."),
+    ] = False,
     kv_cache: Annotated[
         bool,
         typer.Option(
@@ -124,6 +138,8 @@ def simulate(
         acceptance=acceptance_of_run(acceptance_from) if acceptance_from else (acceptance,),
         profile=Profile.load(profile_path, option) if profile_path else None,
         kv_cache=kv_cache,
+        asyncs=_numbers(async_eta, int, "--async"),
+        keep_kv=keep_kv,
     )
     settings.check()
     check_fits(run_config, settings)
@@ -133,7 +149,7 @@ def simulate(
             f"warning: the profile was fitted to {fitted}; it prices {run_config.model.path} "
             "with that model's terms (calibrate a run of this model for its own)"
         )
-    total = len(settings.methods) * len(settings.contexts) * settings.seeds
+    total = (len(settings.methods) + len(settings.asyncs)) * len(settings.contexts) * settings.seeds
     with Progress(
         TextColumn("[bold]simulate"),
         BarColumn(),

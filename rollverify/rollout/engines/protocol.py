@@ -86,6 +86,8 @@ class EngineStats:
     restarts: int = 0  # sidecars replaced after dying
     preemptions: int = 0  # rows whose KV was dropped for lack of cache (the simulated engine)
     tokens_recomputed: int = 0  # prompt + tokens those rows prefill again when they return
+    tokens_recomputed_on_update: int = 0  # KV of running rows prefilled under weights loaded
+    # in flight (asynchronous training)
 
     def utilization(self, slots: int) -> float:
         return self.slot_steps_busy / (slots * self.decode_steps) if self.decode_steps else 0.0

@@ -59,6 +59,7 @@ class Sketch(Trajectory):
     token_ids: torch.Tensor = field(default_factory=lambda: _NONE)
     behavior_logprobs: torch.Tensor = field(default_factory=lambda: _NONE)
     versions: torch.Tensor = field(default_factory=lambda: _NONE)
+    oldest_version: int | None = None  # of its first token (None: no tokens)
 
     def __post_init__(self) -> None:
         pass  # no tensors to check
@@ -66,9 +67,11 @@ class Sketch(Trajectory):
     def __len__(self) -> int:
         return self.length
 
-    def generate(self, count: int) -> int:
-        """`count` more tokens; returns how many of them are regenerated ones."""
+    def generate(self, count: int, version: int = 0) -> int:
+        """`count` more tokens sampled at `version`; returns how many are regenerated ones."""
         start, self.length = self.length, self.length + count
+        if count and self.oldest_version is None:
+            self.oldest_version = version
         return self._regenerated(start)
 
     def _append(self, token_ids, logprobs, versions) -> None:
@@ -76,6 +79,8 @@ class Sketch(Trajectory):
 
     def _keep(self, kept: int) -> None:
         self.length = kept
+        if kept == 0:
+            self.oldest_version = None
 
 
 @dataclass
@@ -110,6 +115,7 @@ class SimulatedEngine(QueuedSlots):
         self.stats = EngineStats()
         self.clock = 0.0  # virtual seconds on the modeled GPUs
         self.prefill_seconds = 0.0  # of those, admissions' prefills (resumes re-prefill)
+        self.idle_seconds = 0.0  # of those, waiting for weights (asynchronous training)
         self.step = 0  # engine steps so far
         self._queue: deque[Trajectory] = deque()
         self._rows: dict[int, _Row] = {}
@@ -121,6 +127,7 @@ class SimulatedEngine(QueuedSlots):
         self._blocks = BlockCount(block_size)  # blocks the rows hold: c_i = base - admitted_at
         self._cached = PrefixCache(self.kv_blocks or 0)  # preempted rows' prefixes
         self._stale = 0  # entries of preempted rows left in _finishing
+        self._pending: tuple[float, int, float, bool] | None = None  # weights on the way
 
     # -- the engine interface -----------------------------------------------------------------
 
@@ -131,9 +138,11 @@ class SimulatedEngine(QueuedSlots):
         pass
 
     def poll(self) -> list[Trajectory]:
+        if self._pending is not None and self.clock >= self._pending[0]:
+            self._load_in_flight()
         finished = []
         if self._rows:
-            steps = self._steps_to_next_event()
+            steps = self._steps_until_weights(self._steps_to_next_event())
             full = self._first_step_over_cache(steps)
             if full is not None:
                 if full > self.step + 1:
@@ -159,6 +168,71 @@ class SimulatedEngine(QueuedSlots):
         if self.has_work:
             raise RuntimeError("pause the engine before loading weights: in-flight KV is stale")
         self._cached.reset()
+        self.version = version
+
+    def schedule_weights(
+        self, version: int, at: float, seconds: float = 0.0, recompute_kv: bool = True
+    ) -> None:
+        """Asynchronous training: weights of `version` reach the engine at virtual time `at`
+        while it runs. At its first poll from then on it stops at a token boundary, spends
+        `seconds` loading them (the sync) and continues every sequence: tokens before carry
+        the old version, tokens after the new. `recompute_kv`: the running rows' KV cache is
+        prefilled again under the new weights (the default); False keeps the stale KV
+        (PipelineRL's choice)."""
+        self._pending = (at, version, seconds, recompute_kv)
+
+    def wait_for_weights(self) -> bool:
+        """Nothing to do until the weights come: load them now (the clock jumps to them).
+        False if none are on the way."""
+        if self._pending is None:
+            return False
+        self._load_in_flight()
+        return True
+
+    def _steps_until_weights(self, steps: int) -> int:
+        """At most `steps`, and no more than it takes the clock to reach weights on the way:
+        they land at the first token boundary after they arrive, not at the next event."""
+        if self._pending is None:
+            return steps
+        rows = len(self._rows)
+        context = self._context0 + rows * (self.step + 1)
+        padded = self._padded() if self.cost.reads_padding else context
+
+        def reaches(count: int) -> bool:
+            return (
+                self.clock + self.cost.decode_run(rows, context, padded, count) >= self._pending[0]
+            )
+
+        if not reaches(steps):
+            return steps
+        low, high = 1, steps  # the fewest steps that reach it
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if reaches(middle) else (middle + 1, high)
+        return low
+
+    def _load_in_flight(self) -> None:
+        at, version, seconds, recompute_kv = self._pending
+        self._pending = None
+        self.idle_seconds += max(0.0, at - self.clock)  # waiting for the trainer
+        self.clock = max(self.clock, at) + seconds
+        contexts = []
+        for row in self._rows.values():
+            offset = row.base - row.admitted_at
+            trajectory = self._flush(row)  # what it made so far, under the old weights
+            row.admitted_at, row.base = self.step + 1, offset + self.step + 1  # same context
+            contexts.append(trajectory.prompt_ids.shape[0] + len(trajectory))
+        if recompute_kv and contexts:
+            price = self.cost.iteration(
+                EngineStep(
+                    0, 0, len(contexts), sum(contexts), sum(n * (n + 1) // 2 for n in contexts)
+                )
+            )
+            self.clock += price
+            self.prefill_seconds += price
+            self.stats.tokens_prefilled += sum(contexts)
+            self.stats.tokens_recomputed_on_update += sum(contexts)
+        self._cached.reset()  # cached prefixes hold the old weights' KV
         self.version = version
 
     def probe_logprobs(self, token_ids: list[int]) -> torch.Tensor:
@@ -348,7 +422,7 @@ class SimulatedEngine(QueuedSlots):
         count = min(at - row.admitted_at + 1, row.target - len(trajectory))
         self.stats.tokens_generated += count
         if isinstance(trajectory, Sketch):
-            self.stats.tokens_regenerated += trajectory.generate(count)
+            self.stats.tokens_regenerated += trajectory.generate(count, self.version)
         else:
             self.stats.tokens_regenerated += trajectory.extend(
                 torch.zeros(count, dtype=torch.long), torch.zeros(count), self.version

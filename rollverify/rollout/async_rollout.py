@@ -1,0 +1,85 @@
+"""Asynchronous rollout: the engines never pause for the trainer.
+
+    async   keep the slots full with new groups as the staleness bound admits them
+            (rollverify/core/staleness_bound.py); hand the trainer B complete groups as soon as
+            they exist, the due ones first; weights reach the engine in flight, between two of
+            its iterations, and every sequence continues under them.
+
+Unlike `schedules.collect`, nothing is paused at the end of a batch: what is unfinished keeps
+generating while the trainer trains, and finished trajectories wait in `AsyncState` for their
+groups. Used by `rvctl simulate` against the simulated engine so far; `wait_for_weights` is
+how the caller says that the engine, with nothing admissible and nothing running, waits for the
+trainer's next weights.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rollverify.core.staleness_bound import choose_batch, may_start
+from rollverify.rollout.engines.protocol import RolloutEngine
+from rollverify.rollout.schedules import PromptSource, RolloutResult
+from rollverify.rollout.trajectory import Trajectory
+
+
+@dataclass
+class AsyncState:
+    """Groups in play across batches: their start versions, finished members and answers."""
+
+    start_versions: dict[int, int] = field(default_factory=dict)
+    finished: dict[int, list[Trajectory]] = field(default_factory=lambda: defaultdict(list))
+    answers: dict[int, str] = field(default_factory=dict)
+    started: int = 0  # groups started in the run
+
+
+def next_batch(
+    engine: RolloutEngine,
+    source: PromptSource,
+    state: AsyncState,
+    *,
+    batch_groups: int,
+    group_size: int,
+    eta: int,
+    version: int,
+    wait_for_weights: Callable[[], bool],
+) -> RolloutResult:
+    """The B groups the trainer trains at policy `version` (the staleness bound's choice),
+    generating until they exist; the engine keeps everything else running."""
+    start, tokens_before = time.perf_counter(), engine.stats.tokens_generated
+    regenerated_before = engine.stats.tokens_regenerated
+    while True:
+        while engine.idle_slots() > 0 and may_start(
+            len(state.start_versions), engine.version, version, eta, batch_groups
+        ):
+            group = source.next_group()
+            state.answers[group.group_id] = group.answer
+            state.start_versions[group.group_id] = engine.version
+            state.started += 1
+            engine.submit(group.samples(group_size))
+        complete = {g for g, members in state.finished.items() if len(members) == group_size}
+        chosen = choose_batch(state.start_versions, complete, version, eta, batch_groups)
+        if chosen is not None:
+            break
+        if engine.has_work:
+            for trajectory in engine.poll():
+                state.finished[trajectory.group_id].append(trajectory)
+        elif not wait_for_weights():
+            raise RuntimeError(
+                f"async rollout stalled at version {version}: nothing running, nothing "
+                "admissible, and no weights on the way"
+            )
+    groups = [sorted(state.finished.pop(g), key=lambda t: t.sample_index) for g in chosen]
+    for group in chosen:
+        state.start_versions.pop(group)
+    return RolloutResult(
+        groups=groups,
+        answers=[state.answers.pop(g) for g in chosen],
+        seconds=time.perf_counter() - start,
+        resumed=0,
+        paused=0,
+        tokens_generated=engine.stats.tokens_generated - tokens_before,
+        tokens_regenerated=engine.stats.tokens_regenerated - regenerated_before,
+    )

@@ -1,0 +1,140 @@
+"""Asynchronous rollout on the virtual clock (rollverify/rollout/async_rollout.py, the staleness
+bound in rollverify/core/staleness_bound.py, `rvctl simulate --async`): the bound holds, eta 0
+is synchronous training, weights land in flight, and overlap is priced."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rollverify.config import load_config
+from rollverify.core.staleness_bound import choose_batch, may_start
+from rollverify.experiments.simulate import Settings, _Prompts, simulate_async, simulate_one
+from rollverify.rollout.async_rollout import AsyncState, next_batch
+from rollverify.rollout.engines.simulated import SimulatedEngine
+from rollverify.rollout.trajectory import Trajectory
+from tests.cli import run_rvctl
+from tests.test_simulated_engine import PRICING
+
+PAPER = "rollverify/assets/experiments/qwen3-8b-dapo-math.yaml"
+
+
+def test_admission_keeps_the_groups_in_play_trainable_by_their_deadlines():
+    """(v + eta - V + 1) x B groups may be in play: eta + 1 batches' worth when the engines
+    have the trainer's weights, one batch fewer while they wait for its newest."""
+    assert may_start(in_play=7, engine_version=3, version=3, eta=0, batch_groups=8)
+    assert not may_start(in_play=8, engine_version=3, version=3, eta=0, batch_groups=8)
+    assert may_start(in_play=15, engine_version=3, version=3, eta=1, batch_groups=8)
+    assert not may_start(in_play=16, engine_version=3, version=3, eta=1, batch_groups=8)
+    assert not may_start(in_play=8, engine_version=2, version=3, eta=1, batch_groups=8)
+
+
+def test_the_batch_takes_the_earliest_complete_groups_and_waits_when_deadlines_would_slip():
+    starts = {10: 0, 11: 1, 12: 1, 13: 2, 14: 2}  # group -> start version
+    # version 1, eta 1: group 10 (started at 0) is due now, 11 and 12 at version 2
+    assert choose_batch(starts, {10, 12, 13, 14}, version=1, eta=1, batch_groups=2) == [10, 12]
+    # group 10 unfinished: wait, though four others are complete
+    assert choose_batch(starts, {11, 12, 13, 14}, version=1, eta=1, batch_groups=2) is None
+    assert choose_batch(starts, {10}, version=1, eta=1, batch_groups=2) is None  # too few
+    # version 2, eta 2, B 1: 10 is due now, 11 and 12 by version 3: with 13 alone complete
+    # the step waits; with 10 complete too, taking it still leaves 11 and 12 for version 3
+    assert choose_batch(starts, {13}, version=2, eta=2, batch_groups=1) is None
+    assert choose_batch(starts, {10, 13}, version=2, eta=2, batch_groups=1) is None
+    # eta 3 (deadlines 3, 4, 4, 5, 5): 10 now leaves 11, 12 for versions 3-4 and 13, 14 too
+    # for 3-5: four groups, three batches, wait; eta 4: 10 now, the rest fits 3-6
+    assert choose_batch(starts, {10, 13}, version=2, eta=3, batch_groups=1) is None
+    assert choose_batch(starts, {10, 13}, version=2, eta=4, batch_groups=1) == [10]
+    with pytest.raises(ValueError, match="past their deadline"):
+        choose_batch(starts, set(starts), version=2, eta=1, batch_groups=2)
+
+
+def heavy_tail_engine(seed: int = 0) -> SimulatedEngine:
+    """Lengths 4-400 with a heavy tail: a few trajectories span many weight updates."""
+    generator = torch.Generator().manual_seed(seed)
+    table = (4 + 40 * torch.empty(10_000, 4).log_normal_(0, 1.2, generator=generator)).long()
+    return SimulatedEngine(
+        PRICING, slots=12, max_new_tokens=400,
+        lengths=lambda g, i: int(table[g % 10_000, i].clamp(max=400)), admit_batch=1,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("eta", [0, 1, 3])
+def test_no_trained_token_lags_more_than_eta_and_no_group_is_starved(eta):
+    engine, state, source = heavy_tail_engine(), AsyncState(), _Prompts(tokens=8)
+    batch_groups, group_size, steps, worst = 2, 4, 40, 0
+    for version in range(steps):
+        result = next_batch(
+            engine, source, state, batch_groups=batch_groups, group_size=group_size, eta=eta,
+            version=version, wait_for_weights=engine.wait_for_weights,
+        )  # fmt: skip
+        for trajectory in result.trajectories():
+            assert trajectory.finished
+            worst = max(worst, version - trajectory.oldest_version)
+        # nothing left behind that was due: every group started at version - eta or before
+        assert all(start > version - eta for start in state.start_versions.values())
+        engine.schedule_weights(version + 1, at=engine.clock + 1e-3)
+    assert worst <= eta
+    if eta > 0:
+        assert worst == eta  # the bound is reached: async does run ahead
+    assert len(state.start_versions) <= (eta + 1) * batch_groups
+
+
+def test_tokens_of_one_trajectory_carry_the_versions_that_sampled_them_across_an_update():
+    engine = SimulatedEngine(PRICING, slots=2, max_new_tokens=50, lengths=lambda g, i: 30)
+    trajectory = Trajectory(torch.zeros(5, dtype=torch.long), 0, 0)
+    engine.submit([trajectory])
+    engine.poll()  # the prefill: its first token
+    step_seconds = PRICING.decode_run(1, 6, 6, 1)
+    engine.schedule_weights(1, at=engine.clock + 9.5 * step_seconds)  # during the 10th step
+    done = []
+    while engine.has_work:
+        done += engine.poll()
+    assert done == [trajectory] and len(trajectory) == 30
+    versions = trajectory.versions.tolist()
+    assert versions == sorted(versions) and versions[0] == 0 and versions[-1] == 1
+    assert versions.count(0) == 11  # the prefill's token and steps 1-10, before the update
+
+
+def test_recomputing_the_kv_on_an_update_costs_a_prefill_of_every_running_row():
+    clocks = {}
+    for recompute in (True, False):
+        engine = SimulatedEngine(PRICING, slots=4, max_new_tokens=80, lengths=lambda g, i: 60)
+        engine.submit([Trajectory(torch.zeros(20, dtype=torch.long), g, 0) for g in range(4)])
+        engine.poll()
+        engine.schedule_weights(1, at=engine.clock, recompute_kv=recompute)
+        engine.poll()
+        clocks[recompute] = (engine.clock, engine.stats.tokens_recomputed_on_update)
+    assert clocks[True][0] > clocks[False][0]
+    assert clocks[True][1] > 4 * 20 and clocks[False][1] == 0
+
+
+def paper(**overrides):
+    return load_config(PAPER, overrides)
+
+
+def test_eta_0_costs_what_synchronous_grpo_costs_and_overlap_pays_at_eta_1():
+    settings = Settings(contexts=(8192,), steps=4, kv_cache=False)
+    grpo = simulate_one(paper(), settings, "grpo", 8192, 0)
+    eta0 = simulate_async(paper(), settings, 0, 8192, 0)
+    eta1 = simulate_async(paper(), settings, 1, 8192, 0)
+    assert math.isclose(eta0.gpu_days, grpo.gpu_days, rel_tol=1e-9)
+    assert eta0.tokens_generated == grpo.tokens_generated and eta0.staleness_max == 0
+    assert eta1.gpu_days < grpo.gpu_days and eta1.staleness_max == 1
+
+
+def test_async_needs_a_layout_that_can_overlap(tmp_path, monkeypatch, capsys):
+    colocated = tmp_path / "colocated.yaml"
+    colocated.write_text("cost:\n  layout: colocated\n")
+    done = run_rvctl(
+        ["simulate", "-c", str(colocated), "--async", "1", "--steps", "1"], monkeypatch, capsys
+    )
+    assert done.returncode == 2 and "--async" in done.stderr and "Traceback" not in done.stderr
+    done = run_rvctl(
+        ["simulate", "-c", PAPER, "--async", "1", "--steps", "2", "--context", "2048",
+         "--methods", "grpo", "--format", "json"],
+        monkeypatch, capsys,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert '"async-eta1"' in done.stdout and '"staleness_max": 1' in done.stdout

@@ -62,12 +62,19 @@ def main() -> None:
     parser.add_argument(
         "--sensitivity-steps", type=int, default=100, help="steps of the sensitivity runs"
     )
+    parser.add_argument(
+        "--kv-cache",
+        action="store_true",
+        help="model the KV cache's capacity (off: the model of simulate_bench.json; "
+        "benchmarks/simulate_terms.py compares both)",
+    )
     args = parser.parse_args()
     config = load_config(CONFIG)
     settings = Settings(
         methods=tuple(args.methods.split(",")),
         contexts=tuple(int(c) for c in args.context.split(",")),
         steps=args.steps,
+        kv_cache=args.kv_cache,
     )
     settings.check()
     results, seconds = [], []

@@ -4,6 +4,7 @@ is synchronous training, weights land in flight, and overlap is priced."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -138,3 +139,12 @@ def test_async_needs_a_layout_that_can_overlap(tmp_path, monkeypatch, capsys):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert '"async-eta1"' in done.stdout and '"staleness_max": 1' in done.stdout
+    split = json.loads(done.stdout)[-1]["gpu_days"]
+    done = run_rvctl(
+        ["simulate", "-c", PAPER, "--async", "1", "--steps", "2", "--context", "2048",
+         "--methods", "grpo", "--format", "json", "--set", "vllm.engines=8",
+         "--set", "train.processes=2"],
+        monkeypatch, capsys,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)[-1]["gpu_days"] != split  # the split is a knob

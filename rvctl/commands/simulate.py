@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rvctl.options import ConfigOption, FormatOption
+from rvctl.options import ConfigOption, FormatOption, SetOption
 from rvctl.output import Format, print_split, stderr
 
 HEADERS = {  # one-word headers for the rich table; json/csv/md keep the stable keys
@@ -103,10 +103,11 @@ def simulate(
             help="Model the engines' KV-cache capacity and preemption (--no-kv-cache: unlimited)."
         ),
     ] = True,
+    settings_: SetOption = None,
     format: FormatOption = Format.table,
 ) -> None:
     """Simulate grpo, partial rollout and RollVerify at scale; print modeled GPU-days."""
-    from rollverify.config import load_config
+    from rollverify.config import load_config, parse_settings
     from rollverify.cost.costmodel.profile import Profile
     from rollverify.experiments.simulate import (
         Settings,
@@ -118,7 +119,8 @@ def simulate(
     )
     from rollverify.experiments.simulate import simulate as run
 
-    run_config = load_config(config)
+    # e.g. the engine / trainer split: --set vllm.engines=6 --set train.processes=2
+    run_config = load_config(config, parse_settings(settings_))
     profile_path, option = (
         (profile, "--profile") if profile else (run_config.cost.profile, "cost.profile")
     )

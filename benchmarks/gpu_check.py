@@ -12,10 +12,12 @@ trained ones cost. It times
     verification), over a few sequence lengths;
 then fits the terms `rvctl calibrate` fits to a run (rollverify/cost/costmodel/profile.py:
 the engine's LinearStepCost, the trainer's train_* and score_* terms) by non-negative least
-squares, and writes them as a profile (JSON, format 1) naming the machine. `rvctl simulate
---profile FILE` prices with it. Weight sync is not timed here (it depends on the links
-between trainer and engines, not on one GPU): the profile leaves `sync_per_byte` out and
-simulate prices sync with its roofline.
+squares, and writes them as a profile (JSON, format 1) naming the machine, with what the
+device achieved: decode bandwidth and per-step overhead, FLOP/s of prefill and of training
+(`achieved`; over a known GPU's peaks, the roofline's efficiency factors, printed, and
+`Profile.efficiency(gpu)` in rollverify). `rvctl simulate --profile FILE` prices with it.
+Weight sync is not timed here (it depends on the links between trainer and engines, not on
+one GPU): the profile leaves `sync_per_byte` out and simulate prices sync with its roofline.
 
 On one H200 the whole check is sized to take a few minutes (the largest decode point holds
 64 rows x 8192 tokens of KV, ~38 GiB in bf16, beside the 16 GiB of weights). `--toy` runs a
@@ -198,6 +200,61 @@ def fit(points: list[tuple[list[float], float]]) -> tuple[list[float], list, flo
     return [float(c) for c in coefficients], errors, rms
 
 
+def achieved(model, engine: list, train: list) -> dict[str, float]:
+    """What the device reached, fitted to the timed points (non-negative least squares again):
+    decode seconds = step_overhead + bytes read / bandwidth (the weights once, every row's KV);
+    prefill seconds = c + forward FLOPs / forward_flops; forward+backward seconds = c + 3 x
+    forward FLOPs / train_flops. FLOPs: 2 x parameters x tokens + 4 x layers x heads x head_dim
+    x attended positions (docs/cost-model.md, "The formulas")."""
+    config = model.config
+    parameters = sum(p.numel() for p in model.parameters())
+    width = next(model.parameters()).element_size()
+    weight_bytes = parameters * width
+    kv_per_token = (
+        2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * width
+    )
+    attention = 4 * config.num_hidden_layers * config.num_attention_heads * config.head_dim
+
+    def flops(tokens: float, attended: float) -> float:
+        return 2 * parameters * tokens + attention * attended
+
+    decode = [([1.0, weight_bytes + c[2] * kv_per_token], t) for c, t in engine if c[0]]
+    prefill = []
+    for columns, seconds in engine:
+        if columns[4]:
+            rows, tokens = columns[5], columns[6] / columns[5]
+            prefill.append(([1.0, flops(rows * tokens, rows * tokens * (tokens + 1) / 2)], seconds))
+    backward = [([1.0, 3 * flops(c[1], c[2])], t) for c, t in train]
+    figures = {}
+    (overhead, per_byte), _, _ = fit(decode)
+    if per_byte > 0:
+        figures |= {"bandwidth": 1 / per_byte, "step_overhead": overhead}
+    for name, points in (("forward_flops", prefill), ("train_flops", backward)):
+        per_flop = fit(points)[0][1]
+        if per_flop > 0:
+            figures[name] = 1 / per_flop
+    return figures
+
+
+def efficiency(device_name: str, figures: dict[str, float]) -> dict[str, float] | None:
+    """The figures over the GPU's spec-sheet peaks, where rollverify knows the GPU (its
+    cost model's table, rollverify/cost/costmodel/gpus.py); None elsewhere."""
+    try:
+        from rollverify.cost.costmodel.gpus import GPUS
+    except ImportError:  # torch and transformers only: the profile still has the figures
+        return None
+    name = next((key for key in GPUS if key in device_name.lower()), None)
+    if name is None:
+        return None
+    gpu = GPUS[name]
+    shares = {
+        "bandwidth": gpu.bandwidth,
+        "forward_flops": gpu.peak_flops,
+        "train_flops": gpu.peak_flops,
+    }
+    return {"gpu": name} | {k: figures[k] / peak for k, peak in shares.items() if k in figures}
+
+
 def terms(names, coefficients, errors) -> list[dict]:
     return [
         {"name": n, "value": v, "error": e}
@@ -248,6 +305,7 @@ def main() -> None:
         "residual": {"engine": engine_fit[2], "train": train_fit[2], "score": score_fit[2]},
         "samples": {"engine": len(engine), "train": len(trainer["train"])},
         "model": args.model,
+        "achieved": achieved(model, engine, trainer["train"]),
     }
     write_atomically(args.out, json.dumps(profile, indent=2) + "\n")
     summary = {
@@ -255,6 +313,8 @@ def main() -> None:
         "machine": profile["machine"],
         "seconds": round(time.perf_counter() - started, 1),
         "residual": profile["residual"],
+        "achieved": profile["achieved"],
+        "efficiency": efficiency(profile["machine"], profile["achieved"]),
         "points": {"engine": [[p[0], p[1]] for p in engine], **trainer},
     }
     print(json.dumps(summary))

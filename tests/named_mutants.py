@@ -859,4 +859,22 @@ MUTANTS = [
             "tests/test_async_rollout.py::test_recomputing_the_kv_on_an_update_costs_a_prefill_of_every_running_row",
         ),
     ),
+    Mutant(
+        "gpu-check-train-flops-forward-only",
+        "a forward and backward is 3x the forward's FLOPs (Kaplan et al. 2020)",
+        "benchmarks/gpu_check.py",
+        "backward = [([1.0, 3 * flops(c[1], c[2])], t) for c, t in train]",
+        "backward = [([1.0, flops(c[1], c[2])], t) for c, t in train]",
+        ("tests/test_gpu_check.py::test_the_achieved_figures_are_what_made_the_timings",),
+    ),
+    Mutant(
+        "profile-efficiency-wrong-peak",
+        "the bandwidth efficiency is achieved bytes/s over the GPU's HBM bandwidth",
+        "rollverify/cost/costmodel/profile.py",
+        'bandwidth=got["bandwidth"] / gpu.bandwidth',
+        'bandwidth=got["bandwidth"] / gpu.peak_flops',
+        (
+            "tests/test_gpu_check.py::test_a_profiles_efficiency_is_what_it_achieved_over_the_gpus_peaks",
+        ),
+    ),
 ]

@@ -78,6 +78,8 @@ def test_at_toy_size_it_writes_a_profile_simulate_prices_with(tmp_path, monkeypa
         "score_per_attended",
     }
     assert profile.train_seconds(64, 64 * 65 / 2) > 0
+    assert summary["achieved"] == profile.achieved  # written, and read back by Profile.load
+    assert profile.achieved["forward_flops"] > 0 and profile.achieved["train_flops"] > 0
     args = ["simulate", "--profile", str(out), "--steps", "2", "--context", "64", "-f", "json"]
     result = run_rvctl(args, monkeypatch, capsys)
     assert result.returncode == 0, result.stderr
@@ -86,3 +88,69 @@ def test_at_toy_size_it_writes_a_profile_simulate_prices_with(tmp_path, monkeypa
     settings = Settings(methods=("grpo",), contexts=(64,), steps=2, profile=profile)
     (simulated,) = simulate(load_config(), settings)
     assert simulated.seconds["sync"] > 0
+
+
+def test_the_achieved_figures_are_what_made_the_timings():
+    """Timings made from a known bandwidth, step overhead and FLOP/s come back as those."""
+    check = gpu_check()
+    model = check.build_model(toy=True, device="cpu")
+    config, parameters = model.config, sum(p.numel() for p in model.parameters())
+    kv = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 4
+    attention = 4 * config.num_hidden_layers * config.num_attention_heads * config.head_dim
+    weights = parameters * 4  # fp32 on the CPU
+
+    def flops(tokens, attended):
+        return 2 * parameters * tokens + attention * attended
+
+    def decode(rows, context):
+        kv_read = rows * (context + 1)
+        return [1.0, rows, kv_read, 0, 0, 0, 0, 0], 2e-3 + (weights + kv_read * kv) / 3e11
+
+    def prefill(rows, tokens):
+        work = flops(rows * tokens, rows * tokens * (tokens + 1) / 2)
+        return [0, 0, 0, 0, 1.0, rows, rows * tokens, 0], 1e-3 + work / 2e13
+
+    engine = [decode(r, c) for r in (1, 8, 32) for c in (128, 1024)]
+    engine += [prefill(r, t) for r, t in ((1, 64), (4, 256), (8, 512))]
+    train = [
+        ([1.0, t, t * (t + 1) / 2], 5e-3 + 3 * flops(t, t * (t + 1) / 2) / 8e12)
+        for t in (64, 256, 1024)
+    ]
+    got = check.achieved(model, engine, train)
+    assert got["bandwidth"] == pytest.approx(3e11, rel=1e-6)
+    assert got["step_overhead"] == pytest.approx(2e-3, rel=1e-6)
+    assert got["forward_flops"] == pytest.approx(2e13, rel=1e-6)
+    assert got["train_flops"] == pytest.approx(8e12, rel=1e-6)
+
+
+def test_a_profiles_efficiency_is_what_it_achieved_over_the_gpus_peaks(tmp_path):
+    from rollverify.cost.costmodel.gpus import GPUS, Efficiency
+
+    h200 = GPUS["h200"]
+    figures = {"bandwidth": 3.6e12, "step_overhead": 4e-3, "train_flops": 3.3e14}
+    profile = Profile(
+        "H200 (gpu_check)", "test", Profile.from_dict(_minimal()).engine, achieved=figures
+    )
+    efficiency = profile.efficiency(h200)
+    assert efficiency.bandwidth == pytest.approx(3.6e12 / 4.8e12)
+    assert efficiency.train_flops == pytest.approx(3.3e14 / 989e12)
+    assert efficiency.step_overhead == 4e-3
+    assert efficiency.forward_flops == Efficiency().forward_flops  # not measured: the default
+    path = tmp_path / "p.json"
+    profile.save(path)
+    assert Profile.load(path).achieved == figures
+    for bad in ({"bandwidth": -1.0}, {"latency": 1.0}, {"train_flops": float("nan")}):
+        path.write_text(json.dumps(_minimal() | {"achieved": bad}))
+        with pytest.raises(ValueError, match="achieved"):
+            Profile.load(path)
+
+
+def _minimal() -> dict:
+    names = ["overhead", "per_row", "per_context", "per_padded", "prefill_overhead",
+             "per_prefill_row", "per_prefill_token", "per_prefill_padded"]  # fmt: skip
+    return {
+        "format": 1,
+        "machine": "m",
+        "source": "s",
+        "engine": [{"name": n, "value": 1e-3, "error": None} for n in names],
+    }

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from rollverify.cost.costmodel.cpu_profile import LinearStepCost, fit_terms, step_features
+from rollverify.cost.costmodel.gpus import Efficiency, GPUProfile
 from rollverify.cost.trace import EngineStep
 from rollverify.infra.atomic_write import atomic_write_text
 
@@ -58,6 +59,26 @@ class Profile:
     residual: dict[str, float] = field(default_factory=dict)  # group -> relative RMS residual
     samples: dict[str, int] = field(default_factory=dict)  # group -> rows fitted
     model: str = ""  # the run's model.path: the terms price that model's work only
+    # What a device achieved (benchmarks/gpu_check.py): bandwidth (bytes/s of weights and KV
+    # read per decode step), step_overhead (seconds per decode step besides that read),
+    # forward_flops and train_flops (FLOP/s); over a GPU's peaks, the roofline's efficiency
+    achieved: dict[str, float] = field(default_factory=dict)
+
+    def efficiency(self, gpu: GPUProfile) -> Efficiency:
+        """The roofline's efficiency factors this profile measured against `gpu`'s peaks (the
+        published defaults for what it did not measure)."""
+        got, default = self.achieved, Efficiency()
+        return replace(
+            default,
+            bandwidth=got["bandwidth"] / gpu.bandwidth if "bandwidth" in got else default.bandwidth,
+            forward_flops=got["forward_flops"] / gpu.peak_flops
+            if "forward_flops" in got
+            else default.forward_flops,
+            train_flops=got["train_flops"] / gpu.peak_flops
+            if "train_flops" in got
+            else default.train_flops,
+            step_overhead=got.get("step_overhead", default.step_overhead),
+        )
 
     def step_cost(self) -> LinearStepCost:
         return LinearStepCost(*(t.value for t in self.engine))
@@ -135,7 +156,22 @@ class Profile:
             residual={str(k): float(v) for k, v in data.get("residual", {}).items()},
             samples={str(k): int(v) for k, v in data.get("samples", {}).items()},
             model=str(data.get("model", "")),
+            achieved=_achieved(data.get("achieved", {})),
         )
+
+
+ACHIEVED = ("bandwidth", "step_overhead", "forward_flops", "train_flops")
+
+
+def _achieved(data: dict) -> dict[str, float]:
+    unknown = set(data) - set(ACHIEVED)
+    if unknown:
+        raise ValueError(f"unknown achieved figures {', '.join(sorted(unknown))}")
+    figures = {str(k): float(v) for k, v in data.items()}
+    bad = [k for k, v in figures.items() if not math.isfinite(v) or v < 0]
+    if bad:
+        raise ValueError(f"achieved {', '.join(bad)}: must be finite and >= 0")
+    return figures
 
 
 def _term(data: dict) -> Term:

@@ -877,4 +877,24 @@ MUTANTS = [
             "tests/test_gpu_check.py::test_a_profiles_efficiency_is_what_it_achieved_over_the_gpus_peaks",
         ),
     ),
+    Mutant(
+        "hf-in-flight-keeps-stale-kv",
+        "with recompute_kv the running rows are prefilled again under the new weights",
+        "rollverify/rollout/engines/hf_engine.py",
+        "        if recompute_kv:\n            self._rows, self._cache = [], None",
+        "        if False:\n            self._rows, self._cache = [], None",
+        (
+            "tests/test_hf_engine.py::test_weights_loaded_in_flight_continue_every_sequence_and_tag_each_token[True]",
+        ),
+    ),
+    Mutant(
+        "hf-in-flight-retags-old-tokens",
+        "tokens sampled before an in-flight update keep the old version",
+        "rollverify/rollout/engines/hf_engine.py",
+        "        running = [self._flush(row) for row in self._rows]",
+        "        running = [row.trajectory for row in self._rows]",
+        (
+            "tests/test_hf_engine.py::test_weights_loaded_in_flight_continue_every_sequence_and_tag_each_token[False]",
+        ),
+    ),
 ]

@@ -176,3 +176,41 @@ def test_length_groups_keep_every_row_once_and_bound_its_padding():
     firsts = [lengths[group[0]] for group in groups]
     assert firsts == sorted(firsts, reverse=True)
     assert padded_positions(lengths) < len(lengths) * max(lengths) / 2
+
+
+@pytest.mark.parametrize("recompute_kv", [True, False])
+def test_weights_loaded_in_flight_continue_every_sequence_and_tag_each_token(recompute_kv):
+    """Asynchronous training on the in-process engine: new weights while rows run. Each token
+    keeps the version that sampled it and its behavior log-prob; recomputing the KV makes the
+    tokens after the update exactly the new policy's (a teacher-forced pass of the new model),
+    keeping the stale KV does not (PipelineRL's choice), while tokens before it stay the old
+    policy's either way."""
+    old, new = random_model(seed=0, eos_bias=-3.0), random_model(seed=1, eos_bias=-3.0)
+    engine = _engine(old, slots=4, max_new_tokens=30)
+    trajectories = [Trajectory(p, g, 0) for g, p in enumerate(prompts(4))]
+    engine.submit(trajectories)
+    for _ in range(6):
+        engine.poll()
+    engine.load_weights_in_flight(new.state_dict().items(), version=1, recompute_kv=recompute_kv)
+    finished, _ = _run(engine)
+    assert sorted(t.group_id for t in finished) == [0, 1, 2, 3]
+    spanning = [t for t in trajectories if 0 in t.versions and 1 in t.versions]
+    assert spanning, "no sequence ran across the update"
+    worst_after = 0.0
+    for trajectory in spanning:
+        versions = trajectory.versions.tolist()
+        assert versions == sorted(versions)  # old tokens first, then new
+        before = trajectory.versions == 0
+        with torch.no_grad():
+            under_old = teacher_forced_logprobs(old, trajectory)
+            under_new = teacher_forced_logprobs(new, trajectory)
+        assert torch.allclose(trajectory.behavior_logprobs[before], under_old[before], atol=1e-4)
+        after = ~before
+        gap = (trajectory.behavior_logprobs[after] - under_new[after]).abs().max().item()
+        worst_after = max(worst_after, gap)
+    if recompute_kv:
+        assert worst_after < 1e-4
+        assert engine.stats.tokens_recomputed_on_update > 0
+    else:
+        assert worst_after > 1e-3  # the stale KV shows in what the new weights sample
+        assert engine.stats.tokens_recomputed_on_update == 0

@@ -151,13 +151,37 @@ class HFEngine(QueuedSlots):
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         if self.has_work:
             raise RuntimeError("pause the engine before loading weights: in-flight KV is stale")
+        self._load(named_tensors)
+        self.version = version
+
+    def load_weights_in_flight(
+        self,
+        named_tensors: Iterable[tuple[str, torch.Tensor]],
+        version: int,
+        recompute_kv: bool = True,
+    ) -> None:
+        """Asynchronous training: new weights while sequences run. Every running row stops at
+        this token boundary; what it generated keeps the version that sampled it. With
+        `recompute_kv` the rows go back to the front of the queue and the next poll prefills
+        their prompt and tokens again under the new weights (as a resumed trajectory is);
+        without, they continue on the KV cache the old weights computed (PipelineRL's choice)."""
+        running = [self._flush(row) for row in self._rows]
+        if recompute_kv:
+            self._rows, self._cache = [], None
+            self._queue.extendleft(reversed(running))
+            self.stats.tokens_recomputed_on_update += sum(
+                t.prompt_ids.shape[0] + len(t) for t in running
+            )
+        self._load(named_tensors)
+        self.version = version
+
+    def _load(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         state = dict(named_tensors)
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected or [k for k in missing if not k.endswith("lm_head.weight")]:
             raise ValueError(
                 f"weights do not fit the engine's model: missing {missing}, unexpected {unexpected}"
             )
-        self.version = version
 
     def probe_logprobs(self, token_ids: list[int]) -> torch.Tensor:
         return probe_logprobs_of(self.model, token_ids)[None]

@@ -897,4 +897,24 @@ MUTANTS = [
             "tests/test_hf_engine.py::test_weights_loaded_in_flight_continue_every_sequence_and_tag_each_token[False]",
         ),
     ),
+    Mutant(
+        "async-verify-trains-the-cut",
+        "a trajectory verification cut leaves its group until it is regenerated",
+        "rollverify/rollout/async_rollout.py",
+        "        state.finished[trajectory.group_id].remove(trajectory)",
+        "        pass",
+        (
+            "tests/test_async_rollout.py::test_the_schedule_regenerates_what_verification_cuts_and_admits_synchronously_after_a_switch",
+        ),
+    ),
+    Mutant(
+        "async-switch-keeps-running-ahead",
+        "after a switch admission is synchronous (eta 0)",
+        "rollverify/rollout/async_rollout.py",
+        "len(state.start_versions), engine.version, version, admit_eta, batch_groups",
+        "len(state.start_versions), engine.version, version, eta, batch_groups",
+        (
+            "tests/test_async_rollout.py::test_the_schedule_regenerates_what_verification_cuts_and_admits_synchronously_after_a_switch",
+        ),
+    ),
 ]

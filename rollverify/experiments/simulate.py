@@ -179,6 +179,7 @@ class Settings:
     kv_cache: bool = True  # the engines' KV-cache capacity and preemption (False: unlimited)
     asyncs: tuple[int, ...] = ()  # staleness bounds eta of asynchronous runs to add
     keep_kv: bool = False  # asynchronous: keep the stale KV on a weight update (PipelineRL)
+    async_verify: bool = False  # also asynchronous runs that verify before training
 
     def check(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -314,13 +315,24 @@ def simulate_one(
 
 
 def simulate_async(
-    config: RunConfig, settings: Settings, eta: int, context: int, seed: int
+    config: RunConfig,
+    settings: Settings,
+    eta: int,
+    context: int,
+    seed: int,
+    verify: bool = False,
 ) -> Result:  # (check_fits refuses a layout without overlap)
     """Asynchronous training at staleness bound `eta` (rollverify/rollout/async_rollout.py):
     the engines generate all the time; the trainer trains each batch as soon as it exists and
     its previous step is done, then sends the weights, which the engines load in flight.
     Engines and trainer hold GPUs of their own (disaggregated), so the run lasts until the
-    later of the two clocks and every GPU is paid for all of it."""
+    later of the two clocks and every GPU is paid for all of it.
+
+    `verify`: before a batch is trained, each of its trajectories with tokens older than the
+    policy is verified (the trainer scores it forward-only) and keeps the share `acceptance`
+    of its tokens; a truncated one goes back to the engines to regenerate its suffix and its
+    group waits. When the acceptance window collapses, admission becomes synchronous
+    (eta 0) while the groups in play keep their deadlines."""
     rollout, steps = config.rollout, settings.steps
     pricing = Pricing(ModelShape.of(config.model_path()), GPUS[settings.gpu], Layout.of(config))
     engine = _engine(config, settings, context, seed, pricing)
@@ -329,8 +341,25 @@ def simulate_async(
     seconds = dict.fromkeys(("rollout", "train", "verify", "sync"), 0.0)
     trainer_free = 0.0  # virtual time the trainer finishes its last step and sync
     trained = truncated = staleness = 0
+    monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
+    scoring = {"step": 1, "seconds": 0.0}  # the verification of the step in progress
+
+    def check(trajectories: list[Trajectory], version: int) -> list[Trajectory]:
+        stale = [t for t in trajectories if _oldest(t, version) < version]
+        if not stale:
+            return []
+        scoring["seconds"] += _score_seconds(settings, pricing, stale)
+        acceptance = settings.acceptance[min(scoring["step"], len(settings.acceptance)) - 1]
+        kept = [math.floor(acceptance * len(t)) for t in stale]
+        monitor.update(sum(kept), sum(len(t) for t in stale), step=scoring["step"])
+        cut = [t for t, k in zip(stale, kept, strict=True) if k < len(t)]
+        for trajectory, k in zip(stale, kept, strict=True):
+            trajectory.truncate(k)
+        return cut
+
     for step in range(1, steps + 1):
         lengths.step = step
+        scoring.update(step=step, seconds=0.0)
         before, idle = engine.clock, engine.idle_seconds
         result = next_batch(
             engine,
@@ -341,6 +370,8 @@ def simulate_async(
             eta=eta,
             version=step - 1,
             wait_for_weights=engine.wait_for_weights,
+            verify=check if verify else None,
+            admit_eta=0 if monitor.switched else eta,
         )
         # the engines' busy time, overlapping training (waiting for weights is not rollout)
         seconds["rollout"] += engine.clock - before - (engine.idle_seconds - idle)
@@ -352,13 +383,14 @@ def simulate_async(
         sync = _sync_seconds(settings, pricing)
         seconds["train"] += train
         seconds["sync"] += sync
-        trained_at = max(engine.clock, trainer_free) + train
+        seconds["verify"] += scoring["seconds"]
+        trained_at = max(engine.clock, trainer_free) + scoring["seconds"] + train
         trainer_free = trained_at + sync
         engine.schedule_weights(
             step, at=trained_at, seconds=sync, recompute_kv=not settings.keep_kv
         )
     wall = max(engine.clock, trainer_free)
-    name = f"async-eta{eta}" + ("-keep-kv" if settings.keep_kv else "")
+    name = f"async{'-verify' if verify else ''}-eta{eta}" + ("-keep-kv" if settings.keep_kv else "")
     return Result(
         method=name,
         context=context,
@@ -369,7 +401,7 @@ def simulate_async(
         slot_utilization=engine.stats.utilization(engine.slots),
         tokens_generated=engine.stats.tokens_generated,
         tokens_regenerated=engine.stats.tokens_regenerated,
-        switch_step=None,
+        switch_step=monitor.switch_step,
         prefill_seconds=engine.prefill_seconds,
         trained=trained,
         truncated=truncated,
@@ -405,6 +437,21 @@ def _train_seconds(settings: Settings, pricing: Pricing, batch: list) -> float:
     if settings.profile:
         return settings.profile.train_seconds(tokens, attended)
     return train_seconds(
+        pricing.shape,
+        pricing.gpu,
+        pricing.efficiency,
+        tokens,
+        attended,
+        pricing.layout.trainer_gpus,
+    )
+
+
+def _score_seconds(settings: Settings, pricing: Pricing, trajectories: list) -> float:
+    """A forward-only pass of the trainer over `trajectories` (verification's scoring)."""
+    tokens, attended = _work(trajectories)
+    if settings.profile:
+        return settings.profile.score_seconds(tokens, attended)
+    return prefill_seconds(
         pricing.shape,
         pricing.gpu,
         pricing.efficiency,
@@ -500,8 +547,9 @@ def simulate(
                 results.append(simulate_one(config, settings, method, context, seed))
                 on_result(results[-1])
             for eta in settings.asyncs:
-                results.append(simulate_async(config, settings, eta, context, seed))
-                on_result(results[-1])
+                for verify in (False, True) if settings.async_verify else (False,):
+                    results.append(simulate_async(config, settings, eta, context, seed, verify))
+                    on_result(results[-1])
     return results
 
 

@@ -33,6 +33,7 @@ class AsyncState:
     finished: dict[int, list[Trajectory]] = field(default_factory=lambda: defaultdict(list))
     answers: dict[int, str] = field(default_factory=dict)
     started: int = 0  # groups started in the run
+    checked: dict[tuple[int, int], int] = field(default_factory=dict)  # key -> version verified
 
 
 def next_batch(
@@ -45,14 +46,23 @@ def next_batch(
     eta: int,
     version: int,
     wait_for_weights: Callable[[], bool],
+    verify: Callable[[list[Trajectory], int], list[Trajectory]] | None = None,
+    admit_eta: int | None = None,
 ) -> RolloutResult:
     """The B groups the trainer trains at policy `version` (the staleness bound's choice),
-    generating until they exist; the engine keeps everything else running."""
+    generating until they exist; the engine keeps everything else running.
+
+    `verify(trajectories, version)` checks the chosen groups' trajectories not yet checked at
+    this version against it and returns those it truncated: they go back to the engine to
+    regenerate their suffix, and their groups wait. `admit_eta` (default `eta`) bounds
+    admission alone: 0 after a switch to synchronous training, while the groups already in
+    play keep their deadlines."""
+    admit_eta = eta if admit_eta is None else admit_eta
     start, tokens_before = time.perf_counter(), engine.stats.tokens_generated
     regenerated_before = engine.stats.tokens_regenerated
     while True:
         while engine.idle_slots() > 0 and may_start(
-            len(state.start_versions), engine.version, version, eta, batch_groups
+            len(state.start_versions), engine.version, version, admit_eta, batch_groups
         ):
             group = source.next_group()
             state.answers[group.group_id] = group.answer
@@ -61,6 +71,11 @@ def next_batch(
             engine.submit(group.samples(group_size))
         complete = {g for g, members in state.finished.items() if len(members) == group_size}
         chosen = choose_batch(state.start_versions, complete, version, eta, batch_groups)
+        if chosen is not None and verify is not None:
+            cut = _verify_once(state, chosen, version, verify)
+            if cut:
+                engine.submit(cut)  # regenerate their suffixes; their groups wait for them
+                continue
         if chosen is not None:
             break
         if engine.has_work:
@@ -74,6 +89,8 @@ def next_batch(
     groups = [sorted(state.finished.pop(g), key=lambda t: t.sample_index) for g in chosen]
     for group in chosen:
         state.start_versions.pop(group)
+    for trajectory in (t for members in groups for t in members):
+        state.checked.pop(trajectory.key, None)
     return RolloutResult(
         groups=groups,
         answers=[state.answers.pop(g) for g in chosen],
@@ -83,3 +100,20 @@ def next_batch(
         tokens_generated=engine.stats.tokens_generated - tokens_before,
         tokens_regenerated=engine.stats.tokens_regenerated - regenerated_before,
     )
+
+
+def _verify_once(
+    state: AsyncState,
+    chosen: list[int],
+    version: int,
+    verify: Callable[[list[Trajectory], int], list[Trajectory]],
+) -> list[Trajectory]:
+    """Verify the chosen groups' trajectories not yet verified at `version`; take those it
+    truncated out of their groups (unfinished again) and return them."""
+    fresh = [t for g in chosen for t in state.finished[g] if state.checked.get(t.key) != version]
+    for trajectory in fresh:
+        state.checked[trajectory.key] = version
+    cut = verify(fresh, version) if fresh else []
+    for trajectory in cut:
+        state.finished[trajectory.group_id].remove(trajectory)
+    return cut

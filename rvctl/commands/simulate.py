@@ -93,6 +93,13 @@ def simulate(
             "separated (rows async-eta<N>; a disaggregated layout).",
         ),
     ] = "",
+    async_verify: Annotated[
+        bool,
+        typer.Option(
+            help="With --async: also rows async-verify-eta<N>, which verify each trajectory "
+            "before training it and regenerate what verification cuts."
+        ),
+    ] = False,
     keep_kv: Annotated[
         bool,
         typer.Option(help="Asynchronous: keep the stale KV cache on a weight update (PipelineRL)."),
@@ -142,6 +149,7 @@ def simulate(
         kv_cache=kv_cache,
         asyncs=_numbers(async_eta, int, "--async"),
         keep_kv=keep_kv,
+        async_verify=async_verify,
     )
     settings.check()
     check_fits(run_config, settings)
@@ -151,7 +159,8 @@ def simulate(
             f"warning: the profile was fitted to {fitted}; it prices {run_config.model.path} "
             "with that model's terms (calibrate a run of this model for its own)"
         )
-    total = (len(settings.methods) + len(settings.asyncs)) * len(settings.contexts) * settings.seeds
+    asyncs = len(settings.asyncs) * (2 if settings.async_verify else 1)
+    total = (len(settings.methods) + asyncs) * len(settings.contexts) * settings.seeds
     with Progress(
         TextColumn("[bold]simulate"),
         BarColumn(),

@@ -30,6 +30,7 @@ UNIT = frozenset(
         "test_data_formats.py",
         "test_docs_links.py",
         "test_filters.py",
+        "test_kv_cache.py",
         "test_layout.py",
         "test_ledger.py",
         "test_math_task.py",

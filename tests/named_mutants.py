@@ -229,9 +229,8 @@ MUTANTS = [
         "sketch-no-regeneration",
         "the simulator counts tokens generated again after a truncation",
         "rollverify/rollout/engines/simulated.py",
-        "        start, self.length = self.length, self.length + count\n"
-        "        return self._regenerated(start)",
-        "        start, self.length = self.length, self.length + count\n        return 0",
+        "            self.oldest_version = version\n        return self._regenerated(start)",
+        "            self.oldest_version = version\n        return 0",
         (
             "tests/test_simulate.py::"
             "test_acceptance_one_and_zero_bound_rollverify_between_partial_and_grpo",
@@ -753,8 +752,8 @@ MUTANTS = [
         "kv-preempts-oldest",
         "out of KV cache, vLLM preempts the newest running row (not the oldest)",
         "rollverify/rollout/engines/simulated.py",
-        "row_id = max(self._rows)",
-        "row_id = min(self._rows)",
+        "row_id = next(reversed(self._rows))",
+        "row_id = next(iter(self._rows))",
         (
             "tests/test_kv_cache.py::test_the_newest_row_is_preempted_and_waits_at_the_front_of_the_queue",
         ),

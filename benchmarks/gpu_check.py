@@ -14,8 +14,10 @@ then fits the terms `rvctl calibrate` fits to a run (rollverify/cost/costmodel/p
 the engine's LinearStepCost, the trainer's train_* and score_* terms) by non-negative least
 squares, and writes them as a profile (JSON, format 1) naming the machine, with what the
 device achieved: decode bandwidth and per-step overhead, FLOP/s of prefill and of training
-(`achieved`; over a known GPU's peaks, the roofline's efficiency factors, printed, and
-`Profile.efficiency(gpu)` in rollverify). `rvctl simulate --profile FILE` prices with it.
+(`achieved`), and, on a GPU rollverify's cost model knows (its name holds h200, h100, a100 or
+b200) and where rollverify imports, those over the GPU's peaks: the roofline's efficiency
+factors (`efficiency`; `Profile.efficiency(gpu)` in rollverify gives the same). Both are
+printed. `rvctl simulate --profile FILE` prices with it.
 Weight sync is not timed here (it depends on the links between trainer and engines, not on
 one GPU): the profile leaves `sync_per_byte` out and simulate prices sync with its roofline.
 
@@ -62,8 +64,14 @@ TOY = dict(
 # (grids: full size, toy size)
 DECODE_ROWS = ([1, 8, 32, 64], [1, 4, 8])
 DECODE_CONTEXT = ([1024, 4096, 8192], [32, 128])
-PREFILL = ([(1, 512), (4, 1024), (8, 2048), (16, 4096)], [(1, 16), (2, 32), (4, 64)])
-TRAIN_TOKENS = ([1024, 2048, 4096, 8192], [16, 32, 64])
+# (toy: rows and tokens vary apart, and the largest prefill's FLOPs outweigh the CPU's call
+# overhead, so that the fit finds each term on a loaded CPU; 3 points, tokens growing with
+# rows, left the fit's terms at 0 in some runs)
+PREFILL = (
+    [(1, 512), (4, 1024), (8, 2048), (16, 4096)],
+    [(1, 16), (4, 16), (1, 128), (4, 128), (8, 512)],
+)
+TRAIN_TOKENS = ([1024, 2048, 4096, 8192], [16, 64, 256])
 TRAIN_TERMS = ("train_overhead", "train_per_token", "train_per_attended")  # (profile.py's)
 SCORE_TERMS = ("score_per_token", "score_per_attended")
 ENGINE_TERMS = (  # LinearStepCost's fields, in order (rollverify/cost/costmodel/cpu_profile.py)
@@ -205,7 +213,13 @@ def achieved(model, engine: list, train: list) -> dict[str, float]:
     decode seconds = step_overhead + bytes read / bandwidth (the weights once, every row's KV);
     prefill seconds = c + forward FLOPs / forward_flops; forward+backward seconds = c + 3 x
     forward FLOPs / train_flops. FLOPs: 2 x parameters x tokens + 4 x layers x heads x head_dim
-    x attended positions (docs/cost-model.md, "The formulas")."""
+    x attended positions (docs/cost-model.md, "The formulas").
+
+    Each figure is a fit's slope over every point of its grid, not the largest point's bytes
+    (or FLOPs) over its seconds: that ratio would count the step's fixed overhead as time spent
+    reading, and understate the bandwidth most where the rows are few. step_overhead is the
+    decode fit's per-iteration term (kept even where the fit finds no bandwidth, as on the CPU
+    toy run, whose decode steps are all overhead); a figure the fit sets to 0 is left out."""
     config = model.config
     parameters = sum(p.numel() for p in model.parameters())
     width = next(model.parameters()).element_size()
@@ -228,7 +242,9 @@ def achieved(model, engine: list, train: list) -> dict[str, float]:
     figures = {}
     (overhead, per_byte), _, _ = fit(decode)
     if per_byte > 0:
-        figures |= {"bandwidth": 1 / per_byte, "step_overhead": overhead}
+        figures["bandwidth"] = 1 / per_byte
+    if overhead > 0:
+        figures["step_overhead"] = overhead
     for name, points in (("forward_flops", prefill), ("train_flops", backward)):
         per_flop = fit(points)[0][1]
         if per_flop > 0:
@@ -236,9 +252,12 @@ def achieved(model, engine: list, train: list) -> dict[str, float]:
     return figures
 
 
-def efficiency(device_name: str, figures: dict[str, float]) -> dict[str, float] | None:
-    """The figures over the GPU's spec-sheet peaks, where rollverify knows the GPU (its
-    cost model's table, rollverify/cost/costmodel/gpus.py); None elsewhere."""
+def efficiency(device_name: str, figures: dict[str, float]) -> dict | None:
+    """The roofline's efficiency factors (rollverify's `Efficiency` fields) this device
+    measured: the figures over the GPU's spec-sheet peaks where rollverify knows the GPU (its
+    cost model's table, rollverify/cost/costmodel/gpus.py: "NVIDIA H200" is h200), with the
+    step overhead in seconds as it is; None elsewhere. The name decides the peaks: an H100
+    PCIe or NVL matches h100's SXM figures, so its factors read low."""
     try:
         from rollverify.cost.costmodel.gpus import GPUS
     except ImportError:  # torch and transformers only: the profile still has the figures
@@ -252,7 +271,10 @@ def efficiency(device_name: str, figures: dict[str, float]) -> dict[str, float] 
         "forward_flops": gpu.peak_flops,
         "train_flops": gpu.peak_flops,
     }
-    return {"gpu": name} | {k: figures[k] / peak for k, peak in shares.items() if k in figures}
+    factors = {k: figures[k] / peak for k, peak in shares.items() if k in figures}
+    if "step_overhead" in figures:
+        factors["step_overhead"] = figures["step_overhead"]
+    return {"gpu": name} | factors
 
 
 def terms(names, coefficients, errors) -> list[dict]:
@@ -307,6 +329,9 @@ def main() -> None:
         "model": args.model,
         "achieved": achieved(model, engine, trainer["train"]),
     }
+    factors = efficiency(profile["machine"], profile["achieved"])
+    if factors is not None:  # a GPU rollverify knows: Profile.efficiency(gpu) gives the same
+        profile["efficiency"] = factors
     write_atomically(args.out, json.dumps(profile, indent=2) + "\n")
     summary = {
         "out": args.out,
@@ -314,7 +339,7 @@ def main() -> None:
         "seconds": round(time.perf_counter() - started, 1),
         "residual": profile["residual"],
         "achieved": profile["achieved"],
-        "efficiency": efficiency(profile["machine"], profile["achieved"]),
+        "efficiency": factors,
         "points": {"engine": [[p[0], p[1]] for p in engine], **trainer},
     }
     print(json.dumps(summary))

@@ -349,13 +349,10 @@ def simulate_async(
         if not stale:
             return []
         scoring["seconds"] += _score_seconds(settings, pricing, stale)
-        acceptance = settings.acceptance[min(scoring["step"], len(settings.acceptance)) - 1]
-        kept = [math.floor(acceptance * len(t)) for t in stale]
-        monitor.update(sum(kept), sum(len(t) for t in stale), step=scoring["step"])
-        cut = [t for t, k in zip(stale, kept, strict=True) if k < len(t)]
-        for trajectory, k in zip(stale, kept, strict=True):
-            trajectory.truncate(k)
-        return cut
+        lengths = [len(t) for t in stale]
+        kept = _truncate_to_acceptance(settings, scoring["step"], stale)
+        monitor.update(sum(kept), sum(lengths), step=scoring["step"])
+        return [t for t, n, k in zip(stale, lengths, kept, strict=True) if k < n]
 
     for step in range(1, steps + 1):
         lengths.step = step
@@ -511,24 +508,21 @@ def _verify(config, settings, method, state, monitor, step, pricing) -> float:
     cached = [t for t in state.cache if not t.finished and len(t) > 0]
     if not cached:
         return 0.0
-    acceptance = settings.acceptance[min(step, len(settings.acceptance)) - 1]
+    seconds = _score_seconds(settings, pricing, cached)  # (before truncation)
     before = sum(len(t) for t in cached)
-    tokens, attended = _work(cached)
-    kept = [math.floor(acceptance * len(t)) for t in cached]
-    for trajectory, k in zip(cached, kept, strict=True):
-        trajectory.truncate(k)
+    kept = _truncate_to_acceptance(settings, step, cached)
     if method.switching:
         monitor.update(sum(kept), before, step=step)
-    if settings.profile:
-        return settings.profile.score_seconds(tokens, attended)
-    return prefill_seconds(
-        pricing.shape,
-        pricing.gpu,
-        pricing.efficiency,
-        tokens,
-        attended,
-        pricing.layout.trainer_gpus,
-    )
+    return seconds
+
+
+def _truncate_to_acceptance(settings: Settings, step: int, trajectories: list) -> list[int]:
+    """Keep the share `acceptance` (at `step`) of each trajectory's tokens; what each kept."""
+    acceptance = settings.acceptance[min(step, len(settings.acceptance)) - 1]
+    kept = [math.floor(acceptance * len(t)) for t in trajectories]
+    for trajectory, k in zip(trajectories, kept, strict=True):
+        trajectory.truncate(k)
+    return kept
 
 
 def _work(trajectories: list) -> tuple[int, int]:

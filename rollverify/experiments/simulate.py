@@ -294,24 +294,10 @@ def simulate_one(
             seconds["verify"] += _verify(config, settings, method, state, monitor, step, pricing)
         seconds["sync"] += _sync_seconds(settings, pricing)
         engine.load_weights([], version=step)
-    return Result(
-        method=method_name,
-        context=context,
-        gpu=settings.profile.machine if settings.profile else settings.gpu,
-        seed=seed,
-        seconds=seconds,
-        gpus=layout.gpus,
-        slot_utilization=engine.stats.utilization(engine.slots),
-        tokens_generated=engine.stats.tokens_generated,
-        tokens_regenerated=engine.stats.tokens_regenerated,
-        switch_step=monitor.switch_step,
-        prefill_seconds=engine.prefill_seconds,
-        trained=trained,
-        truncated=truncated,
-        preemptions=engine.stats.preemptions,
-        tokens_recomputed=engine.stats.tokens_recomputed,
-        staleness_max=staleness,
-    )
+    return _result(
+        method_name, context, seed, settings, engine, seconds, layout.gpus, monitor.switch_step,
+        trained=trained, truncated=truncated, staleness=staleness,
+    )  # fmt: skip
 
 
 def simulate_async(
@@ -388,22 +374,45 @@ def simulate_async(
         )
     wall = max(engine.clock, trainer_free)
     name = f"async{'-verify' if verify else ''}-eta{eta}" + ("-keep-kv" if settings.keep_kv else "")
+    return _result(
+        name, context, seed, settings, engine, seconds, pricing.layout.gpus, monitor.switch_step,
+        trained=trained, truncated=truncated, staleness=staleness, wall=wall,
+    )  # fmt: skip
+
+
+def _result(
+    method: str,
+    context: int,
+    seed: int,
+    settings: Settings,
+    engine: SimulatedEngine,
+    seconds: dict[str, float],
+    gpus: int,
+    switch_step: int | None,
+    *,
+    trained: int,
+    truncated: int,
+    staleness: int,
+    wall: float | None = None,
+) -> Result:
+    """A simulated run's row: what the schedule counted and what the engine's stats say."""
+    stats = engine.stats
     return Result(
-        method=name,
+        method=method,
         context=context,
         gpu=settings.profile.machine if settings.profile else settings.gpu,
         seed=seed,
         seconds=seconds,
-        gpus=pricing.layout.gpus,
-        slot_utilization=engine.stats.utilization(engine.slots),
-        tokens_generated=engine.stats.tokens_generated,
-        tokens_regenerated=engine.stats.tokens_regenerated,
-        switch_step=monitor.switch_step,
+        gpus=gpus,
+        slot_utilization=stats.utilization(engine.slots),
+        tokens_generated=stats.tokens_generated,
+        tokens_regenerated=stats.tokens_regenerated,
+        switch_step=switch_step,
         prefill_seconds=engine.prefill_seconds,
         trained=trained,
         truncated=truncated,
-        preemptions=engine.stats.preemptions,
-        tokens_recomputed=engine.stats.tokens_recomputed,
+        preemptions=stats.preemptions,
+        tokens_recomputed=stats.tokens_recomputed,
         staleness_max=staleness,
         wall_seconds=wall,
     )

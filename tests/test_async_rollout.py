@@ -99,6 +99,57 @@ def test_tokens_of_one_trajectory_carry_the_versions_that_sampled_them_across_an
     assert versions.count(0) == 11  # the prefill's token and steps 1-10, before the update
 
 
+def test_weights_sent_before_the_last_landed_all_land_in_order():
+    """A trainer that sends version 2 before version 1 reached the engine (it ran ahead of a
+    slow engine): both land, each at its time, and tokens carry 0, then 1, then 2."""
+    engine = SimulatedEngine(PRICING, slots=2, max_new_tokens=50, lengths=lambda g, i: 30)
+    trajectory = Trajectory(torch.zeros(5, dtype=torch.long), 0, 0)
+    engine.submit([trajectory])
+    engine.poll()
+    step_seconds = PRICING.decode_run(1, 6, 6, 1)
+    engine.schedule_weights(1, at=engine.clock + 5.5 * step_seconds)
+    engine.schedule_weights(2, at=engine.clock + 12.5 * step_seconds)
+    while engine.has_work:
+        engine.poll()
+    versions = trajectory.versions.tolist()
+    assert versions == sorted(versions) and set(versions) == {0, 1, 2}, versions
+    assert engine.version == 2 and not engine.wait_for_weights()
+
+
+@pytest.mark.parametrize("eta", [1, 2])
+def test_the_bound_holds_and_every_version_lands_under_a_trainer_slower_than_the_engine(eta):
+    """Each step trains for as long as 60 decode steps and its weights land only after it: the
+    engine runs ahead up to the bound, then waits; no trained token lags more than eta, and the
+    engine meets every version in turn."""
+    engine, state, source = heavy_tail_engine(1), AsyncState(), _Prompts(tokens=8)
+    train_seconds = 60 * PRICING.decode_run(12, 12 * 50, 12 * 50, 1)
+    trainer_free, worst, seen, loaded = 0.0, 0, [], [0]
+    poll = engine.poll
+
+    def poll_and_watch():  # every version the engine runs under, in order
+        finished = poll()
+        if engine.version != loaded[-1]:
+            loaded.append(engine.version)
+        return finished
+
+    engine.poll = poll_and_watch
+    for version in range(30):
+        result = next_batch(
+            engine, source, state, batch_groups=2, group_size=4, eta=eta, version=version,
+            wait_for_weights=engine.wait_for_weights,
+        )  # fmt: skip
+        worst = max([worst, *(version - t.oldest_version for t in result.trajectories())])
+        seen.append(engine.version)
+        trainer_free = max(engine.clock, trainer_free) + train_seconds
+        engine.schedule_weights(version + 1, at=trainer_free)
+    assert worst == eta
+    assert seen == sorted(seen) and seen[-1] >= 30 - eta
+    assert loaded == list(range(len(loaded))) and len(loaded) > 25, loaded  # none skipped
+    while engine.wait_for_weights():
+        pass
+    assert engine.version == 30
+
+
 def test_recomputing_the_kv_on_an_update_costs_a_prefill_of_every_running_row():
     clocks = {}
     for recompute in (True, False):

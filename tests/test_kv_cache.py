@@ -186,3 +186,15 @@ def test_no_kv_cache_prices_as_before_and_a_context_that_cannot_fit_is_refused(m
     )
     assert done.returncode == 2 and "--context 400000" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_row_done_at_its_prefill_still_took_blocks_from_the_front_of_the_free_queue():
+    """Rows whose one token is their prefill's take blocks and give them straight back: the
+    allocation moves the free queue's front (it evicts what the front held), as any other's."""
+    simulated = engine(10**4, slots=4, length=1)
+    prompts = (8, 13, 16)  # 2, 4 and 4 blocks of 4 (prompt + the prefill's token: 9, 14, 17)
+    done = run_until_done(
+        simulated, [Trajectory(torch.zeros(n, dtype=torch.long), 0, i) for i, n in enumerate(prompts)]
+    )
+    assert [n for _, n in done] == [1, 1, 1] and simulated._blocks.blocks_at(simulated.step) == 0
+    assert simulated._cached.front(0) == 2 + 4 + 4

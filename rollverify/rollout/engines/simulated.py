@@ -127,7 +127,9 @@ class SimulatedEngine(QueuedSlots):
         self._blocks = BlockCount(block_size)  # blocks the rows hold: c_i = base - admitted_at
         self._cached = PrefixCache(self.kv_blocks or 0)  # preempted rows' prefixes
         self._stale = 0  # entries of preempted rows left in _finishing
-        self._pending: tuple[float, int, float, bool] | None = None  # weights on the way
+        # weights on the way, in the order the trainer sent them: (at, version, seconds,
+        # recompute_kv); a trainer slower than the engines can send the next before one lands
+        self._pending: deque[tuple[float, int, float, bool]] = deque()
 
     # -- the engine interface -----------------------------------------------------------------
 
@@ -138,8 +140,8 @@ class SimulatedEngine(QueuedSlots):
         pass
 
     def poll(self) -> list[Trajectory]:
-        if self._pending is not None and self.clock >= self._pending[0]:
-            self._load_in_flight()
+        while self._pending and self.clock >= self._pending[0][0]:
+            self._load_in_flight()  # each in turn: one that arrived during another's sync too
         finished = []
         if self._rows:
             steps = self._steps_until_weights(self._steps_to_next_event())
@@ -179,12 +181,12 @@ class SimulatedEngine(QueuedSlots):
         the old version, tokens after the new. `recompute_kv`: the running rows' KV cache is
         prefilled again under the new weights (the default); False keeps the stale KV
         (PipelineRL's choice)."""
-        self._pending = (at, version, seconds, recompute_kv)
+        self._pending.append((at, version, seconds, recompute_kv))
 
     def wait_for_weights(self) -> bool:
-        """Nothing to do until the weights come: load them now (the clock jumps to them).
+        """Nothing to do until the weights come: load the next now (the clock jumps to them).
         False if none are on the way."""
-        if self._pending is None:
+        if not self._pending:
             return False
         self._load_in_flight()
         return True
@@ -192,15 +194,16 @@ class SimulatedEngine(QueuedSlots):
     def _steps_until_weights(self, steps: int) -> int:
         """At most `steps`, and no more than it takes the clock to reach weights on the way:
         they land at the first token boundary after they arrive, not at the next event."""
-        if self._pending is None:
+        if not self._pending:
             return steps
+        arrival = self._pending[0][0]
         rows = len(self._rows)
         context = self._context0 + rows * (self.step + 1)
         padded = self._padded() if self.cost.reads_padding else context
 
         def reaches(count: int) -> bool:
             return (
-                self.clock + self.cost.decode_run(rows, context, padded, count) >= self._pending[0]
+                self.clock + self.cost.decode_run(rows, context, padded, count) >= arrival
             )
 
         if not reaches(steps):
@@ -212,8 +215,7 @@ class SimulatedEngine(QueuedSlots):
         return low
 
     def _load_in_flight(self) -> None:
-        at, version, seconds, recompute_kv = self._pending
-        self._pending = None
+        at, version, seconds, recompute_kv = self._pending.popleft()
         self.idle_seconds += max(0.0, at - self.clock)  # waiting for the trainer
         self.clock = max(self.clock, at) + seconds
         contexts = []
@@ -322,7 +324,8 @@ class SimulatedEngine(QueuedSlots):
             target = min(self.lengths(*trajectory.key), self.max_new_tokens)
             row = _Row(trajectory, self.step, context, max(target, len(trajectory) + 1))
             end = self.step + row.target - len(trajectory) - 1  # the prefill made one token
-            if end <= self.step:
+            if end <= self.step:  # done at its prefill: its blocks go straight back
+                self._cached.free(blocks_for(context, self._blocks.block_size))
                 finished.append(self._flush(row, at=self.step))
                 continue
             row_id = next(self._ids)

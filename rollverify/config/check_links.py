@@ -46,6 +46,7 @@ def check_links(config: RunConfig, problems: list[str]) -> None:
             f"train.epsilon_high: must be >= train.epsilon ({config.train.epsilon}), got "
             f"{config.train.epsilon_high}"
         )
+    check_async(config, problems)
     correction = METHODS[config.train.method].correction
     if correction and config.train.ratio_denominator == "behavior":
         # The correction's weight is pi_old/mu: on a ratio pi/mu it would count mu twice.
@@ -113,3 +114,19 @@ def _unwritable(folder: Path) -> str | None:
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"no write permission on {existing}"
     return None
+
+
+def check_async(config: RunConfig, problems: list[str]) -> None:
+    """What asynchronous training does not combine with yet: each is refused, not ignored."""
+    if config.rollout.mode != "async":
+        return
+    unsupported = [
+        ("rollout.engine", config.engine() != "hf", "hf (vLLM's in-flight update is not built)"),
+        ("train.processes", config.train.processes != 1, "1"),
+        ("train.updates_per_rollout", config.train.updates_per_rollout != 1, "1"),
+        ("rollout.dynamic_sampling_max_drops", config.rollout.dynamic_sampling_max_drops, "0"),
+        ("rollout.max_staleness", config.rollout.max_staleness is not None, "null (eta bounds it)"),
+    ]
+    for field, refused, fix in unsupported:
+        if refused:
+            problems.append(f"{field}: rollout.mode async needs {fix}; set it or use mode sync")

@@ -7,9 +7,14 @@
 
 Unlike `schedules.collect`, nothing is paused at the end of a batch: what is unfinished keeps
 generating while the trainer trains, and finished trajectories wait in `AsyncState` for their
-groups. Used by `rvctl simulate` against the simulated engine so far; `wait_for_weights` is
-how the caller says that the engine, with nothing admissible and nothing running, waits for the
-trainer's next weights.
+groups. The training loop runs it against the hf engine in lock-step (rollout.mode async: the
+engine's polls and the trainer's steps take turns, so a run is reproducible and resumes bit for
+bit); `rvctl simulate` against the simulated engine. `wait_for_weights` is how the caller says
+that the engine, with nothing admissible and nothing running, waits for the trainer's next
+weights.
+
+A stop (`should_stop`) or a checkpoint takes the engine's work out into `AsyncState.in_flight`
+(tokens, log-probs, versions kept); the next call submits it again first, in the same order.
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ from dataclasses import dataclass, field
 
 from rollverify.core.staleness_bound import choose_batch, may_start
 from rollverify.rollout.engines.protocol import RolloutEngine
-from rollverify.rollout.schedules import PromptSource, RolloutResult
-from rollverify.rollout.trajectory import Trajectory
+from rollverify.rollout.schedules import PromptSource, RolloutInterrupted, RolloutResult
+from rollverify.rollout.trajectory import Trajectory, TrajectoryCache
 
 
 @dataclass
@@ -34,6 +39,48 @@ class AsyncState:
     answers: dict[int, str] = field(default_factory=dict)
     started: int = 0  # groups started in the run
     checked: dict[tuple[int, int], int] = field(default_factory=dict)  # key -> version verified
+    in_flight: list[Trajectory] = field(default_factory=list)  # out of the engine, to go back
+
+    def take_out(self, engine: RolloutEngine) -> None:
+        """Everything the engine runs or queues, out into `in_flight` (behind what is there); one
+        that finished as it was paused (vLLM) waits for its group."""
+        for trajectory in engine.pause():
+            if trajectory.finished:
+                self.finished[trajectory.group_id].append(trajectory)
+            else:
+                self.in_flight.append(trajectory)
+
+    def state_dict(self) -> dict:
+        """As RolloutState's (rollout/schedules.py): its trajectories under "cache", in flight
+        first, then the finished ones waiting for their groups; the rest under "async"."""
+        waiting = [t for members in self.finished.values() for t in members]
+        tensors, records = TrajectoryCache([*self.in_flight, *waiting]).to_tensors()
+        return {
+            "cache": {"tensors": tensors, "records": records},
+            "answers": {str(g): a for g, a in self.answers.items()},
+            "async": {
+                "start_versions": {str(g): v for g, v in self.start_versions.items()},
+                "started": self.started,
+                "checked": [[*key, version] for key, version in self.checked.items()],
+                "in_flight": len(self.in_flight),
+            },
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> AsyncState:
+        cache, extra = state["cache"], state["async"]
+        trajectories = list(TrajectoryCache.from_tensors(cache["tensors"], cache["records"]))
+        count = extra["in_flight"]
+        restored = cls(
+            start_versions={int(g): v for g, v in extra["start_versions"].items()},
+            answers={int(g): a for g, a in state["answers"].items()},
+            started=extra["started"],
+            checked={(g, i): v for g, i, v in extra["checked"]},
+            in_flight=trajectories[:count],
+        )
+        for trajectory in trajectories[count:]:
+            restored.finished[trajectory.group_id].append(trajectory)
+        return restored
 
 
 def next_batch(
@@ -48,6 +95,7 @@ def next_batch(
     wait_for_weights: Callable[[], bool],
     verify: Callable[[list[Trajectory], int], list[Trajectory]] | None = None,
     admit_eta: int | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> RolloutResult:
     """The B groups the trainer trains at policy `version` (the staleness bound's choice),
     generating until they exist; the engine keeps everything else running.
@@ -56,10 +104,13 @@ def next_batch(
     this version against it and returns those it truncated: they go back to the engine to
     regenerate their suffix, and their groups wait. `admit_eta` (default `eta`) bounds
     admission alone: 0 after a switch to synchronous training, while the groups already in
-    play keep their deadlines."""
+    play keep their deadlines. When `should_stop()` turns true the engine's work goes into
+    `state.in_flight` and RolloutInterrupted is raised: nothing is lost."""
     admit_eta = eta if admit_eta is None else admit_eta
     start, tokens_before = time.perf_counter(), engine.stats.tokens_generated
     regenerated_before = engine.stats.tokens_regenerated
+    engine.submit(state.in_flight)  # a stop's or a checkpoint's, first and in order
+    state.in_flight = []
     while True:
         while engine.idle_slots() > 0 and may_start(
             len(state.start_versions), engine.version, version, admit_eta, batch_groups
@@ -78,6 +129,13 @@ def next_batch(
                 continue
         if chosen is not None:
             break
+        if should_stop():
+            state.take_out(engine)
+            raise RolloutInterrupted(
+                time.perf_counter() - start,
+                engine.stats.tokens_generated - tokens_before,
+                engine.stats.tokens_regenerated - regenerated_before,
+            )
         if engine.has_work:
             for trajectory in engine.poll():
                 state.finished[trajectory.group_id].append(trajectory)
@@ -114,6 +172,7 @@ def _verify_once(
     for trajectory in fresh:
         state.checked[trajectory.key] = version
     cut = verify(fresh, version) if fresh else []
-    for trajectory in cut:
-        state.finished[trajectory.group_id].remove(trajectory)
+    for trajectory in cut:  # (by identity: a Trajectory's == compares tensors)
+        members = state.finished[trajectory.group_id]
+        members[:] = [t for t in members if t is not trajectory]
     return cut

@@ -22,6 +22,7 @@ SWITCHED = "switched"
 RESPONSE_LENGTH_MEAN = "response_length_mean"
 RESPONSE_LENGTH_P99 = "response_length_p99"
 STALENESS_MEAN = "staleness_mean"
+STALENESS_MAX = "staleness_max"
 TOKENS_GENERATED = "tokens_generated"
 TOKENS_DISCARDED = "tokens_discarded"
 SAMPLES_DROPPED = "samples_dropped"
@@ -55,6 +56,7 @@ STEP = (
     RESPONSE_LENGTH_MEAN,
     RESPONSE_LENGTH_P99,
     STALENESS_MEAN,
+    STALENESS_MAX,
     TOKENS_GENERATED,
     TOKENS_DISCARDED,
     SAMPLES_DROPPED,

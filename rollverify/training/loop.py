@@ -43,6 +43,7 @@ meet it at the world's named calls.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +59,7 @@ from rollverify.core.methods import Method
 from rollverify.core.off_policy_shift import sequence_ops, token_ops
 from rollverify.core.switching import AcceptanceMonitor
 from rollverify.infra.faults import kill_point
+from rollverify.rollout.async_rollout import AsyncState, next_batch
 from rollverify.rollout.dynamic_sampling import tie_filter
 from rollverify.rollout.engines.protocol import RolloutEngine, probe_logprobs_of
 from rollverify.rollout.schedules import RolloutInterrupted, RolloutResult, RolloutState, collect
@@ -118,6 +120,9 @@ class TrainingLoop:
         if engine is not None:
             engine.take_trace()  # a reused engine's steps were another run's
         self.state = RolloutState()
+        self.asynchronous = config.rollout.mode == "async"
+        self.async_state = AsyncState()  # rollout.mode async: the groups in play
+        self.async_checks: list[CacheCheck] = []  # ... and the step's verifications
         self.monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
         self.eval_sets = task.eval_sets()
         # A fixed token sequence to compare engine and trainer after each weight sync.
@@ -193,6 +198,20 @@ class TrainingLoop:
             return self.stop.requested
 
         try:
+            if self.asynchronous:
+                return next_batch(
+                    self.engine,
+                    self.task,
+                    self.async_state,
+                    batch_groups=rollout.batch_groups,
+                    group_size=rollout.group_size,
+                    eta=rollout.eta,
+                    version=self.version,
+                    wait_for_weights=lambda: False,  # lock-step: the weights are here already
+                    verify=self.verify_in_flight if self.method.verify else None,
+                    admit_eta=0 if self.monitor.switched else rollout.eta,
+                    should_stop=stop_now,
+                )
             return collect(
                 self.engine,
                 self.task,
@@ -226,14 +245,15 @@ class TrainingLoop:
         keep = keep_samples(
             self.method.sample_filter, batch, batch_ops, self.version, self.config.verify
         )
-        stale = staleness(batch.versions, batch.mask, self.version).float().mean().item()
+        stale = staleness(batch.versions, batch.mask, self.version)
         self.records.batch = self.generation = BatchRecord(
             result=result,
             trajectories=trajectories,
             keep=keep,
             ops=batch_ops,
             lengths=batch.mask.sum(-1).float(),
-            staleness_mean=stale,
+            staleness_mean=stale.float().mean().item(),
+            staleness_max=int(stale.max()),
             mismatch=mismatch(current, batch.behavior_logprobs, batch.mask),  # current = pi_old
             cache_size=len(self.state.cache),
             engine_restarts=self.engine.stats.restarts,
@@ -244,6 +264,22 @@ class TrainingLoop:
         self.records.reward_mean = sum(rewards) / len(rewards)
         output["reward"] = rewards
         return output
+
+    def verify_in_flight(self, trajectories: list[Trajectory], version: int) -> list[Trajectory]:
+        """rollout.mode async: before they train, the trajectories with tokens older than the
+        policy, verified against it (the spec's two stages over their per-token versions);
+        returns those it truncated, to regenerate their suffixes. Counts towards switching."""
+        stale = [t for t in trajectories if len(t) and int(t.versions.min()) < version]
+        if not stale:
+            return []
+        with Clock() as scoring:
+            current = self.world.score(stale, self.trainer.current_logprobs)
+            check = check_cache(
+                stale, current, self.method, self.config.verify, self.monitor, version + 1
+            )
+        self.records.scoring.add(True, scoring.seconds, check.scored)
+        self.async_checks.append(check)
+        return [t for t in stale if not t.finished]
 
     def reward(self, reward: list[float], keep: list[bool], **_: Any) -> list[float | None]:
         """TRL's reward function: this rank's slice of the rewards scored at rollout. None =
@@ -284,7 +320,10 @@ class TrainingLoop:
         if not skip:
             model = self.trainer.accelerator.unwrap_model(self.trainer.model)
             tensors = WeightStream(model, self.config.model.dtype)
-            if self.world.main:
+            if self.world.main and self.asynchronous:  # between two tokens of every sequence
+                keep_kv = self.config.rollout.keep_kv
+                self.engine.load_weights_in_flight(tensors, step, recompute_kv=not keep_kv)
+            elif self.world.main:
                 self.engine.load_weights(tensors, version=step)
             else:
                 for _ in tensors:  # its part of each gather
@@ -299,7 +338,11 @@ class TrainingLoop:
 
     def verify_cache(self, step: int) -> CacheCheck:
         """The cache under the new policy, every rank scoring a part: verified if the method
-        does (rank 0), else measured (cache_check.py). Empty on the other ranks."""
+        does (rank 0), else measured (cache_check.py). Empty on the other ranks. Asynchronous
+        training verifies before training instead (verify_in_flight): its checks of the step."""
+        if self.asynchronous:
+            checks, self.async_checks = self.async_checks, []
+            return merged(checks)
         cached = cached_unfinished(self.state.cache) if self.world.main else None
         check = CacheCheck()
         with Clock() as scoring:
@@ -312,7 +355,10 @@ class TrainingLoop:
         return check
 
     def evaluate(self) -> Evaluation:
-        """Every eval set at once (rollverify/tasks/evaluation.py); its time is the eval phase."""
+        """Every eval set at once (rollverify/tasks/evaluation.py); its time is the eval phase.
+        Asynchronous training: the sequences in flight wait outside the engine meanwhile."""
+        if self.asynchronous:
+            self.async_state.take_out(self.engine)
         with self.booking.phase("eval", self.version, self.engine):
             evaluation = evaluate_sets(
                 self.engine,
@@ -347,10 +393,14 @@ class TrainingLoop:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything of the loop's own a resumed run needs, by owner. Tensors only under
-        rollout.cache.tensors; the rest is JSON-able."""
+        rollout.cache.tensors; the rest is JSON-able. Asynchronous training: the engine's
+        sequences are taken out first (the next rollout submits them again, in order)."""
+        if self.asynchronous:
+            self.async_state.take_out(self.engine)
+        rollout = self.async_state if self.asynchronous else self.state
         return {
             "task": self.task.state_dict(),
-            "rollout": self.state.state_dict(),
+            "rollout": rollout.state_dict(),
             "monitor": self.monitor.state_dict(),
             "ledger": self.booking.ledger.state_dict(),
             "loop": self.counters.state_dict(),
@@ -360,11 +410,35 @@ class TrainingLoop:
         """Continue from a checkpoint of `step` (the trainer's state comes back through its
         resume hooks, training/trl_adapter.py)."""
         self.task.load_state_dict(state["task"])
-        self.state.load_state_dict(state["rollout"])
+        if self.asynchronous:
+            self.async_state = AsyncState.from_state_dict(state["rollout"])
+        else:
+            self.state.load_state_dict(state["rollout"])
         self.monitor.load_state_dict(state["monitor"])
         self.booking.ledger.load_state_dict(state["ledger"])
         self.counters.load_state_dict(state["loop"])
         self.booking.resumed(self.run_dir, step)
+
+
+def merged(checks: list[CacheCheck]) -> CacheCheck:
+    """One record of several verifications (their OPS means weighted by trajectories)."""
+    if len(checks) <= 1:
+        return checks[0] if checks else CacheCheck()
+    count = sum(c.trajectories for c in checks)
+
+    def mean(name: str) -> float:
+        pairs = [(getattr(c, name), c.trajectories) for c in checks if not math.isnan(getattr(c, name))]
+        weight = sum(w for _, w in pairs)
+        return sum(v * w for v, w in pairs) / weight if weight else math.nan
+
+    return CacheCheck(
+        trajectories=count,
+        tokens_before=sum(c.tokens_before for c in checks),
+        tokens_kept=sum(c.tokens_kept for c in checks),
+        ops_before=mean("ops_before"),
+        ops_after=mean("ops_after"),
+        scored=tuple(map(sum, zip(*(c.scored for c in checks), strict=True))),
+    )
 
 
 class LoopCallback(TrainerCallback):

@@ -32,6 +32,7 @@ class BatchRecord:
     ops: torch.Tensor
     lengths: torch.Tensor
     staleness_mean: float
+    staleness_max: int  # of the oldest token of any trained completion
     mismatch: tuple[float, float]  # (k3, ESS) of pi_old/mu over the batch's tokens
     cache_size: int  # trajectories left in the cache
     engine_restarts: int
@@ -211,6 +212,7 @@ def _batch_metrics(records: StepRecords) -> dict[str, float]:
         m.RESPONSE_LENGTH_MEAN: lengths.mean().item(),
         m.RESPONSE_LENGTH_P99: torch.quantile(lengths, 0.99).item(),
         m.STALENESS_MEAN: batch.staleness_mean,
+        m.STALENESS_MAX: float(batch.staleness_max),
         m.MISMATCH_KL: batch.mismatch[0],
         m.MISMATCH_ESS: batch.mismatch[1],
         m.TOKENS_GENERATED: float(result.tokens_generated),

@@ -63,6 +63,30 @@ class RolloutConfig:
         lambda x: x >= 0,
         ">= 0",
     )
+    mode: Literal["sync", "async"] = config_field(
+        "sync",
+        "sync: the engine generates, then waits while the trainer trains (grpo, partial "
+        "rollout). async: it never waits; the trainer takes B complete groups as soon as they "
+        "exist and each update reaches the engine in flight, between two tokens "
+        "(rollverify/rollout/async_rollout.py). The method's verification and ratio apply "
+        "per trajectory before it trains; `partial` means nothing here. Engine hf, one "
+        "process, updates_per_rollout 1.",
+    )
+    eta: int = config_field(
+        1,
+        "async: the staleness bound (AReaL's max_head_offpolicyness). No group starts that "
+        "could train more than eta versions after the policy that started it "
+        "(rollverify/core/staleness_bound.py). 0: each batch starts and ends under one "
+        "policy, as grpo.",
+        lambda x: x >= 0,
+        ">= 0",
+    )
+    keep_kv: bool = config_field(
+        False,
+        "async: a sequence running when an update lands continues on the KV cache the old "
+        "weights computed (PipelineRL's choice) instead of recomputing it under the new ones. "
+        "A checkpoint recomputes it either way.",
+    )
     max_inflight_groups: int | None = config_field(
         None,
         "Partial methods: most groups in play at once (None: as many as keep the slots "

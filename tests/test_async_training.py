@@ -1,0 +1,145 @@
+"""Asynchronous training in the loop (rollout.mode async, rollverify/rollout/async_rollout.py) on
+the hf engine in lock-step: eta 0 is synchronous grpo, the staleness bound holds on real
+tokens, updates land in flight with each token keeping its version, verification truncates and
+regenerates before a trajectory trains, and a run killed in generation or in training resumes
+bit for bit."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rollverify.config import ConfigError, load_config
+from rollverify.training.checkpoint.files import folder_for, latest
+from rollverify.training.checkpoint.files import load as load_checkpoint
+from rollverify.training.run import train
+from tests.runs import history, tiny, tiny_file
+
+RVCTL = [sys.executable, "-m", "rvctl.app"]
+
+
+def final_checkpoint(summary):
+    return latest(Path(summary.run_dir) / "checkpoints")
+
+
+def without_timings(metrics: dict) -> dict:
+    """Wall-clock figures differ between any two runs (cost_*: measured seconds priced)."""
+    timed = ("seconds", "cost_", "trl/step_time")
+    return {k: v for k, v in metrics.items() if not any(t in k for t in timed)}
+
+
+def test_eta_0_trains_exactly_what_synchronous_grpo_trains(tmp_path):
+    """The same seed: every metric but the timings, and the final weights, bit for bit."""
+    sync = train(tiny(tmp_path / "sync", "grpo"))
+    eta0 = train(tiny(tmp_path / "async", "grpo", **{"rollout.mode": "async", "rollout.eta": 0}))
+    assert without_timings(history(sync)) == without_timings(history(eta0))
+    ours, theirs = final_checkpoint(eta0), final_checkpoint(sync)
+    for name, tensor in theirs.tensors["model"].items():
+        assert torch.equal(ours.tensors["model"][name], tensor), name
+
+
+@pytest.mark.parametrize("eta", [1, 2])
+def test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them(
+    tmp_path, eta
+):
+    summary = train(
+        tiny(
+            tmp_path, "partial",
+            **{"rollout.mode": "async", "rollout.eta": eta, "train.steps": 5,
+               "train.checkpoint_every": 1, "train.keep_checkpoints": 5},
+        )
+    )  # fmt: skip
+    metrics = history(summary)
+    assert max(metrics["staleness_max"].values()) == eta  # reached: async runs ahead
+    # The sequences in flight after each step (its checkpoint holds them), their versions in
+    # the order they were sampled. At eta 2 some have run through an update already (at eta 1
+    # such a one is always trained first: its group is due).
+    spanning = 0
+    for step in range(1, 6):
+        checkpoint = load_checkpoint(folder_for(Path(summary.run_dir) / "checkpoints", step))
+        # nothing lost: every group in play has its G samples there (an evaluation between
+        # steps, which uses the engine too, leaves them be)
+        groups = sorted(r["group_id"] for r in checkpoint.state["cache"])
+        in_play = checkpoint.state["rollout_counts"]["async"]["start_versions"]
+        assert groups == sorted(2 * [int(g) for g in in_play]), step
+        cache = checkpoint.tensors
+        for versions in cache["cache"]["versions"].split(cache["cache"]["token_lengths"].tolist()):
+            assert versions.tolist() == sorted(versions.tolist())
+            spanning += len(set(versions.tolist())) > 1
+    assert (spanning > 0) == (eta == 2)
+
+
+def test_verification_truncates_stale_trajectories_before_they_train_and_regenerates_them(tmp_path):
+    summary = train(
+        tiny(
+            tmp_path, "rollverify", **{"rollout.mode": "async", "rollout.eta": 2, "train.steps": 4}
+        )
+    )
+    metrics = history(summary)
+    assert min(metrics["acceptance_rate"].values()) < 1
+    assert max(metrics["tokens_regenerated_total"].values()) > 0
+    assert max(metrics["staleness_max"].values()) <= 2
+
+
+def test_async_refuses_what_it_does_not_combine_with_yet(tmp_path):
+    for key, value, named in [
+        ("rollout.engine", "vllm", "rollout.engine"),
+        ("train.updates_per_rollout", 2, "train.updates_per_rollout"),
+        ("rollout.max_staleness", 1, "rollout.max_staleness"),
+    ]:
+        with pytest.raises(ConfigError, match=named):
+            load_config(overrides={"rollout.mode": "async", key: value, "output": str(tmp_path)})
+
+
+def run_cli(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(os.environ)
+    env.pop("ROLLVERIFY_KILL_AT", None)
+    if kill_at is not None:
+        env["ROLLVERIFY_KILL_AT"] = kill_at
+    return subprocess.run([*RVCTL, *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+ASYNC = {
+    "train.method": "rollverify",
+    "rollout.mode": "async",
+    "rollout.eta": 2,
+    "train.steps": 6,
+    "train.checkpoint_every": 2,
+}
+
+
+@pytest.mark.slow
+def test_killed_in_generation_and_in_training_resumes_bit_for_bit(tmp_path):
+    """SIGKILLed mid-rollout of step 3 and after the optimizer step of step 5, resumed each
+    time from the step-2 and step-4 checkpoints (their sequences in flight and groups waiting
+    held in them), it ends where the run that never stopped ends."""
+    reference = train(
+        load_config(tiny_file(tmp_path / "ref.yaml", **ASYNC), {"output": str(tmp_path / "ref")})
+    )
+    output = tmp_path / "runs"
+    config = str(tiny_file(tmp_path / "tiny.yaml", **ASYNC))
+    first = run_cli("train", "--config", config, "--output", str(output), kill_at="rollout:3")
+    assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
+    (run_dir,) = output.glob("*-s0-*")
+    assert latest(run_dir / "checkpoints").step == 2
+    second = run_cli("resume", str(run_dir), kill_at="train:5")
+    assert second.returncode == -signal.SIGKILL, second.stderr[-2000:]
+    assert latest(run_dir / "checkpoints").step == 4
+    final = run_cli("resume", str(run_dir))
+    assert final.returncode == 0, final.stderr[-3000:]
+
+    ours, theirs = latest(run_dir / "checkpoints"), final_checkpoint(reference)
+    assert ours.step == theirs.step == 6
+    assert len(theirs.state["cache"]) > 0, "the test must have sequences in flight to lose"
+    for group in ("model", "optimizer", "cache"):
+        for name, tensor in theirs.tensors[group].items():
+            assert torch.equal(ours.tensors[group][name], tensor), f"{group}.{name}"
+    for part in ("cache", "answers", "rollout_counts", "task", "monitor"):
+        assert ours.state[part] == theirs.state[part], part

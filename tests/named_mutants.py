@@ -900,7 +900,7 @@ MUTANTS = [
         "async-verify-trains-the-cut",
         "a trajectory verification cut leaves its group until it is regenerated",
         "rollverify/rollout/async_rollout.py",
-        "        state.finished[trajectory.group_id].remove(trajectory)",
+        "        members[:] = [t for t in members if t is not trajectory]",
         "        pass",
         (
             "tests/test_async_rollout.py::test_the_schedule_regenerates_what_verification_cuts_and_admits_synchronously_after_a_switch",
@@ -914,6 +914,109 @@ MUTANTS = [
         "len(state.start_versions), engine.version, version, eta, batch_groups",
         (
             "tests/test_async_rollout.py::test_the_schedule_regenerates_what_verification_cuts_and_admits_synchronously_after_a_switch",
+        ),
+    ),
+    Mutant(
+        "async-checkpoint-misses-the-engine",
+        "a checkpoint of asynchronous training holds the sequences the engine runs or queues",
+        "rollverify/training/loop.py",
+        "        if self.asynchronous:\n            self.async_state.take_out(self.engine)\n"
+        "        return self._state_dict()",
+        "        return self._state_dict()",
+        (
+            "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them[2]",
+            "tests/test_async_training.py::test_killed_in_generation_and_in_training_resumes_bit_for_bit",
+        ),
+    ),
+    Mutant(
+        "async-evaluation-takes-the-sequences",
+        "an evaluation between steps leaves the sequences in flight be",
+        "rollverify/training/loop.py",
+        "        if self.asynchronous:\n            self.async_state.take_out(self.engine)\n"
+        "        return self._evaluate()",
+        "        return self._evaluate()",
+        (
+            "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them[2]",
+        ),
+    ),
+    Mutant(
+        "async-no-in-flight-update",
+        "in asynchronous training an update reaches the engine between two tokens",
+        "rollverify/training/loop.py",
+        "            if self.world.main and self.asynchronous:  # between two tokens",
+        "            if False:  # between two tokens",
+        (
+            "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them[2]",
+        ),
+    ),
+    Mutant(
+        "engine-thread-admits-for-the-version-trained",
+        "once a batch is out, the engine thread admits for the version the trainer trains next",
+        "rollverify/rollout/engine_thread.py",
+        "self.version + self._training",
+        "self.version",
+        (
+            "tests/test_async_training.py::test_the_engine_thread_generates_beside_the_trainer_within_the_bound",
+        ),
+    ),
+    Mutant(
+        "engine-thread-hold-takes-nothing",
+        "a checkpoint or an evaluation parks the engine thread and takes its work out",
+        "rollverify/rollout/engine_thread.py",
+        "        with self._lock:\n            self._take_out_locked()\n        try:",
+        "        try:",
+        (
+            "tests/test_async_training.py::test_the_engine_thread_generates_beside_the_trainer_within_the_bound",
+        ),
+    ),
+    Mutant(
+        "engine-thread-overlap-unmeasured",
+        "the ledger's overlap comes from the engine thread's busy intervals",
+        "rollverify/rollout/engine_thread.py",
+        "        self._busy.append((started, time.perf_counter()))",
+        "        pass",
+        (
+            "tests/test_async_training.py::test_the_engine_thread_generates_beside_the_trainer_within_the_bound",
+        ),
+    ),
+    Mutant(
+        "engine-thread-error-swallowed",
+        "an error in the engine thread is raised in the trainer's",
+        "rollverify/rollout/engine_thread.py",
+        "                self._error, self._parked = error, True",
+        "                self._parked = True",
+        ("tests/test_async_training.py::test_an_error_in_the_engine_thread_reaches_the_trainer",),
+    ),
+    Mutant(
+        "ledger-overlap-idle-dropped",
+        "an overlapped step books the devices' waiting as idle",
+        "rollverify/cost/ledger.py",
+        '        self.device_seconds["idle"] += max(0.0, wall * layout.held - booked)',
+        "        pass",
+        (
+            "tests/test_ledger.py::test_an_overlapped_step_books_each_sides_busy_seconds_and_the_rest_as_idle",
+            "tests/test_async_training.py::test_the_engine_thread_generates_beside_the_trainer_within_the_bound",
+        ),
+    ),
+    Mutant(
+        "simulated-engine-one-pending-load",
+        "weights sent before the last landed queue up and all land",
+        "rollverify/rollout/engines/simulated.py",
+        "        self._pending.append((at, version, seconds, recompute_kv))",
+        "        self._pending.clear()\n        self._pending.append((at, version, seconds, recompute_kv))",
+        (
+            "tests/test_async_rollout.py::test_weights_sent_before_the_last_landed_all_land_in_order",
+            "tests/test_async_rollout.py::test_the_bound_holds_and_every_version_lands_under_a_trainer_slower_than_the_engine[1]",
+        ),
+    ),
+    Mutant(
+        "simulated-engine-prefill-finish-keeps-blocks",
+        "a row done at its prefill gives its blocks back to the free queue",
+        "rollverify/rollout/engines/simulated.py",
+        "                self._cached.free(blocks_for(context, self._blocks.block_size))",
+        "                pass",
+        (
+            "tests/test_kv_cache.py::test_a_row_done_at_its_prefill_still_took_blocks_from_the_front_of_the_free_queue",
         ),
     ),
 ]

@@ -6,6 +6,7 @@ bit for bit."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -15,10 +16,16 @@ import pytest
 import torch
 
 from rollverify.config import ConfigError, load_config
+from rollverify.rollout.async_rollout import AsyncState
+from rollverify.rollout.engine_thread import EngineThread
+from rollverify.rollout.engines.hf_engine import HFEngine
+from rollverify.rollout.engines.protocol import SyncCheckError
+from rollverify.rollout.schedules import PromptGroup
 from rollverify.training.checkpoint.files import folder_for, latest
 from rollverify.training.checkpoint.files import load as load_checkpoint
 from rollverify.training.run import train
 from tests.runs import history, tiny, tiny_file
+from tests.tiny import EOS, PAD, prompts, random_model
 
 RVCTL = [sys.executable, "-m", "rvctl.app"]
 
@@ -143,3 +150,87 @@ def test_killed_in_generation_and_in_training_resumes_bit_for_bit(tmp_path):
             assert torch.equal(ours.tensors[group][name], tensor), f"{group}.{name}"
     for part in ("cache", "answers", "rollout_counts", "task", "monitor"):
         assert ours.state[part] == theirs.state[part], part
+
+
+# -- the engine in a thread of its own (rollout.lockstep false) ---------------------------------
+
+THREADED = {"rollout.mode": "async", "rollout.lockstep": False}
+
+
+def test_the_engine_thread_generates_beside_the_trainer_within_the_bound(tmp_path):
+    """Updates land whenever they come; the bound holds, the probe check passes in the engine
+    thread, nothing is lost between steps, and the ledger books the two sides' overlap."""
+    settings = THREADED | {"rollout.eta": 2, "train.steps": 6}
+    settings |= {"train.checkpoint_every": 1, "train.keep_checkpoints": 6}
+    summary = train(tiny(tmp_path, "rollverify", **settings))
+    metrics = history(summary)
+    assert max(metrics["staleness_max"].values()) <= 2
+    assert set(metrics["sync_logprob_gap"].values()) == {0.0}
+    run_dir = Path(summary.run_dir)
+    for step in range(1, 7):
+        checkpoint = load_checkpoint(folder_for(run_dir / "checkpoints", step))
+        groups = sorted(r["group_id"] for r in checkpoint.state["cache"])
+        in_play = checkpoint.state["rollout_counts"]["async"]["start_versions"]
+        assert groups == sorted(2 * [int(g) for g in in_play]), step
+    ledger = json.loads((run_dir / "ledger.json").read_text())
+    overlap = ledger["overlap"]
+    assert 0 < overlap["both"] <= min(overlap["engines"], overlap["trainer"]) <= overlap["wall"]
+    assert ledger["layout"] == {"trainer": 1, "engines": 1}
+    held = sum(v for k, v in ledger["device_seconds"].items() if k != "measure")
+    assert held == pytest.approx(2 * ledger["wall_seconds"])
+    assert 0 <= metrics["cost_engine_idle_share"][6] < 1
+
+
+class Prompts:
+    def __init__(self):
+        self.groups = 0
+
+    def next_group(self) -> PromptGroup:
+        self.groups += 1
+        return PromptGroup(self.groups, prompts(1, seed=self.groups)[0], "0")
+
+
+def test_an_error_in_the_engine_thread_reaches_the_trainer():
+    """A failed probe check after an update, in the engine's thread: the trainer's next call
+    raises it (a sync that went wrong must stop the run, not hang it)."""
+    model = random_model(seed=0, eos_bias=-1.0)
+    engine = HFEngine(model, slots=4, max_new_tokens=12, eos_token_id=EOS, pad_token_id=PAD)
+    thread = EngineThread(
+        engine, Prompts(), AsyncState(), batch_groups=1, group_size=2, eta=1, keep_kv=False
+    )
+    try:
+        result = thread.next_batch(verify=None, admit_eta=1, should_stop=lambda: False)
+        assert len(result.groups) == 1 and all(t.finished for t in result.trajectories())
+
+        def failed_check(engine):
+            raise SyncCheckError("weight sync check failed after step 1")
+
+        thread.send_weights(list(model.state_dict().items()), 1, failed_check)
+        with pytest.raises(SyncCheckError, match="step 1"):
+            for _ in range(100):
+                thread.next_batch(verify=None, admit_eta=1, should_stop=lambda: False)
+    finally:
+        thread.close()
+
+
+@pytest.mark.slow
+def test_a_threaded_run_killed_in_training_resumes_with_nothing_lost(tmp_path):
+    """Not bit for bit (updates land when they come), but from its checkpoint every group in
+    play, with each sequence's tokens, versions and log-probs, continues to the end."""
+    settings = THREADED | {"train.method": "rollverify", "rollout.eta": 2, "train.steps": 5}
+    config = str(tiny_file(tmp_path / "tiny.yaml", **settings, **{"train.checkpoint_every": 2}))
+    output = tmp_path / "runs"
+    killed = run_cli("train", "--config", config, "--output", str(output), kill_at="train:3")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    (run_dir,) = output.glob("*-s0-*")
+    saved = latest(run_dir / "checkpoints")
+    assert saved.step == 2 and len(saved.state["cache"]) > 0
+    final = run_cli("resume", str(run_dir))
+    assert final.returncode == 0, final.stderr[-3000:]
+    end = latest(run_dir / "checkpoints")
+    assert end.step == 5
+    groups = sorted(r["group_id"] for r in end.state["cache"])
+    in_play = end.state["rollout_counts"]["async"]["start_versions"]
+    assert groups == sorted(2 * [int(g) for g in in_play])
+    # the groups in play at step 2 were trained after the resume, or are still in play
+    assert min(int(g) for g in in_play) > min(r["group_id"] for r in saved.state["cache"])

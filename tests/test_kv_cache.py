@@ -194,7 +194,8 @@ def test_a_row_done_at_its_prefill_still_took_blocks_from_the_front_of_the_free_
     simulated = engine(10**4, slots=4, length=1)
     prompts = (8, 13, 16)  # 2, 4 and 4 blocks of 4 (prompt + the prefill's token: 9, 14, 17)
     done = run_until_done(
-        simulated, [Trajectory(torch.zeros(n, dtype=torch.long), 0, i) for i, n in enumerate(prompts)]
+        simulated,
+        [Trajectory(torch.zeros(n, dtype=torch.long), 0, i) for i, n in enumerate(prompts)],
     )
     assert [n for _, n in done] == [1, 1, 1] and simulated._blocks.blocks_at(simulated.step) == 0
     assert simulated._cached.front(0) == 2 + 4 + 4

@@ -7,6 +7,7 @@ import torch
 
 from rollverify.config import load_config
 from rollverify.cost.ledger import PHASES, CostLedger, DeviceLayout
+from rollverify.cost.overlap import both_busy_seconds, busy_seconds, clipped
 from rollverify.rollout.trajectory import Trajectory
 
 
@@ -119,3 +120,30 @@ def test_modeled_gpu_days_are_the_modeled_wall_times_the_layouts_gpus():
     assert metrics["modeled_gpu_days"] == pytest.approx(9_000.0 * 8 / 86_400)
     assert CostLedger.from_dict(ledger.to_dict()) == ledger
     assert "modeled_gpu_days" not in CostLedger(DeviceLayout(1, 0)).metrics()  # nothing modeled
+
+
+def test_an_overlapped_step_books_each_sides_busy_seconds_and_the_rest_as_idle():
+    """The engine beside the trainer (a thread of its own: one device each): a 10 s step in
+    which the engine worked 8 s and the trainer 6 s (train 4, verify 1, sync 1), 5 s of it at
+    once."""
+    ledger = CostLedger(DeviceLayout(trainer=1, engines=1))
+    ledger.add_overlapped_step(10.0, 8.0, 6.0, 5.0, {"train": 4.0, "verify": 1.0, "sync": 1.0})
+    assert ledger.wall_seconds == 10.0 and ledger.total_device_seconds == pytest.approx(20.0)
+    assert ledger.device_seconds["rollout"] == 8.0 and ledger.device_seconds["idle"] == 6.0
+    metrics = ledger.metrics()
+    assert metrics["cost_overlap_seconds"] == 5.0
+    assert metrics["cost_engine_idle_share"] == pytest.approx(0.2)
+    assert metrics["cost_trainer_idle_share"] == pytest.approx(0.4)
+    assert CostLedger.from_dict(ledger.to_dict()) == ledger
+    assert "cost_overlap_seconds" not in CostLedger(DeviceLayout(1, 0)).metrics()
+    threaded = {"rollout.engine": "hf", "rollout.mode": "async", "rollout.lockstep": False}
+    assert DeviceLayout.of(load_config(overrides=threaded)) == DeviceLayout(1, 1)
+
+
+def test_both_busy_is_the_length_of_the_intervals_intersection():
+    engine = [(0.0, 2.0), (3.0, 5.0), (1.0, 2.5)]  # overlapping pieces: 0-2.5, 3-5
+    trainer = [(2.0, 4.0), (4.5, 9.0)]
+    assert busy_seconds(engine) == 4.5 and busy_seconds(trainer) == 6.5
+    assert both_busy_seconds(engine, trainer) == pytest.approx(0.5 + 1.0 + 0.5)
+    assert both_busy_seconds(trainer, engine) == both_busy_seconds(engine, trainer)
+    assert clipped(engine, 1.0, 4.0) == [(1.0, 2.0), (3.0, 4.0), (1.0, 2.5)]

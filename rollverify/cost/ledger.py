@@ -12,6 +12,12 @@ the `idle` phase. So the phases (idle included) always add up to wall seconds x 
     sync       both (weights travel from the trainer to the engines)
     checkpoint all (the trainer writes; the engines wait)
 
+Asynchronous training with the engine beside the trainer (rollout.lockstep false: a thread of
+its own, one device here) books a step at once (`add_overlapped_step`): the engines' busy
+seconds as rollout, the trainer's phases as theirs, the rest of the step's wall times the
+devices held as idle; `overlap` keeps the wall seconds both were busy at once and each side's
+busy seconds, for the idle shares.
+
 Engine start-up and model loading are not counted (once per run, not per step). Tokens: the
 engine generated them; trained ones are kept; discarded ones were truncated by verification
 or filtered out; regenerated ones were generated again after a truncation.
@@ -39,6 +45,7 @@ if TYPE_CHECKING:
     from rollverify.config import RunConfig
 
 SECONDS_PER_DAY = 86_400.0
+OVERLAP = ("wall", "engines", "trainer", "both")
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,10 @@ class DeviceLayout:
         """The devices a run of `config` holds: its trainer processes, and the vLLM engines'
         GPUs (tensor parallel each); the in-process engine holds none of its own."""
         engines = config.vllm.engines * config.vllm.tensor_parallel_size
-        return cls(config.train.processes, engines if config.engine() == "vllm" else 0)
+        if config.engine() == "hf":  # in the trainer, or beside it in a thread of its own
+            rollout = config.rollout
+            engines = int(rollout.mode == "async" and not rollout.lockstep)
+        return cls(config.train.processes, engines)
 
     @property
     def held(self) -> int:
@@ -79,6 +89,31 @@ class CostLedger:
     modeled_seconds: dict[str, float] = field(
         default_factory=lambda: dict.fromkeys(MODELED_PHASES, 0.0)
     )
+    # steps booked overlapped: their wall, the engines' and the trainer's busy seconds, and
+    # the seconds both were busy at once
+    overlap: dict[str, float] = field(default_factory=lambda: dict.fromkeys(OVERLAP, 0.0))
+
+    def add_overlapped_step(
+        self,
+        wall: float,
+        engine_busy: float,
+        trainer_busy: float,
+        both: float,
+        trainer_phases: dict[str, float],
+    ) -> None:
+        """A step of `wall` seconds in which the engines were busy `engine_busy` seconds, the
+        trainer `trainer_busy` (its phases: train, verify, sync; and measurement, booked
+        apart), `both` of them at once."""
+        layout = self.layout
+        booked = engine_busy * layout.engines
+        self.device_seconds["rollout"] += booked
+        for phase, seconds in trainer_phases.items():
+            self.device_seconds[phase] += seconds * layout.trainer
+            booked += seconds * layout.trainer
+        self.device_seconds["idle"] += max(0.0, wall * layout.held - booked)
+        self.wall_seconds += wall
+        for key, value in zip(OVERLAP, (wall, engine_busy, trainer_busy, both), strict=True):
+            self.overlap[key] += value
 
     def add_phase(self, phase: str, seconds: float) -> None:
         occupied = self.layout.occupied(phase)
@@ -117,6 +152,13 @@ class CostLedger:
             m.COST_GPU_DAYS: total / SECONDS_PER_DAY,
             m.COST_WALL_SECONDS: self.wall_seconds,
         }
+        wall, engines, trainer, both = (self.overlap[k] for k in OVERLAP)
+        if wall > 0:
+            out |= {
+                m.COST_OVERLAP_SECONDS: both,
+                m.COST_ENGINE_IDLE_SHARE: max(0.0, 1 - engines / wall),
+                m.COST_TRAINER_IDLE_SHARE: max(0.0, 1 - trainer / wall),
+            }
         if not self.modeled_gpus:
             return out
         out |= {m.modeled_seconds(phase): s for phase, s in self.modeled_seconds.items()}
@@ -139,6 +181,7 @@ class CostLedger:
             "modeled_gpus": self.modeled_gpus,
             "modeled_seconds": dict(self.modeled_seconds),
             "modeled_gpu_days": self.modeled_gpu_days,
+            "overlap": dict(self.overlap),
         }
 
     def state_dict(self) -> dict:
@@ -150,6 +193,7 @@ class CostLedger:
         self.layout, self.wall_seconds = restored.layout, restored.wall_seconds
         self.device_seconds, self.tokens = restored.device_seconds, restored.tokens
         self.modeled_gpus, self.modeled_seconds = restored.modeled_gpus, restored.modeled_seconds
+        self.overlap = restored.overlap
 
     @classmethod
     def from_dict(cls, data: dict) -> CostLedger:
@@ -162,4 +206,5 @@ class CostLedger:
             int(data.get("modeled_gpus", 0)),  # ledgers written before the cost model: none
             dict.fromkeys(MODELED_PHASES, 0.0)
             | {k: float(v) for k, v in data.get("modeled_seconds", {}).items()},
+            dict.fromkeys(OVERLAP, 0.0) | data.get("overlap", {}),  # (ledgers from before)
         )

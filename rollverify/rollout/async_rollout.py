@@ -123,7 +123,7 @@ def next_batch(
         complete = {g for g, members in state.finished.items() if len(members) == group_size}
         chosen = choose_batch(state.start_versions, complete, version, eta, batch_groups)
         if chosen is not None and verify is not None:
-            cut = _verify_once(state, chosen, version, verify)
+            cut = verify_once(state, chosen, version, verify)
             if cut:
                 engine.submit(cut)  # regenerate their suffixes; their groups wait for them
                 continue
@@ -144,14 +144,10 @@ def next_batch(
                 f"async rollout stalled at version {version}: nothing running, nothing "
                 "admissible, and no weights on the way"
             )
-    groups = [sorted(state.finished.pop(g), key=lambda t: t.sample_index) for g in chosen]
-    for group in chosen:
-        state.start_versions.pop(group)
-    for trajectory in (t for members in groups for t in members):
-        state.checked.pop(trajectory.key, None)
+    groups, answers = finished_batch(state, chosen)
     return RolloutResult(
         groups=groups,
-        answers=[state.answers.pop(g) for g in chosen],
+        answers=answers,
         seconds=time.perf_counter() - start,
         resumed=0,
         paused=0,
@@ -160,7 +156,19 @@ def next_batch(
     )
 
 
-def _verify_once(
+def finished_batch(
+    state: AsyncState, chosen: list[int]
+) -> tuple[list[list[Trajectory]], list[str]]:
+    """The chosen groups out of play: their members (by sample index) and answers."""
+    groups = [sorted(state.finished.pop(g), key=lambda t: t.sample_index) for g in chosen]
+    for group in chosen:
+        state.start_versions.pop(group)
+    for trajectory in (t for members in groups for t in members):
+        state.checked.pop(trajectory.key, None)
+    return groups, [state.answers.pop(g) for g in chosen]
+
+
+def verify_once(
     state: AsyncState,
     chosen: list[int],
     version: int,

@@ -96,6 +96,9 @@ TOKEN_KINDS = ("generated", "kept", "discarded", "regenerated")
 COST_DEVICE_SECONDS = "cost_device_seconds"
 COST_GPU_DAYS = "cost_gpu_days"
 COST_WALL_SECONDS = "cost_wall_seconds"
+COST_OVERLAP_SECONDS = "cost_overlap_seconds"
+COST_ENGINE_IDLE_SHARE = "cost_engine_idle_share"
+COST_TRAINER_IDLE_SHARE = "cost_trainer_idle_share"
 MODELED_WALL_SECONDS = "modeled_wall_seconds"
 MODELED_GPU_DAYS = "modeled_gpu_days"
 
@@ -169,6 +172,9 @@ def ledger_names() -> tuple[str, ...]:
         COST_DEVICE_SECONDS,
         COST_GPU_DAYS,
         COST_WALL_SECONDS,
+        COST_OVERLAP_SECONDS,
+        COST_ENGINE_IDLE_SHARE,
+        COST_TRAINER_IDLE_SHARE,
         *(tokens_total(k) for k in TOKEN_KINDS),
         *(modeled_seconds(p) for p in MODELED_PHASES),
         MODELED_WALL_SECONDS,

@@ -94,11 +94,15 @@ class Booking:
         batch, scoring, sync = records.batch, records.scoring, records.sync
         ledger = self.ledger
         rollout_seconds = batch.result.seconds if batch is not None else 0.0
-        if batch is not None:
+        if records.overlap is not None:  # the engine beside the trainer: booked at once
+            phases = {"verify": scoring.verify_seconds, "train": records.train_seconds}
+            ledger.add_overlapped_step(*records.overlap, phases | {"sync": sync.seconds})
+        elif batch is not None:
             ledger.add_phase("rollout", rollout_seconds)
-        # Scoring under the current policy: the method's own cost if it acts on the scores,
-        # else measurement for the logs, left out of the run's cost.
-        ledger.add_phase("verify", scoring.verify_seconds)
+        if records.overlap is None:
+            # Scoring under the current policy: the method's own cost if it acts on the scores,
+            # else measurement for the logs, left out of the run's cost.
+            ledger.add_phase("verify", scoring.verify_seconds)
         ledger.add_measurement(scoring.measure_seconds)
         if batch is not None:
             result, keep, lengths = batch.result, batch.keep, batch.lengths
@@ -110,8 +114,9 @@ class Booking:
                 + result.dropped_tokens
                 + result.dropped_stale_tokens,
             )
-        ledger.add_phase("train", records.train_seconds)
-        ledger.add_phase("sync", sync.seconds)
+        if records.overlap is None:
+            ledger.add_phase("train", records.train_seconds)
+            ledger.add_phase("sync", sync.seconds)
         ledger.add_tokens(discarded=records.cache.tokens_truncated)
         counters.device_seconds += (
             rollout_seconds + records.train_seconds + sync.seconds + scoring.verify_seconds

@@ -58,9 +58,11 @@ from rollverify.core.filters import keep_samples, staleness
 from rollverify.core.methods import Method
 from rollverify.core.off_policy_shift import sequence_ops, token_ops
 from rollverify.core.switching import AcceptanceMonitor
+from rollverify.cost.overlap import both_busy_seconds, busy_seconds, clipped
 from rollverify.infra.faults import kill_point
 from rollverify.rollout.async_rollout import AsyncState, next_batch
 from rollverify.rollout.dynamic_sampling import tie_filter
+from rollverify.rollout.engine_thread import EngineThread
 from rollverify.rollout.engines.protocol import RolloutEngine, probe_logprobs_of
 from rollverify.rollout.schedules import RolloutInterrupted, RolloutResult, RolloutState, collect
 from rollverify.rollout.trajectory import PaddedTrajectories, Trajectory
@@ -123,6 +125,9 @@ class TrainingLoop:
         self.asynchronous = config.rollout.mode == "async"
         self.async_state = AsyncState()  # rollout.mode async: the groups in play
         self.async_checks: list[CacheCheck] = []  # ... and the step's verifications
+        # rollout.lockstep false: the engine in a thread of its own (started at the first
+        # rollout, once a resumed run's state is back)
+        self.engine_thread: EngineThread | None = None
         self.monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
         self.eval_sets = task.eval_sets()
         # A fixed token sequence to compare engine and trainer after each weight sync.
@@ -157,7 +162,14 @@ class TrainingLoop:
 
     @property
     def version(self) -> int:
+        """The policy trained next (the engine's, but in a thread of its own: it may lag)."""
+        if self.engine_thread is not None:
+            return self.engine_thread.version
         return self.engine.version
+
+    @property
+    def threaded(self) -> bool:
+        return self.asynchronous and not self.config.rollout.lockstep
 
     @property
     def partial(self) -> bool:
@@ -199,19 +211,7 @@ class TrainingLoop:
 
         try:
             if self.asynchronous:
-                return next_batch(
-                    self.engine,
-                    self.task,
-                    self.async_state,
-                    batch_groups=rollout.batch_groups,
-                    group_size=rollout.group_size,
-                    eta=rollout.eta,
-                    version=self.version,
-                    wait_for_weights=lambda: False,  # lock-step: the weights are here already
-                    verify=self.verify_in_flight if self.method.verify else None,
-                    admit_eta=0 if self.monitor.switched else rollout.eta,
-                    should_stop=stop_now,
-                )
+                return self._next_batch(stop_now)
             return collect(
                 self.engine,
                 self.task,
@@ -228,6 +228,55 @@ class TrainingLoop:
         except RolloutInterrupted as interrupted:  # booked now: the checkpoint keeps it
             self.booking.paused_rollout(interrupted, self.engine.take_trace(), self.version + 1)
             return None
+
+    def _next_batch(self, stop_now: Callable[[], bool]) -> RolloutResult:
+        """rollout.mode async: the bound's next batch, from the engine in lock-step or in its
+        thread. Its seconds are the trainer's wait, less the verification inside it (booked
+        as verify)."""
+        rollout, verified = self.config.rollout, self.records.scoring.verify_seconds
+        verify = self.verify_in_flight if self.method.verify else None
+        admit_eta = 0 if self.monitor.switched else rollout.eta
+        if self.threaded:
+            result = self._engine_thread().next_batch(
+                verify=verify, admit_eta=admit_eta, should_stop=stop_now
+            )
+            self.records.batch_ready = time.perf_counter()
+        else:
+            result = next_batch(
+                self.engine,
+                self.task,
+                self.async_state,
+                batch_groups=rollout.batch_groups,
+                group_size=rollout.group_size,
+                eta=rollout.eta,
+                version=self.version,
+                wait_for_weights=lambda: False,  # lock-step: the weights are here already
+                verify=verify,
+                admit_eta=admit_eta,
+                should_stop=stop_now,
+            )
+        result.seconds -= self.records.scoring.verify_seconds - verified
+        return result
+
+    def _engine_thread(self) -> EngineThread:
+        if self.engine_thread is None:
+            rollout = self.config.rollout
+            self.engine_thread = EngineThread(
+                self.engine,
+                self.task,
+                self.async_state,
+                batch_groups=rollout.batch_groups,
+                group_size=rollout.group_size,
+                eta=rollout.eta,
+                keep_kv=rollout.keep_kv,
+            )
+        return self.engine_thread
+
+    def close(self) -> None:
+        """Stop the engine's thread, if it runs (the engine stays, its work lost with it)."""
+        if self.engine_thread is not None:
+            self.engine_thread.close()
+            self.engine_thread = None
 
     def batch(
         self, result: RolloutResult, trajectories: list[Trajectory], current: torch.Tensor
@@ -278,6 +327,7 @@ class TrainingLoop:
                 stale, current, self.method, self.config.verify, self.monitor, version + 1
             )
         self.records.scoring.add(True, scoring.seconds, check.scored)
+        self.records.trainer_busy.append((scoring.start, scoring.start + scoring.seconds))
         self.async_checks.append(check)
         return [t for t in stale if not t.finished]
 
@@ -302,6 +352,8 @@ class TrainingLoop:
         stopping = self.checkpoints.stop_requested() and step < self.config.train.steps
         records.sync = self.sync_weights(step, skip=stopping)
         records.cache = self.verify_cache(step)
+        if self.engine_thread is not None and records.batch_ready is not None:
+            records.overlap = self._overlap(records)
         if not self.world.main:  # the rest (ledger, evaluation) is rank 0's
             return
         self.booking.after_step(step, records, self.generation, self.counters)
@@ -311,6 +363,16 @@ class TrainingLoop:
         self.counters.eval_pending = due and stopping
         self.booking.write_ledger(self.run_dir)
 
+    def _overlap(self, records: StepRecords) -> tuple[float, float, float, float]:
+        """The engine thread beside the trainer over this step: its wall, and the seconds
+        the engine was busy, the trainer was (verifying, and from its batch to now), and both
+        at once."""
+        now = time.perf_counter()
+        engine = clipped(self.engine_thread.take_busy(), records.started, now)
+        trainer = [*records.trainer_busy, (records.batch_ready, now)]
+        both = both_busy_seconds(engine, trainer)
+        return now - records.started, busy_seconds(engine), busy_seconds(trainer), both
+
     def sync_weights(self, step: int, skip: bool) -> SyncRecord:
         """The new weights to the engine, then the probe check (skipped: nothing sent). Every
         rank takes part: a sharded model's tensors are gathered one at a time as rank 0 sends
@@ -319,6 +381,10 @@ class TrainingLoop:
         gap, probe_steps = None, []
         if not skip:
             model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+            if self.world.main and self.engine_thread is not None:
+                self._send_weights(model, step)
+                gap = self.engine_thread.last_gap  # (of the last update landed so far)
+                return SyncRecord(seconds=time.perf_counter() - start, gap=gap, engine_steps=[])
             tensors = WeightStream(model, self.config.model.dtype)
             if self.world.main and self.asynchronous:  # between two tokens of every sequence
                 keep_kv = self.config.rollout.keep_kv
@@ -335,6 +401,18 @@ class TrainingLoop:
                 gap = check_weight_sync(self.engine, probe, trainer_probe, tolerance, step)
                 probe_steps = self.engine.take_trace()
         return SyncRecord(seconds=time.perf_counter() - start, gap=gap, engine_steps=probe_steps)
+
+    def _send_weights(self, model: PreTrainedModel, step: int) -> None:
+        """To the engine's thread: a copy of the weights (training goes on), landing at its
+        next step boundary, then the probe check there."""
+        weights = [(n, t.clone()) for n, t in WeightStream(model, self.config.model.dtype)]
+        probe, tolerance = self.probe.tolist(), self.config.vllm.sync_check_tolerance
+        trainer_probe = probe_logprobs_of(model, probe)
+
+        def check(engine: RolloutEngine) -> float:
+            return check_weight_sync(engine, probe, trainer_probe, tolerance, step)
+
+        self.engine_thread.send_weights(weights, step, check)
 
     def verify_cache(self, step: int) -> CacheCheck:
         """The cache under the new policy, every rank scoring a part: verified if the method
@@ -357,8 +435,14 @@ class TrainingLoop:
     def evaluate(self) -> Evaluation:
         """Every eval set at once (rollverify/tasks/evaluation.py); its time is the eval phase.
         Asynchronous training: the sequences in flight wait outside the engine meanwhile."""
+        if self.engine_thread is not None:
+            with self.engine_thread.held():
+                return self._evaluate()
         if self.asynchronous:
             self.async_state.take_out(self.engine)
+        return self._evaluate()
+
+    def _evaluate(self) -> Evaluation:
         with self.booking.phase("eval", self.version, self.engine):
             evaluation = evaluate_sets(
                 self.engine,
@@ -395,8 +479,14 @@ class TrainingLoop:
         """Everything of the loop's own a resumed run needs, by owner. Tensors only under
         rollout.cache.tensors; the rest is JSON-able. Asynchronous training: the engine's
         sequences are taken out first (the next rollout submits them again, in order)."""
+        if self.engine_thread is not None:
+            with self.engine_thread.held():
+                return self._state_dict()
         if self.asynchronous:
             self.async_state.take_out(self.engine)
+        return self._state_dict()
+
+    def _state_dict(self) -> dict[str, Any]:
         rollout = self.async_state if self.asynchronous else self.state
         return {
             "task": self.task.state_dict(),
@@ -427,7 +517,9 @@ def merged(checks: list[CacheCheck]) -> CacheCheck:
     count = sum(c.trajectories for c in checks)
 
     def mean(name: str) -> float:
-        pairs = [(getattr(c, name), c.trajectories) for c in checks if not math.isnan(getattr(c, name))]
+        pairs = [
+            (getattr(c, name), c.trajectories) for c in checks if not math.isnan(getattr(c, name))
+        ]
         weight = sum(w for _, w in pairs)
         return sum(v * w for v, w in pairs) / weight if weight else math.nan
 

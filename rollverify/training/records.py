@@ -113,6 +113,11 @@ class StepRecords:
     sync: SyncRecord | None = None
     cache: CacheCheck = field(default_factory=CacheCheck)
     evaluation: Evaluation | None = None  # when an evaluation was due
+    # the engine in a thread of its own: when the trainer had its batch, its busy intervals
+    # before (verification), and the step's (wall, engine busy, trainer busy, both at once)
+    batch_ready: float | None = None
+    trainer_busy: list[tuple[float, float]] = field(default_factory=list)
+    overlap: tuple[float, float, float, float] | None = None
 
     def trainer_step(
         self, generation: BatchRecord, updates: int, beta: float, weight_bytes: int

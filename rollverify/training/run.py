@@ -281,6 +281,8 @@ def _train(
             ) from None
         raise
     finally:
+        if loop is not None:
+            loop.close()
         if tracker is not None:
             if world.main and status == "FINISHED":  # a stop's grace is not spent on them
                 try:

@@ -81,6 +81,13 @@ class RolloutConfig:
         lambda x: x >= 0,
         ">= 0",
     )
+    lockstep: bool = config_field(
+        True,
+        "async: the engine's steps and the trainer's take turns in one thread, so a run is "
+        "reproducible and resumes bit for bit. false: the engine runs in a thread of its own "
+        "beside the trainer (rollverify/rollout/engine_thread.py) and every update lands "
+        "whenever it is sent: overlap, not reproducible step for step.",
+    )
     keep_kv: bool = config_field(
         False,
         "async: a sequence running when an update lands continues on the KV cache the old "

@@ -202,9 +202,7 @@ class SimulatedEngine(QueuedSlots):
         padded = self._padded() if self.cost.reads_padding else context
 
         def reaches(count: int) -> bool:
-            return (
-                self.clock + self.cost.decode_run(rows, context, padded, count) >= arrival
-            )
+            return self.clock + self.cost.decode_run(rows, context, padded, count) >= arrival
 
         if not reaches(steps):
             return steps

@@ -1,0 +1,240 @@
+"""The hf engine in a thread of its own beside the trainer (rollout.mode async, rollout.lockstep
+false): it generates all the time, the trainer takes B groups as soon as they are complete,
+and each update lands between two of the engine's steps whenever the trainer sends it.
+
+The engine thread owns the engine; the trainer's thread owns the model being trained. They
+meet in `AsyncState` (under one lock) and in three hand-overs:
+- weights: a copy of the trainer's new weights, queued; the engine thread loads each in turn
+  at its next step boundary (HFEngine.load_weights_in_flight) and runs the probe check;
+- cut trajectories: verification truncated them (on the trainer); the engine thread submits
+  them again to regenerate their suffixes;
+- a hold: for a checkpoint or an evaluation the trainer parks the engine thread at a step
+  boundary and takes its work out (AsyncState.in_flight), which it submits again when let go.
+Admission follows the staleness bound as in lock-step (rollout/async_rollout.py). torch
+releases the GIL in its kernels, so the engine's forward passes run beside the trainer's
+(one core each with train.threads 1). When an update lands depends on timing, so a run is not
+reproducible step for step; a stop, a kill or a resume loses nothing and trains nothing twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rollverify.core.staleness_bound import choose_batch, may_start
+from rollverify.rollout.async_rollout import AsyncState, finished_batch, verify_once
+from rollverify.rollout.schedules import PromptSource, RolloutInterrupted, RolloutResult
+from rollverify.rollout.trajectory import Trajectory
+
+Weights = list  # [(name, tensor)]: a copy, the trainer trains on
+
+
+class EngineThread:
+    def __init__(
+        self,
+        engine,
+        source: PromptSource,
+        state: AsyncState,
+        *,
+        batch_groups: int,
+        group_size: int,
+        eta: int,
+        keep_kv: bool,
+    ) -> None:
+        self.engine, self.source, self.state = engine, source, state
+        self.batch_groups, self.group_size, self.eta = batch_groups, group_size, eta
+        self.admit_eta = eta  # 0 once verification switched the run to synchronous
+        self.keep_kv = keep_kv
+        self.version = engine.version  # the trainer's policy (its last update sent)
+        self._training = False  # a batch is out: the trainer trains version + 1 next
+        self._busy: list[tuple[float, float]] = []  # (start, end) of its steps and loads
+        # the engine's (generated, regenerated) tokens when the last batch was handed out
+        self._counted = (engine.stats.tokens_generated, engine.stats.tokens_regenerated)
+        self.last_gap: float | None = None  # the probe check of the last update it loaded
+        self._lock = threading.Condition(threading.Lock())
+        self._weights: deque[tuple[int, Weights, Callable]] = deque()
+        self._cut: list[Trajectory] = []
+        self._hold = self._parked = self._closing = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="rollverify-engine", daemon=True)
+        self._thread.start()
+
+    # -- the trainer's side -------------------------------------------------------------------
+
+    def next_batch(
+        self,
+        *,
+        verify: Callable[[list[Trajectory], int], list[Trajectory]] | None,
+        admit_eta: int,
+        should_stop: Callable[[], bool],
+    ) -> RolloutResult:
+        """B groups for the trainer at `self.version`, waiting for the engine as long as the
+        bound needs (rollout/async_rollout.py's next_batch, with the engine in its thread)."""
+        start, stats = time.perf_counter(), self.engine.stats
+        tokens_before, regenerated_before = self._counted  # the engine ran on since the last
+        with self._lock:
+            self.admit_eta = admit_eta
+            self._lock.notify_all()
+            while True:
+                self._raise_error()
+                if not self._thread.is_alive():  # (never without an error; never hang)
+                    raise RuntimeError("the engine thread stopped")
+                if should_stop():
+                    self._take_out_locked()
+                    self._hold = False
+                    raise RolloutInterrupted(
+                        time.perf_counter() - start,
+                        self.engine.stats.tokens_generated - tokens_before,
+                        self.engine.stats.tokens_regenerated - regenerated_before,
+                    )
+                chosen = self._chosen()
+                if chosen is not None and verify is not None:
+                    self._lock.release()  # the trainer scores while the engine generates
+                    try:
+                        cut = verify_once(self.state, chosen, self.version, verify)
+                    finally:
+                        self._lock.acquire()
+                    if cut:
+                        self._cut += cut
+                        self._lock.notify_all()
+                        continue
+                if chosen is not None:
+                    break
+                if self._stalled():
+                    raise RuntimeError(
+                        f"async rollout stalled at version {self.version}: nothing running, "
+                        "nothing admissible, and no weights on the way"
+                    )
+                self._lock.wait(timeout=0.5)
+            groups, answers = finished_batch(self.state, chosen)
+            self._training = True  # admission counts the next version from now on
+            self._counted = (stats.tokens_generated, stats.tokens_regenerated)
+        return RolloutResult(
+            groups=groups,
+            answers=answers,
+            seconds=time.perf_counter() - start,
+            resumed=0,
+            paused=0,
+            tokens_generated=self._counted[0] - tokens_before,
+            tokens_regenerated=self._counted[1] - regenerated_before,
+        )
+
+    def send_weights(self, weights: Weights, version: int, check: Callable) -> None:
+        """The trainer's weights of `version` (a copy), to land at the engine's next step
+        boundary; `check(engine)` runs right after (the probe check), its result `last_gap`."""
+        with self._lock:
+            self._weights.append((version, weights, check))
+            self.version, self._training = version, False
+            self._lock.notify_all()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """The engine thread parked at a step boundary, its work out in `state.in_flight`:
+        the engine is the caller's (an evaluation's, a checkpoint's) until the block ends."""
+        with self._lock:
+            self._take_out_locked()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._hold = False
+                self._lock.notify_all()
+
+    def take_busy(self) -> list[tuple[float, float]]:
+        """The (start, end) perf_counter times of the engine's steps since the last call."""
+        with self._lock:
+            busy, self._busy = self._busy, []
+        return busy
+
+    def close(self) -> None:
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
+        self._thread.join()
+
+    def _take_out_locked(self) -> None:
+        self._hold = True
+        self._lock.notify_all()
+        while not self._parked and self._error is None:
+            self._lock.wait()
+        self._raise_error()
+        self.state.in_flight += self._cut
+        self._cut = []
+        self.state.take_out(self.engine)
+
+    def _chosen(self) -> list[int] | None:
+        members = self.state.finished.items()
+        complete = {g for g, m in members if len(m) == self.group_size}
+        return choose_batch(
+            self.state.start_versions, complete, self.version, self.eta, self.batch_groups
+        )
+
+    def _stalled(self) -> bool:
+        return self._parked and not self._hold and not self._has_work()
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error  # (raised in the engine thread: its traceback says where)
+
+    # -- the engine thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while self._step():
+                pass
+        except BaseException as error:  # handed to the trainer at its next call
+            with self._lock:
+                self._error, self._parked = error, True
+                self._lock.notify_all()
+
+    def _step(self) -> bool:
+        """One engine step: land the updates that arrived, admit, generate. False: closing."""
+        with self._lock:
+            while not self._closing and (self._hold or not self._has_work()):
+                self._parked = True
+                self._lock.notify_all()
+                self._lock.wait()
+            self._parked = False
+            if self._closing:
+                return False
+            weights, self._weights = list(self._weights), deque()
+            self.engine.submit(self.state.in_flight + self._cut)  # first, in order
+            self.state.in_flight, self._cut = [], []
+            self._admit()
+        started = time.perf_counter()
+        for version, named_tensors, check in weights:
+            self.engine.load_weights_in_flight(named_tensors, version, not self.keep_kv)
+            self.last_gap = check(self.engine)
+        finished = self.engine.poll() if self.engine.has_work else []
+        self._busy.append((started, time.perf_counter()))
+        with self._lock:
+            for trajectory in finished:
+                self.state.finished[trajectory.group_id].append(trajectory)
+            self._lock.notify_all()
+        return True
+
+    def _has_work(self) -> bool:
+        return bool(
+            self._weights
+            or self._cut
+            or self.state.in_flight
+            or self.engine.has_work
+            or (self.engine.idle_slots() > 0 and self._may_start())
+        )
+
+    def _may_start(self) -> bool:
+        in_play, trains_next = len(self.state.start_versions), self.version + self._training
+        return may_start(
+            in_play, self.engine.version, trains_next, self.admit_eta, self.batch_groups
+        )
+
+    def _admit(self) -> None:
+        while self.engine.idle_slots() > 0 and self._may_start():
+            group = self.source.next_group()
+            self.state.answers[group.group_id] = group.answer
+            self.state.start_versions[group.group_id] = self.engine.version
+            self.state.started += 1
+            self.engine.submit(group.samples(self.group_size))

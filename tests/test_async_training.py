@@ -7,9 +7,11 @@ bit for bit."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,8 @@ from rollverify.rollout.engines.protocol import SyncCheckError
 from rollverify.rollout.schedules import PromptGroup
 from rollverify.training.checkpoint.files import folder_for, latest
 from rollverify.training.checkpoint.files import load as load_checkpoint
-from rollverify.training.run import train
+from rollverify.training.run import resume, train
+from rollverify.training.stopping import RunInterrupted
 from tests.runs import history, tiny, tiny_file
 from tests.tiny import EOS, PAD, prompts, random_model
 
@@ -234,3 +237,34 @@ def test_a_threaded_run_killed_in_training_resumes_with_nothing_lost(tmp_path):
     assert groups == sorted(2 * [int(g) for g in in_play])
     # the groups in play at step 2 were trained after the resume, or are still in play
     assert min(int(g) for g in in_play) > min(r["group_id"] for r in saved.state["cache"])
+
+
+@pytest.mark.parametrize("lockstep", [True, False])
+def test_a_stop_keeps_the_sequences_in_flight_and_resume_continues_them(tmp_path, lockstep):
+    """SIGTERM after step 2: the run stops at its next safe point with the engine's sequences
+    in its checkpoint, and `resume` ends the run; in lock-step where the run that never
+    stopped ends, bit for bit."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers can only be set in the main thread")
+    settings = {"rollout.mode": "async", "rollout.eta": 2, "rollout.lockstep": lockstep}
+    settings |= {"train.steps": 4, "train.checkpoint_every": 4}
+
+    def preempt(step: int, metrics: dict) -> None:
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(RunInterrupted) as stopped:
+        train(tiny(tmp_path / "stopped", "rollverify", **settings), on_step=preempt)
+    run_dir = Path(stopped.value.run_dir)
+    saved = latest(run_dir / "checkpoints")
+    assert saved.step in (2, 3) and len(saved.state["cache"]) > 0
+    groups = sorted(r["group_id"] for r in saved.state["cache"])
+    in_play = saved.state["rollout_counts"]["async"]["start_versions"]
+    assert groups == sorted(2 * [int(g) for g in in_play])
+    assert resume(run_dir).steps == 4
+    if lockstep:
+        reference = train(tiny(tmp_path / "reference", "rollverify", **settings))
+        ours, theirs = latest(run_dir / "checkpoints"), final_checkpoint(reference)
+        for group in ("model", "cache"):
+            for name, tensor in theirs.tensors[group].items():
+                assert torch.equal(ours.tensors[group][name], tensor), f"{group}.{name}"

@@ -1003,7 +1003,8 @@ MUTANTS = [
         "weights sent before the last landed queue up and all land",
         "rollverify/rollout/engines/simulated.py",
         "        self._pending.append((at, version, seconds, recompute_kv))",
-        "        self._pending.clear()\n        self._pending.append((at, version, seconds, recompute_kv))",
+        "        self._pending.clear()\n"
+        "        self._pending.append((at, version, seconds, recompute_kv))",
         (
             "tests/test_async_rollout.py::test_weights_sent_before_the_last_landed_all_land_in_order",
             "tests/test_async_rollout.py::test_the_bound_holds_and_every_version_lands_under_a_trainer_slower_than_the_engine[1]",

@@ -268,3 +268,10 @@ def test_a_stop_keeps_the_sequences_in_flight_and_resume_continues_them(tmp_path
         for group in ("model", "cache"):
             for name, tensor in theirs.tensors[group].items():
                 assert torch.equal(ours.tensors[group][name], tensor), f"{group}.{name}"
+
+
+def test_a_peer_correction_trains_asynchronously_too(tmp_path):
+    """tis on pi_old recomputed: its token weights reach the loss in async mode as in sync."""
+    summary = train(tiny(tmp_path, "tis", **{"rollout.mode": "async", "rollout.eta": 2}))
+    metrics = history(summary)
+    assert "trl/correction/token_share" in metrics and max(metrics["staleness_max"].values()) > 0

@@ -1020,4 +1020,14 @@ MUTANTS = [
             "tests/test_kv_cache.py::test_a_row_done_at_its_prefill_still_took_blocks_from_the_front_of_the_free_queue",
         ),
     ),
+    Mutant(
+        "engine-thread-hold-before-the-update",
+        "a hold lands the updates on their way before the trainer uses the engine",
+        "rollverify/rollout/engine_thread.py",
+        "        self._raise_error()\n        self._land_weights()",
+        "        self._raise_error()",
+        (
+            "tests/test_async_training.py::test_a_hold_lands_the_updates_on_their_way_before_the_engine_is_used",
+        ),
+    ),
 ]

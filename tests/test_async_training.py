@@ -216,6 +216,30 @@ def test_an_error_in_the_engine_thread_reaches_the_trainer():
         thread.close()
 
 
+class NeverSteps(EngineThread):
+    """An engine thread parked from the start: what a hold does is the trainer's alone."""
+
+    def _run(self) -> None:
+        with self._lock:
+            self._parked = True
+            self._lock.notify_all()
+
+
+def test_a_hold_lands_the_updates_on_their_way_before_the_engine_is_used():
+    """An evaluation right after an update (the update only queued: the engine thread had no
+    step boundary yet) runs under the new weights, as it is logged under the new version."""
+    model, new = random_model(seed=0), random_model(seed=1)
+    engine = HFEngine(model, slots=4, max_new_tokens=12, eos_token_id=EOS, pad_token_id=PAD)
+    thread = NeverSteps(
+        engine, Prompts(), AsyncState(), batch_groups=1, group_size=2, eta=1, keep_kv=False
+    )
+    thread.send_weights(list(new.state_dict().items()), 1, lambda engine: 0.25)
+    with thread.held():
+        assert engine.version == 1 and thread.last_gap == 0.25
+        assert torch.equal(engine.model.lm_head.weight, new.lm_head.weight)
+    thread.close()
+
+
 @pytest.mark.slow
 def test_a_threaded_run_killed_in_training_resumes_with_nothing_lost(tmp_path):
     """Not bit for bit (updates land when they come), but from its checkpoint every group in

@@ -51,6 +51,8 @@ def test_sweep_seeds_replace_the_specs_and_zero_is_refused(tmp_path, monkeypatch
 
     assert load_grid(["ds", "dt"], {}).seeds == 1  # the shipped sweeps/ds_dt.yaml
     assert load_grid(["ds", "dt"], {"ds": "0.01"}, seeds=3).size == 3 * 4  # 1 ds x 4 dt x 3
+    switch = load_grid(["method", "keep_kv"], {"method": "partial", "keep_kv": "false,True"})
+    assert switch.values["rollout.keep_kv"] == [False, True]  # booleans, not words
     config = tiny_file(tmp_path / "tiny.yaml")
     args = ["sweep", "ds", "--ds", "0.01", "--seeds", "0", "--config", str(config)]
     result = run_rvctl([*args, "--output", str(tmp_path / "runs")], monkeypatch, capsys)

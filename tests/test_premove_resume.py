@@ -6,9 +6,10 @@ folder of the tiny rollverify run as the old code left it after step 1: its conf
 record, trace and checkpoint step-000001 (weights, AdamW state, RNG, the partial-rollout cache
 holding unfinished trajectories, ledger, monitor), byte for byte. expected.json holds what the
 old code's run of the same config that never stopped logged for steps 2 and 3 (timings aside;
-metrics added since, such as staleness_max, are not in it) and digests of its last checkpoint. Resumed here, the run must log the same values exactly and
-end with the same tensors bit for bit and the same state, as tests/test_resume.py asks of a
-run killed and resumed with one version of the code.
+metrics added since, such as staleness_max, are not in it) and digests of its last checkpoint.
+Resumed here, the run must log the same values exactly and end with the same tensors bit for
+bit and the same state, as tests/test_resume.py asks of a run killed and resumed with one
+version of the code.
 
 A change meant to alter what a run computes fails the second test by design: keep the
 checkpoint (it is the old code's) and take expected.json's numbers from this fixture resumed by

@@ -126,6 +126,8 @@ class TrialsFailed(RuntimeError):
 
 def _number(text: str) -> Any:
     text = text.strip()
+    if text.lower() in ("true", "false"):  # a switch: --keep_kv false,true
+        return text.lower() == "true"
     try:
         return int(text)
     except ValueError:

@@ -57,7 +57,8 @@ class EngineThread:
         self._lock = threading.Condition(threading.Lock())
         self._weights: deque[tuple[int, Weights, Callable]] = deque()
         self._cut: list[Trajectory] = []
-        self._hold = self._parked = self._closing = False
+        self._hold = self._parked = self._closing = self._stopped = False
+        self._trace: list = []  # the engine's steps taken out of its trace by a hold
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="rollverify-engine", daemon=True)
         self._thread.start()
@@ -84,7 +85,7 @@ class EngineThread:
                     raise RuntimeError("the engine thread stopped")
                 if should_stop():
                     self._take_out_locked()
-                    self._hold = False
+                    self._stopped = True  # parked for good: the run ends
                     raise RolloutInterrupted(
                         time.perf_counter() - start,
                         self.engine.stats.tokens_generated - tokens_before,
@@ -108,6 +109,8 @@ class EngineThread:
                         f"async rollout stalled at version {self.version}: nothing running, "
                         "nothing admissible, and no weights on the way"
                     )
+                if self._parked and not self._hold and self._has_work():
+                    self._lock.notify_all()  # (never needed so far: a wake-up cannot be lost)
                 self._lock.wait(timeout=0.5)
             groups, answers = finished_batch(self.state, chosen)
             self._training = True  # admission counts the next version from now on
@@ -155,15 +158,33 @@ class EngineThread:
             self._lock.notify_all()
         self._thread.join()
 
+    def take_trace(self) -> list:
+        """The engine's steps since the last call (those before a hold too, not the hold's)."""
+        with self._lock:
+            trace, self._trace = self._trace + self.engine.take_trace(), []
+        return trace
+
     def _take_out_locked(self) -> None:
+        """Park the engine thread; then, the engine being the trainer's: land the updates on
+        their way (an evaluation must see the policy it is logged under), keep the trace of
+        its steps so far for the next batch, and take its work out."""
         self._hold = True
         self._lock.notify_all()
         while not self._parked and self._error is None:
             self._lock.wait()
         self._raise_error()
+        self._land_weights()
+        self._trace += self.engine.take_trace()
         self.state.in_flight += self._cut
         self._cut = []
         self.state.take_out(self.engine)
+
+    def _land_weights(self) -> None:
+        """Load the updates on their way, in order, each checked (the caller owns the engine)."""
+        weights, self._weights = list(self._weights), deque()
+        for version, named_tensors, check in weights:
+            self.engine.load_weights_in_flight(named_tensors, version, not self.keep_kv)
+            self.last_gap = check(self.engine)
 
     def _chosen(self) -> list[int] | None:
         members = self.state.finished.items()
@@ -193,7 +214,7 @@ class EngineThread:
     def _step(self) -> bool:
         """One engine step: land the updates that arrived, admit, generate. False: closing."""
         with self._lock:
-            while not self._closing and (self._hold or not self._has_work()):
+            while not self._closing and (self._hold or self._stopped or not self._has_work()):
                 self._parked = True
                 self._lock.notify_all()
                 self._lock.wait()
@@ -209,8 +230,9 @@ class EngineThread:
             self.engine.load_weights_in_flight(named_tensors, version, not self.keep_kv)
             self.last_gap = check(self.engine)
         finished = self.engine.poll() if self.engine.has_work else []
-        self._busy.append((started, time.perf_counter()))
+        ended = time.perf_counter()
         with self._lock:
+            self._busy.append((started, ended))
             for trajectory in finished:
                 self.state.finished[trajectory.group_id].append(trajectory)
             self._lock.notify_all()

@@ -226,7 +226,7 @@ class TrainingLoop:
                 max_staleness=rollout.max_staleness,
             )
         except RolloutInterrupted as interrupted:  # booked now: the checkpoint keeps it
-            self.booking.paused_rollout(interrupted, self.engine.take_trace(), self.version + 1)
+            self.booking.paused_rollout(interrupted, self._engine_steps(), self.version + 1)
             return None
 
     def _next_batch(self, stop_now: Callable[[], bool]) -> RolloutResult:
@@ -272,6 +272,12 @@ class TrainingLoop:
             )
         return self.engine_thread
 
+    def _engine_steps(self) -> list:
+        """The engine's steps since the last call (in its thread: kept aside by holds)."""
+        if self.engine_thread is not None:
+            return self.engine_thread.take_trace()
+        return self.engine.take_trace()
+
     def close(self) -> None:
         """Stop the engine's thread, if it runs (the engine stays, its work lost with it)."""
         if self.engine_thread is not None:
@@ -306,7 +312,7 @@ class TrainingLoop:
             mismatch=mismatch(current, batch.behavior_logprobs, batch.mask),  # current = pi_old
             cache_size=len(self.state.cache),
             engine_restarts=self.engine.stats.restarts,
-            engine_steps=self.engine.take_trace(),
+            engine_steps=self._engine_steps(),
         )
         output = rollout_output(result, keep, mask_dropped=self.method.sample_filter is not None)
         rewards = self.rewards.of_batch(output["completion_ids"], output["answer"])
@@ -488,7 +494,8 @@ class TrainingLoop:
 
     def _state_dict(self) -> dict[str, Any]:
         rollout = self.async_state if self.asynchronous else self.state
-        return {
+        held = {} if self.engine_thread is None else {"engine_rng": self.engine.sampling_state()}
+        return held | {
             "task": self.task.state_dict(),
             "rollout": rollout.state_dict(),
             "monitor": self.monitor.state_dict(),

@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         from rollverify.training.run import run
 
         run(plan)
+        world.leave()
         return 0
     except KeyboardInterrupt:  # RunInterrupted: the checkpoint is written
         return INTERRUPTED

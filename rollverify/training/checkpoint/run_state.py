@@ -84,7 +84,8 @@ def capture(
     owned = loop.state_dict()
     rollout = owned.pop("rollout")
     rng_tensors, rng_state = _ranks_rng(whole.ranks_rng)
-    rng_tensors["engine"] = loop.engine.sampling_state()
+    engine_rng = owned.pop("engine_rng", None)  # (an engine in a thread: read while parked)
+    rng_tensors["engine"] = engine_rng if engine_rng is not None else loop.engine.sampling_state()
     trainer.state.stateful_callbacks["TrainerControl"] = trainer.control.state()
     tensors = {"rng": rng_tensors, "cache": rollout["cache"]["tensors"]}
     if whole.weights is not None:  # (else each rank wrote its part: sharded.py)

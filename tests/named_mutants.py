@@ -973,8 +973,8 @@ MUTANTS = [
         "engine-thread-overlap-unmeasured",
         "the ledger's overlap comes from the engine thread's busy intervals",
         "rollverify/rollout/engine_thread.py",
-        "        self._busy.append((started, time.perf_counter()))",
-        "        pass",
+        "            self._busy.append((started, ended))",
+        "            pass",
         (
             "tests/test_async_training.py::test_the_engine_thread_generates_beside_the_trainer_within_the_bound",
         ),

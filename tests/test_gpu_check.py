@@ -83,8 +83,10 @@ def test_at_toy_size_it_writes_a_profile_simulate_prices_with(tmp_path, monkeypa
     assert profile.train_seconds(64, 64 * 65 / 2) > 0
     assert summary["achieved"] == profile.achieved  # written, and read back by Profile.load
     # a toy decode on a CPU is nearly all overhead, and its few milliseconds go to the step
-    # overhead or the bandwidth as the noise falls (usually no bandwidth is fitted): either
-    assert {"forward_flops", "train_flops"} <= set(profile.achieved)
+    # overhead or the bandwidth as the noise falls (usually no bandwidth is fitted): either.
+    # A toy forward+backward is as short: on a CPU shared with other tests its FLOPs term can
+    # fit to zero, so one throughput at least (their values: test_the_achieved_figures_*)
+    assert {"forward_flops", "train_flops"} & set(profile.achieved)
     assert {"step_overhead", "bandwidth"} & set(profile.achieved)
     assert all(value > 0 for value in profile.achieved.values())
     assert "efficiency" not in json.loads(out.read_text())  # no GPU: no peaks to divide by

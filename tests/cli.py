@@ -3,6 +3,7 @@ codes), without a new interpreter importing torch and TRL again (seconds per cal
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -26,3 +27,14 @@ def run_rvctl(args: list[str], monkeypatch, capsys) -> subprocess.CompletedProce
         warnings.formatwarning = formatting
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess(["rvctl", *args], code, out, err)
+
+
+def run_cli(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
+    """`python -m rvctl.app ARGS` in a process of its own; `kill_at`: the point it is SIGKILLed
+    at (rollverify/infra/faults.py), else none, whatever this process's environment says."""
+    env = dict(os.environ)
+    env.pop("ROLLVERIFY_KILL_AT", None)
+    if kill_at is not None:
+        env["ROLLVERIFY_KILL_AT"] = kill_at
+    command = [sys.executable, "-m", "rvctl.app", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)

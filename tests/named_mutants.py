@@ -910,8 +910,8 @@ MUTANTS = [
         "async-switch-keeps-running-ahead",
         "after a switch admission is synchronous (eta 0)",
         "rollverify/rollout/async_rollout.py",
-        "len(state.start_versions), engine.version, version, admit_eta, batch_groups",
-        "len(state.start_versions), engine.version, version, eta, batch_groups",
+        "admit(engine, source, state, version, admit_eta, batch_groups, group_size)",
+        "admit(engine, source, state, version, eta, batch_groups, group_size)",
         (
             "tests/test_async_rollout.py::test_the_schedule_regenerates_what_verification_cuts_and_admits_synchronously_after_a_switch",
         ),

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -27,10 +25,9 @@ from rollverify.training.checkpoint.files import folder_for, latest
 from rollverify.training.checkpoint.files import load as load_checkpoint
 from rollverify.training.run import resume, train
 from rollverify.training.stopping import RunInterrupted
+from tests.cli import run_cli
 from tests.runs import history, tiny, tiny_file
 from tests.tiny import EOS, PAD, prompts, random_model
-
-RVCTL = [sys.executable, "-m", "rvctl.app"]
 
 
 def final_checkpoint(summary):
@@ -104,16 +101,6 @@ def test_async_refuses_what_it_does_not_combine_with_yet(tmp_path):
     ]:
         with pytest.raises(ConfigError, match=named):
             load_config(overrides={"rollout.mode": "async", key: value, "output": str(tmp_path)})
-
-
-def run_cli(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
-    import os
-
-    env = dict(os.environ)
-    env.pop("ROLLVERIFY_KILL_AT", None)
-    if kill_at is not None:
-        env["ROLLVERIFY_KILL_AT"] = kill_at
-    return subprocess.run([*RVCTL, *args], capture_output=True, text=True, env=env, timeout=600)
 
 
 ASYNC = {

@@ -13,8 +13,6 @@ real SIGKILLs at named points (rollverify/infra/faults.py), so each hits the mom
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,14 +24,13 @@ from rollverify.config import ConfigError, load_config
 from rollverify.cost import trace
 from rollverify.training.checkpoint.files import folder_for, latest
 from rollverify.training.run import resume, train
-from tests.cli import run_rvctl
+from tests.cli import run_cli, run_rvctl
 from tests.runs import tiny_file
 
 # Every test trains a run of 3 to 6 steps and resumes it (or needs the reference run): the
 # kill test ~130 s here, the others 13-18 s each.
 pytestmark = pytest.mark.slow
 
-RVCTL = [sys.executable, "-m", "rvctl.app"]
 STEPS = 6
 # The tiny run (tests/runs.py), with a cache to lose: rollverify (partial rollout pauses
 # trajectories every step), evaluations and checkpoints in the middle.
@@ -48,16 +45,6 @@ TIMING = ("_seconds", "cost_", "trl/step_time")  # wall-clock figures differ bet
 
 def config_file(folder: Path) -> Path:
     return tiny_file(folder / "tiny.yaml", **SETTINGS)
-
-
-def run_cli(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
-    import os
-
-    env = dict(os.environ)
-    env.pop("ROLLVERIFY_KILL_AT", None)
-    if kill_at is not None:
-        env["ROLLVERIFY_KILL_AT"] = kill_at
-    return subprocess.run([*RVCTL, *args], capture_output=True, text=True, env=env, timeout=600)
 
 
 def logged(uri: str, run_id: str) -> dict[str, dict[int, list[float]]]:

@@ -112,16 +112,8 @@ def next_batch(
     engine.submit(state.in_flight)  # a stop's or a checkpoint's, first and in order
     state.in_flight = []
     while True:
-        while engine.idle_slots() > 0 and may_start(
-            len(state.start_versions), engine.version, version, admit_eta, batch_groups
-        ):
-            group = source.next_group()
-            state.answers[group.group_id] = group.answer
-            state.start_versions[group.group_id] = engine.version
-            state.started += 1
-            engine.submit(group.samples(group_size))
-        complete = {g for g, members in state.finished.items() if len(members) == group_size}
-        chosen = choose_batch(state.start_versions, complete, version, eta, batch_groups)
+        admit(engine, source, state, version, admit_eta, batch_groups, group_size)
+        chosen = ready_batch(state, version, eta, batch_groups, group_size)
         if chosen is not None and verify is not None:
             cut = verify_once(state, chosen, version, verify)
             if cut:
@@ -144,28 +136,59 @@ def next_batch(
                 f"async rollout stalled at version {version}: nothing running, nothing "
                 "admissible, and no weights on the way"
             )
-    groups, answers = finished_batch(state, chosen)
-    return RolloutResult(
-        groups=groups,
-        answers=answers,
-        seconds=time.perf_counter() - start,
-        resumed=0,
-        paused=0,
-        tokens_generated=engine.stats.tokens_generated - tokens_before,
-        tokens_regenerated=engine.stats.tokens_regenerated - regenerated_before,
-    )
+    generated = engine.stats.tokens_generated - tokens_before
+    regenerated = engine.stats.tokens_regenerated - regenerated_before
+    return batch_out_of_play(state, chosen, start, generated, regenerated)
 
 
-def finished_batch(
-    state: AsyncState, chosen: list[int]
-) -> tuple[list[list[Trajectory]], list[str]]:
-    """The chosen groups out of play: their members (by sample index) and answers."""
+def admit(
+    engine: RolloutEngine,
+    source: PromptSource,
+    state: AsyncState,
+    trains_next: int,
+    admit_eta: int,
+    batch_groups: int,
+    group_size: int,
+) -> None:
+    """Start new groups while slots are idle and the staleness bound admits them (the trainer
+    trains version `trains_next` next)."""
+    while engine.idle_slots() > 0 and may_start(
+        len(state.start_versions), engine.version, trains_next, admit_eta, batch_groups
+    ):
+        group = source.next_group()
+        state.answers[group.group_id] = group.answer
+        state.start_versions[group.group_id] = engine.version
+        state.started += 1
+        engine.submit(group.samples(group_size))
+
+
+def ready_batch(
+    state: AsyncState, version: int, eta: int, batch_groups: int, group_size: int
+) -> list[int] | None:
+    """The groups the step at `version` trains, or None while it must wait (choose_batch)."""
+    complete = {g for g, members in state.finished.items() if len(members) == group_size}
+    return choose_batch(state.start_versions, complete, version, eta, batch_groups)
+
+
+def batch_out_of_play(
+    state: AsyncState, chosen: list[int], start: float, generated: int, regenerated: int
+) -> RolloutResult:
+    """The chosen groups out of play, as the trainer's batch: their members (by sample index)
+    and answers; `start`: perf_counter when the trainer began waiting for it."""
     groups = [sorted(state.finished.pop(g), key=lambda t: t.sample_index) for g in chosen]
     for group in chosen:
         state.start_versions.pop(group)
     for trajectory in (t for members in groups for t in members):
         state.checked.pop(trajectory.key, None)
-    return groups, [state.answers.pop(g) for g in chosen]
+    return RolloutResult(
+        groups=groups,
+        answers=[state.answers.pop(g) for g in chosen],
+        seconds=time.perf_counter() - start,
+        resumed=0,
+        paused=0,
+        tokens_generated=generated,
+        tokens_regenerated=regenerated,
+    )
 
 
 def verify_once(

@@ -24,8 +24,14 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from rollverify.core.staleness_bound import choose_batch, may_start
-from rollverify.rollout.async_rollout import AsyncState, finished_batch, verify_once
+from rollverify.core.staleness_bound import may_start
+from rollverify.rollout.async_rollout import (
+    AsyncState,
+    admit,
+    batch_out_of_play,
+    ready_batch,
+    verify_once,
+)
 from rollverify.rollout.schedules import PromptSource, RolloutInterrupted, RolloutResult
 from rollverify.rollout.trajectory import Trajectory
 
@@ -91,7 +97,9 @@ class EngineThread:
                         self.engine.stats.tokens_generated - tokens_before,
                         self.engine.stats.tokens_regenerated - regenerated_before,
                     )
-                chosen = self._chosen()
+                chosen = ready_batch(
+                    self.state, self.version, self.eta, self.batch_groups, self.group_size
+                )
                 if chosen is not None and verify is not None:
                     self._lock.release()  # the trainer scores while the engine generates
                     try:
@@ -112,18 +120,11 @@ class EngineThread:
                 if self._parked and not self._hold and self._has_work():
                     self._lock.notify_all()  # (never needed so far: a wake-up cannot be lost)
                 self._lock.wait(timeout=0.5)
-            groups, answers = finished_batch(self.state, chosen)
             self._training = True  # admission counts the next version from now on
             self._counted = (stats.tokens_generated, stats.tokens_regenerated)
-        return RolloutResult(
-            groups=groups,
-            answers=answers,
-            seconds=time.perf_counter() - start,
-            resumed=0,
-            paused=0,
-            tokens_generated=self._counted[0] - tokens_before,
-            tokens_regenerated=self._counted[1] - regenerated_before,
-        )
+            generated = self._counted[0] - tokens_before
+            regenerated = self._counted[1] - regenerated_before
+            return batch_out_of_play(self.state, chosen, start, generated, regenerated)
 
     def send_weights(self, weights: Weights, version: int, check: Callable) -> None:
         """The trainer's weights of `version` (a copy), to land at the engine's next step
@@ -180,18 +181,15 @@ class EngineThread:
         self.state.take_out(self.engine)
 
     def _land_weights(self) -> None:
-        """Load the updates on their way, in order, each checked (the caller owns the engine)."""
+        """Load the updates on their way (the caller owns the engine)."""
         weights, self._weights = list(self._weights), deque()
+        self._load(weights)
+
+    def _load(self, weights: list[tuple[int, Weights, Callable]]) -> None:
+        """Each update in turn, between two tokens, then its probe check."""
         for version, named_tensors, check in weights:
             self.engine.load_weights_in_flight(named_tensors, version, not self.keep_kv)
             self.last_gap = check(self.engine)
-
-    def _chosen(self) -> list[int] | None:
-        members = self.state.finished.items()
-        complete = {g for g, m in members if len(m) == self.group_size}
-        return choose_batch(
-            self.state.start_versions, complete, self.version, self.eta, self.batch_groups
-        )
 
     def _stalled(self) -> bool:
         return self._parked and not self._hold and not self._has_work()
@@ -226,9 +224,7 @@ class EngineThread:
             self.state.in_flight, self._cut = [], []
             self._admit()
         started = time.perf_counter()
-        for version, named_tensors, check in weights:
-            self.engine.load_weights_in_flight(named_tensors, version, not self.keep_kv)
-            self.last_gap = check(self.engine)
+        self._load(weights)
         finished = self.engine.poll() if self.engine.has_work else []
         ended = time.perf_counter()
         with self._lock:
@@ -247,16 +243,17 @@ class EngineThread:
             or (self.engine.idle_slots() > 0 and self._may_start())
         )
 
+    @property
+    def _trains_next(self) -> int:
+        """The version the trainer trains next: one past its policy once a batch is out."""
+        return self.version + self._training
+
     def _may_start(self) -> bool:
-        in_play, trains_next = len(self.state.start_versions), self.version + self._training
+        in_play = len(self.state.start_versions)
         return may_start(
-            in_play, self.engine.version, trains_next, self.admit_eta, self.batch_groups
+            in_play, self.engine.version, self._trains_next, self.admit_eta, self.batch_groups
         )
 
     def _admit(self) -> None:
-        while self.engine.idle_slots() > 0 and self._may_start():
-            group = self.source.next_group()
-            self.state.answers[group.group_id] = group.answer
-            self.state.start_versions[group.group_id] = self.engine.version
-            self.state.started += 1
-            self.engine.submit(group.samples(self.group_size))
+        admit(self.engine, self.source, self.state, self._trains_next, self.admit_eta,
+              self.batch_groups, self.group_size)  # fmt: skip

@@ -43,7 +43,6 @@ meet it at the world's named calls.
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -426,7 +425,7 @@ class TrainingLoop:
         training verifies before training instead (verify_in_flight): its checks of the step."""
         if self.asynchronous:
             checks, self.async_checks = self.async_checks, []
-            return merged(checks)
+            return CacheCheck.merged(checks)
         cached = cached_unfinished(self.state.cache) if self.world.main else None
         check = CacheCheck()
         with Clock() as scoring:
@@ -515,29 +514,6 @@ class TrainingLoop:
         self.booking.ledger.load_state_dict(state["ledger"])
         self.counters.load_state_dict(state["loop"])
         self.booking.resumed(self.run_dir, step)
-
-
-def merged(checks: list[CacheCheck]) -> CacheCheck:
-    """One record of several verifications (their OPS means weighted by trajectories)."""
-    if len(checks) <= 1:
-        return checks[0] if checks else CacheCheck()
-    count = sum(c.trajectories for c in checks)
-
-    def mean(name: str) -> float:
-        pairs = [
-            (getattr(c, name), c.trajectories) for c in checks if not math.isnan(getattr(c, name))
-        ]
-        weight = sum(w for _, w in pairs)
-        return sum(v * w for v, w in pairs) / weight if weight else math.nan
-
-    return CacheCheck(
-        trajectories=count,
-        tokens_before=sum(c.tokens_before for c in checks),
-        tokens_kept=sum(c.tokens_kept for c in checks),
-        ops_before=mean("ops_before"),
-        ops_after=mean("ops_after"),
-        scored=tuple(map(sum, zip(*(c.scored for c in checks), strict=True))),
-    )
 
 
 class LoopCallback(TrainerCallback):

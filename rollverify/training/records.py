@@ -86,6 +86,31 @@ class CacheCheck:
     def tokens_truncated(self) -> int:
         return self.tokens_before - self.tokens_kept
 
+    @classmethod
+    def merged(cls, checks: list[CacheCheck]) -> CacheCheck:
+        """One record of several cycles (asynchronous training verifies batch by batch): the
+        counts summed, the OPS means weighted by trajectories."""
+        if len(checks) <= 1:
+            return checks[0] if checks else cls()
+
+        def mean(name: str) -> float:
+            pairs = [(getattr(c, name), c.trajectories) for c in checks]
+            pairs = [(value, weight) for value, weight in pairs if not math.isnan(value)]
+            weight = sum(w for _, w in pairs)
+            return sum(v * w for v, w in pairs) / weight if weight else math.nan
+
+        scored = (0, 0)
+        for check in checks:
+            scored = _plus(scored, check.scored)
+        return cls(
+            trajectories=sum(c.trajectories for c in checks),
+            tokens_before=sum(c.tokens_before for c in checks),
+            tokens_kept=sum(c.tokens_kept for c in checks),
+            ops_before=mean("ops_before"),
+            ops_after=mean("ops_after"),
+            scored=scored,
+        )
+
 
 @dataclass
 class SyncRecord:

@@ -1,7 +1,9 @@
 """Measured wall time of synchronous, partial and asynchronous training on the embedded default
-(the hf engine on this machine's CPU), side by side in one run. Prints one JSON object.
+(the hf engine, or the vLLM sidecar, on this machine's CPU), side by side in one run. Prints one
+JSON object.
 
-    .venv/bin/python benchmarks/async_wall.py [--steps 20] [--eta 2] [--set KEY=VALUE ...]
+    .venv/bin/python benchmarks/async_wall.py [--engine hf|vllm] [--steps 20] [--eta 2]
+        [--set KEY=VALUE ...]
 
 Each variant is one `rvctl train` in a process of its own, one after another (never two at
 once: on 2 cores they would time each other). What the engine beside the trainer buys is
@@ -9,7 +11,10 @@ only overlap: the trainer's update runs while the engine generates, one core eac
 (train.threads 1, so the two threads' kernels do not fight for the same cores); the
 synchronous variants get the same two cores for each of their phases instead (train.threads 2,
 and 1 for reference). CPU seconds, not GPU seconds: a GPU's rollout/train split and its
-pricing are the cost model's (docs/cost-model.md).
+pricing are the cost model's (docs/cost-model.md). On vLLM the sidecar is a process of its
+own from the start: it generates beside the trainer in every variant that leaves it work
+(lock-step too, where it starts nothing new until the next batch is asked for); its start is
+not in the ledger's wall.
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ VARIANTS = {  # name -> (method, overrides)
 
 
 def run(method: str, overrides: dict, steps: int, extra: list[str], output: Path) -> dict:
-    settings = {"rollout.engine": "hf", "train.eval_every": steps, "rollout.eta": ETA} | overrides
+    settings = {"rollout.engine": ENGINE, "train.eval_every": steps, "rollout.eta": ETA}
+    settings |= overrides
     command = [sys.executable, "-m", "rvctl.app", "train", "--method", method]
     command += ["--steps", str(steps), "--output", str(output)]
     for key, value in settings.items():
@@ -70,16 +76,18 @@ def run(method: str, overrides: dict, steps: int, extra: list[str], output: Path
 
 
 def main() -> None:
-    global ETA
+    global ETA, ENGINE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--eta", type=int, default=2)
+    parser.add_argument("--engine", choices=("hf", "vllm"), default="hf")
     parser.add_argument("--set", action="append", default=[], dest="settings")
     parser.add_argument("--variants", default="", help="comma-separated names (default: all)")
     args = parser.parse_args()
-    ETA = args.eta
+    ETA, ENGINE = args.eta, args.engine
     chosen = {k: v for k, v in VARIANTS.items() if not args.variants or k in args.variants}
-    report: dict = {"benchmark": "async_wall", "steps": args.steps, "eta": args.eta, "runs": {}}
+    report: dict = {"benchmark": "async_wall", "engine": args.engine, "steps": args.steps}
+    report |= {"eta": args.eta, "runs": {}}
     with tempfile.TemporaryDirectory() as folder:
         for index, (name, (method, overrides)) in enumerate(chosen.items()):
             output = Path(folder) / str(index)
@@ -95,7 +103,7 @@ def main() -> None:
     print(json.dumps(report, indent=2, default=str))
 
 
-ETA = 2
+ETA, ENGINE = 2, "hf"
 
 if __name__ == "__main__":
     main()

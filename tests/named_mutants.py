@@ -950,6 +950,27 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "vllm-update-drops-running",
+        "on vLLM an update in flight continues every interrupted sequence under the new weights",
+        "rollverify/rollout/engines/vllm_engine.py",
+        "        self.submit(running)\n",
+        "        pass\n",
+        (
+            "tests/test_vllm_engine.py::test_weights_land_in_flight_and_each_sequence_continues_under_them",
+            "tests/test_vllm_engine.py::test_asynchronous_training_on_vllm_trains_every_group_once_through_a_stop[False-rollverify]",
+        ),
+    ),
+    Mutant(
+        "async-checkpoint-forgets-uncounted-tokens",
+        "tokens generated since the last batch and kept by a checkpoint are booked after resume",
+        "rollverify/rollout/async_rollout.py",
+        "since = tuple(n - b + u for n, b, u in",
+        "since = tuple(n - b + 0 * u for n, b, u in",
+        (
+            "tests/test_vllm_engine.py::test_asynchronous_training_on_vllm_trains_every_group_once_through_a_stop[True-grpo]",
+        ),
+    ),
+    Mutant(
         "engine-thread-admits-for-the-version-trained",
         "once a batch is out, the engine thread admits for the version the trainer trains next",
         "rollverify/rollout/engine_thread.py",

@@ -94,13 +94,15 @@ def test_verification_truncates_stale_trajectories_before_they_train_and_regener
 
 
 def test_async_refuses_what_it_does_not_combine_with_yet(tmp_path):
-    for key, value, named in [
-        ("rollout.engine", "vllm", "rollout.engine"),
-        ("train.updates_per_rollout", 2, "train.updates_per_rollout"),
-        ("rollout.max_staleness", 1, "rollout.max_staleness"),
+    for settings, named in [
+        ({"rollout.engine": "vllm", "rollout.keep_kv": True}, "rollout.keep_kv"),
+        ({"train.updates_per_rollout": 2}, "train.updates_per_rollout"),
+        ({"rollout.max_staleness": 1}, "rollout.max_staleness"),
     ]:
+        overrides = {"rollout.mode": "async", "output": str(tmp_path)} | settings
         with pytest.raises(ConfigError, match=named):
-            load_config(overrides={"rollout.mode": "async", key: value, "output": str(tmp_path)})
+            load_config(overrides=overrides)
+    load_config(overrides={"rollout.mode": "async", "rollout.engine": "vllm"})  # recomputes KV
 
 
 ASYNC = {

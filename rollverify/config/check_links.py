@@ -121,7 +121,11 @@ def check_async(config: RunConfig, problems: list[str]) -> None:
     if config.rollout.mode != "async":
         return
     unsupported = [
-        ("rollout.engine", config.engine() != "hf", "hf (vLLM's in-flight update is not built)"),
+        (
+            "rollout.keep_kv",
+            config.rollout.keep_kv and config.engine() == "vllm",
+            "false on the vllm engine (it recomputes the KV an update interrupts)",
+        ),
         ("train.processes", config.train.processes != 1, "1"),
         ("train.updates_per_rollout", config.train.updates_per_rollout != 1, "1"),
         ("rollout.dynamic_sampling_max_drops", config.rollout.dynamic_sampling_max_drops, "0"),

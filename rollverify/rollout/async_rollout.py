@@ -7,9 +7,10 @@
 
 Unlike `schedules.collect`, nothing is paused at the end of a batch: what is unfinished keeps
 generating while the trainer trains, and finished trajectories wait in `AsyncState` for their
-groups. The training loop runs it against the hf engine in lock-step (rollout.mode async: the
-engine's polls and the trainer's steps take turns, so a run is reproducible and resumes bit for
-bit); `rvctl simulate` against the simulated engine. `wait_for_weights` is how the caller says
+groups. The training loop runs it against its engine in lock-step (rollout.mode async: the
+engine's polls and the trainer's steps take turns, so a run on the hf engine is reproducible and
+resumes bit for bit; the vLLM sidecar generates on between them); `rvctl simulate` against the
+simulated engine. `wait_for_weights` is how the caller says
 that the engine, with nothing admissible and nothing running, waits for the trainer's next
 weights.
 
@@ -40,15 +41,35 @@ class AsyncState:
     started: int = 0  # groups started in the run
     checked: dict[tuple[int, int], int] = field(default_factory=dict)  # key -> version verified
     in_flight: list[Trajectory] = field(default_factory=list)  # out of the engine, to go back
+    # The engine's (generated, regenerated) token counts when the last batch was handed out:
+    # a batch books what the engine did since, also between the calls (vLLM's sidecar runs on,
+    # and an update in flight collects its tokens). A new process counts from its engine's
+    # start, plus what a checkpoint kept as `uncounted`.
+    counted: tuple[int, int] | None = None
+    uncounted: tuple[int, int] = (0, 0)
 
     def take_out(self, engine: RolloutEngine) -> None:
         """Everything the engine runs or queues, out into `in_flight` (behind what is there); one
-        that finished as it was paused (vLLM) waits for its group."""
+        that finished as it was paused (vLLM) waits for its group. The tokens generated since
+        the last batch go into `uncounted` (a checkpoint keeps them for the next batch)."""
         for trajectory in engine.pause():
             if trajectory.finished:
                 self.finished[trajectory.group_id].append(trajectory)
             else:
                 self.in_flight.append(trajectory)
+        self.uncounted = self.tokens_since_last_batch(engine, hand_out=True)
+
+    def tokens_since_last_batch(self, engine: RolloutEngine, hand_out: bool = False):
+        """(generated, regenerated) by the engine since the last hand-out; `hand_out`: counted
+        again from now."""
+        now = (engine.stats.tokens_generated, engine.stats.tokens_regenerated)
+        before = now if self.counted is None else self.counted
+        since = tuple(n - b + u for n, b, u in zip(now, before, self.uncounted, strict=True))
+        if hand_out or self.counted is None:
+            self.counted = now
+        if hand_out:
+            self.uncounted = (0, 0)
+        return since
 
     def state_dict(self) -> dict:
         """As RolloutState's (rollout/schedules.py): its trajectories under "cache", in flight
@@ -63,6 +84,7 @@ class AsyncState:
                 "started": self.started,
                 "checked": [[*key, version] for key, version in self.checked.items()],
                 "in_flight": len(self.in_flight),
+                "uncounted": list(self.uncounted),
             },
         }
 
@@ -77,6 +99,7 @@ class AsyncState:
             started=extra["started"],
             checked={(g, i): v for g, i, v in extra["checked"]},
             in_flight=trajectories[:count],
+            uncounted=tuple(extra.get("uncounted", (0, 0))),  # (not in the first checkpoints)
         )
         for trajectory in trajectories[count:]:
             restored.finished[trajectory.group_id].append(trajectory)
@@ -107,8 +130,8 @@ def next_batch(
     play keep their deadlines. When `should_stop()` turns true the engine's work goes into
     `state.in_flight` and RolloutInterrupted is raised: nothing is lost."""
     admit_eta = eta if admit_eta is None else admit_eta
-    start, tokens_before = time.perf_counter(), engine.stats.tokens_generated
-    regenerated_before = engine.stats.tokens_regenerated
+    start = time.perf_counter()
+    state.tokens_since_last_batch(engine)  # (starts the count at a run's first batch)
     engine.submit(state.in_flight)  # a stop's or a checkpoint's, first and in order
     state.in_flight = []
     while True:
@@ -123,10 +146,8 @@ def next_batch(
             break
         if should_stop():
             state.take_out(engine)
-            raise RolloutInterrupted(
-                time.perf_counter() - start,
-                engine.stats.tokens_generated - tokens_before,
-                engine.stats.tokens_regenerated - regenerated_before,
+            raise RolloutInterrupted(  # booked now: the checkpoint keeps nothing uncounted
+                time.perf_counter() - start, *state.tokens_since_last_batch(engine, hand_out=True)
             )
         if engine.has_work:
             for trajectory in engine.poll():
@@ -136,8 +157,7 @@ def next_batch(
                 f"async rollout stalled at version {version}: nothing running, nothing "
                 "admissible, and no weights on the way"
             )
-    generated = engine.stats.tokens_generated - tokens_before
-    regenerated = engine.stats.tokens_regenerated - regenerated_before
+    generated, regenerated = state.tokens_since_last_batch(engine, hand_out=True)
     return batch_out_of_play(state, chosen, start, generated, regenerated)
 
 

@@ -1,11 +1,12 @@
-"""The hf engine in a thread of its own beside the trainer (rollout.mode async, rollout.lockstep
-false): it generates all the time, the trainer takes B groups as soon as they are complete,
-and each update lands between two of the engine's steps whenever the trainer sends it.
+"""The engine driven from a thread of its own beside the trainer (rollout.mode async,
+rollout.lockstep false): it generates all the time, the trainer takes B groups as soon as they
+are complete, and each update lands between two of the engine's steps whenever the trainer
+sends it. On vLLM a step is a poll of the sidecars, which generate in their own processes.
 
 The engine thread owns the engine; the trainer's thread owns the model being trained. They
 meet in `AsyncState` (under one lock) and in three hand-overs:
 - weights: a copy of the trainer's new weights, queued; the engine thread loads each in turn
-  at its next step boundary (HFEngine.load_weights_in_flight) and runs the probe check;
+  at its next step boundary (the engine's load_weights_in_flight) and runs the probe check;
 - cut trajectories: verification truncated them (on the trainer); the engine thread submits
   them again to regenerate their suffixes;
 - a hold: for a checkpoint or an evaluation the trainer parks the engine thread at a step
@@ -57,8 +58,7 @@ class EngineThread:
         self.version = engine.version  # the trainer's policy (its last update sent)
         self._training = False  # a batch is out: the trainer trains version + 1 next
         self._busy: list[tuple[float, float]] = []  # (start, end) of its steps and loads
-        # the engine's (generated, regenerated) tokens when the last batch was handed out
-        self._counted = (engine.stats.tokens_generated, engine.stats.tokens_regenerated)
+        state.tokens_since_last_batch(engine)  # (starts the count, if this is the first)
         self.last_gap: float | None = None  # the probe check of the last update it loaded
         self._lock = threading.Condition(threading.Lock())
         self._weights: deque[tuple[int, Weights, Callable]] = deque()
@@ -80,8 +80,7 @@ class EngineThread:
     ) -> RolloutResult:
         """B groups for the trainer at `self.version`, waiting for the engine as long as the
         bound needs (rollout/async_rollout.py's next_batch, with the engine in its thread)."""
-        start, stats = time.perf_counter(), self.engine.stats
-        tokens_before, regenerated_before = self._counted  # the engine ran on since the last
+        start = time.perf_counter()
         with self._lock:
             self.admit_eta = admit_eta
             self._lock.notify_all()
@@ -94,8 +93,7 @@ class EngineThread:
                     self._stopped = True  # parked for good: the run ends
                     raise RolloutInterrupted(
                         time.perf_counter() - start,
-                        self.engine.stats.tokens_generated - tokens_before,
-                        self.engine.stats.tokens_regenerated - regenerated_before,
+                        *self.state.tokens_since_last_batch(self.engine, hand_out=True),
                     )
                 chosen = ready_batch(
                     self.state, self.version, self.eta, self.batch_groups, self.group_size
@@ -121,10 +119,8 @@ class EngineThread:
                     self._lock.notify_all()  # (never needed so far: a wake-up cannot be lost)
                 self._lock.wait(timeout=0.5)
             self._training = True  # admission counts the next version from now on
-            self._counted = (stats.tokens_generated, stats.tokens_regenerated)
-            generated = self._counted[0] - tokens_before
-            regenerated = self._counted[1] - regenerated_before
-            return batch_out_of_play(self.state, chosen, start, generated, regenerated)
+            counts = self.state.tokens_since_last_batch(self.engine, hand_out=True)
+            return batch_out_of_play(self.state, chosen, start, *counts)
 
     def send_weights(self, weights: Weights, version: int, check: Callable) -> None:
         """The trainer's weights of `version` (a copy), to land at the engine's next step

@@ -69,8 +69,8 @@ class RolloutConfig:
         "rollout). async: it never waits; the trainer takes B complete groups as soon as they "
         "exist and each update reaches the engine in flight, between two tokens "
         "(rollverify/rollout/async_rollout.py). The method's verification and ratio apply "
-        "per trajectory before it trains; `partial` means nothing here. Engine hf, one "
-        "process, updates_per_rollout 1.",
+        "per trajectory before it trains; `partial` means nothing here. One process, "
+        "updates_per_rollout 1.",
     )
     eta: int = config_field(
         1,
@@ -84,15 +84,17 @@ class RolloutConfig:
     lockstep: bool = config_field(
         True,
         "async: the engine's steps and the trainer's take turns in one thread, so a run is "
-        "reproducible and resumes bit for bit. false: the engine runs in a thread of its own "
-        "beside the trainer (rollverify/rollout/engine_thread.py) and every update lands "
-        "whenever it is sent: overlap, not reproducible step for step.",
+        "reproducible and resumes bit for bit (vLLM's sidecar generates between them too, "
+        "but starts nothing new). false: the engine is driven from a thread of its own "
+        "beside the trainer (rollverify/rollout/engine_thread.py), keeping its slots full, "
+        "and every update lands whenever it is sent: overlap, not reproducible step for "
+        "step.",
     )
     keep_kv: bool = config_field(
         False,
         "async: a sequence running when an update lands continues on the KV cache the old "
         "weights computed (PipelineRL's choice) instead of recomputing it under the new ones. "
-        "A checkpoint recomputes it either way.",
+        "A checkpoint recomputes it either way. The hf engine only.",
     )
     max_inflight_groups: int | None = config_field(
         None,

@@ -82,6 +82,7 @@ class VLLMEngine(CollectiveWeightSync):
         self._dead: set[int] = set()  # sidecars found dead, replaced before their next use
         self._death = ""  # what the last one died of
         self._waiting: list[Trajectory] = []  # in flight on a dead sidecar: resubmitted later
+        self._done: list[Trajectory] = []  # finished as an in-flight update aborted them
         self._weights: Any = None  # ObjectRef of the last synced weights, for restarts
         self._source: Any = None  # collective: what gives rank 0 the weights again, or None
         self._weight_group: Any = None  # collective: rank 0 of the weight group, while formed
@@ -225,7 +226,7 @@ class VLLMEngine(CollectiveWeightSync):
 
     @property
     def has_work(self) -> bool:
-        return bool(self._inflight or self._waiting)
+        return bool(self._inflight or self._waiting or self._done)
 
     def idle_slots(self) -> int:
         return max(0, self.slots - len(self._inflight) - len(self._waiting))
@@ -253,7 +254,7 @@ class VLLMEngine(CollectiveWeightSync):
     def poll(self, wait_seconds: float = 0.02) -> list[Trajectory]:
         self._revive()  # a sidecar found dead at the last call: replace it, resubmit its work
         reports = self._call("poll", {a: (wait_seconds,) for a in self._live()}, SIDECAR_TIMEOUT_S)
-        finished = []
+        finished, self._done = self._done, []
         for actor, report in reports.items():
             self._busy[actor] = report["busy_seconds"]
             finished += [self._absorb(record) for record in report["finished"]]
@@ -261,12 +262,17 @@ class VLLMEngine(CollectiveWeightSync):
         return finished
 
     def pause(self) -> list[Trajectory]:
+        paused = self._abort_all()
+        self.stats.aborted += sum(not t.finished for t in paused)
+        return paused
+
+    def _abort_all(self) -> list[Trajectory]:
+        """Every request aborted, with what it produced, and what waited: running first."""
         # An abort answers in milliseconds; one that takes a minute is taken for dead (and not
         # replaced here: a pause may be the run stopping).
         answers = self._call("abort_all", {a: () for a in self._live()}, 60.0)
         paused = [self._absorb(record) for records in answers.values() for record in records]
-        paused, self._waiting = paused + self._waiting, []
-        self.stats.aborted += sum(not t.finished for t in paused)
+        paused, self._waiting, self._done = self._done + paused + self._waiting, [], []
         assert not self._inflight, "every request comes back from an abort"
         return paused
 
@@ -275,7 +281,7 @@ class VLLMEngine(CollectiveWeightSync):
         WeightStream gives them one at a time (and their specs first, for a broadcast)."""
         import ray
 
-        if self.has_work:
+        if self._inflight or self._waiting:
             raise RuntimeError("pause the engine before loading weights: in-flight KV is stale")
         if self.settings.weight_sync == "collective":
             self._weights = None  # no copy: a replacement gets them from rank 0 again
@@ -288,6 +294,30 @@ class VLLMEngine(CollectiveWeightSync):
             self._call("load_weights", {a: (self._weights,) for a in self._live()}, START_TIMEOUT_S)
         self._revive()  # one that died while loading
         self.version = version
+
+    def load_weights_in_flight(
+        self,
+        named_tensors: Iterable[tuple[str, torch.Tensor]],
+        version: int,
+        recompute_kv: bool = True,
+    ) -> None:
+        """Asynchronous training: new weights while sequences run. Every request stops at a
+        token boundary (aborted: its tokens and log-probs kept, with the version that sampled
+        them), the weights load, and each continues as a resumed trajectory does, its prompt
+        and tokens prefilled again under the new weights (the load drops the prefix cache).
+        Those that finished as the abort reached them come out at the next poll. Keeping the
+        old KV is the hf engine's alone (config refuses rollout.keep_kv here): vLLM's
+        pause_generation(mode="keep") does not say which tokens came before the pause."""
+        if not recompute_kv:
+            raise ValueError("vLLM recomputes the KV of the sequences an update interrupts")
+        stopped = self._abort_all()
+        running = [t for t in stopped if not t.finished]
+        self._done += [t for t in stopped if t.finished]
+        self.load_weights(named_tensors, version)
+        self.stats.tokens_recomputed_on_update += sum(
+            t.prompt_ids.shape[0] + len(t) for t in running
+        )
+        self.submit(running)
 
     # (the collective broadcast and a replacement's weights: vllm_weight_sync.py)
 

@@ -16,14 +16,14 @@ import argparse
 import json
 import time
 from dataclasses import asdict, replace
+from pathlib import Path
 
 from provenance import provenance
 
 from rollverify.config import load_config
 from rollverify.experiments.simulate import Settings, rows, simulate_one
-from rollverify.infra.paths import ASSETS
 
-CONFIG = ASSETS / "experiments" / "qwen3-8b-dapo-math.yaml"
+CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "qwen3-8b-dapo-math.yaml"
 
 
 def sensitivity(config, settings: Settings, steps: int) -> list[dict]:

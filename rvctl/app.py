@@ -30,18 +30,31 @@ app = typer.Typer(
     help="RollVerify: partial rollout for GRPO that verifies stale tokens before training.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion for bash, zsh, fish, PowerShell
+    rich_markup_mode=None,  # click's plain help: wrapped whole at any width, never cut
 )
-app.command("train")(train.train)
-app.command("resume")(train.resume)
+app.command("train", short_help="Train one run (any method); log it to MLflow.")(train.train)
+app.command("resume", short_help="Continue a stopped or killed run from a checkpoint.")(
+    train.resume
+)
 app.command("methods")(methods.methods)
-app.command("compare")(compare.compare)
-app.command("sweep", context_settings=sweep.CONTEXT)(sweep.sweep)
-app.command("report")(report.report)
-app.command("simulate")(simulate.simulate)
-app.command("calibrate")(calibrate.calibrate)
-app.command("export")(export.export)
-app.command("ui")(ui.ui)
+app.command("compare", short_help="Train every method for every seed; the cost table.")(
+    compare.compare
+)
+app.command(
+    "sweep",
+    short_help="Run a grid of trainings on Ray Tune; its table.",
+    context_settings=sweep.CONTEXT,
+)(sweep.sweep)
+app.command("report", short_help="Accuracy, GPU-days and speedup per method or point.")(
+    report.report
+)
+app.command("simulate", short_help="Modeled GPU cost of the methods at scale.")(simulate.simulate)
+app.command("calibrate", short_help="Fit the cost model's terms to a run's trace.")(
+    calibrate.calibrate
+)
+app.command("export", short_help="Write a checkpoint's weights as a model folder.")(export.export)
+app.command("ui", short_help="The MLflow UI on 127.0.0.1 over the runs' store.")(ui.ui)
 app.add_typer(data.app, name="data")
 app.add_typer(config.app, name="config")
 

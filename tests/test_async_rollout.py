@@ -20,7 +20,7 @@ from rollverify.rollout.trajectory import Trajectory
 from tests.cli import run_rvctl
 from tests.test_simulated_engine import PRICING
 
-PAPER = "rollverify/assets/experiments/qwen3-8b-dapo-math.yaml"
+PAPER = "experiments/qwen3-8b-dapo-math.yaml"
 
 
 def test_admission_keeps_the_groups_in_play_trainable_by_their_deadlines():

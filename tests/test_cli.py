@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from rollverify.core.methods import METHODS
+from tests.cli import run_rvctl
 
 PYTHON = sys.executable
 
@@ -20,6 +21,26 @@ def test_help_lists_the_commands_that_exist():
     result = rvctl("--help")
     assert result.returncode == 0
     assert "data" in result.stdout
+
+
+COMMANDS = ["train", "resume", "methods", "compare", "sweep", "report", "simulate"]
+COMMANDS += ["calibrate", "export", "ui", "data", "data check", "config", "config show"]
+COMMANDS += ["config explain"]
+
+
+def test_every_help_reads_whole_at_80_columns_and_completion_is_on(monkeypatch, capsys):
+    """No line wider than 80 and nothing cut short, for rvctl and each of its commands; the
+    shell completion options are there."""
+    monkeypatch.setenv("COLUMNS", "80")
+    for command in ["", *COMMANDS]:
+        result = run_rvctl([*command.split(), "--help"], monkeypatch, capsys)
+        assert result.returncode == 0, (command, result.stderr)
+        for line in result.stdout.splitlines():
+            # (click ends a cut short help with "...", rich's tables cut with "…")
+            cut = (line.endswith("...") and not line.startswith("Usage:")) or "…" in line
+            assert len(line) <= 80 and not cut, (command, line)
+        if not command:
+            assert "--install-completion" in result.stdout
 
 
 def test_data_check_as_json(tmp_path):

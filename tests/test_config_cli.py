@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rollverify.config import ConfigError, load_config, parse_settings, with_overrides
+from rollverify.config import ConfigError, RunConfig, load_config, parse_settings, with_overrides
 from rollverify.config.tiny_defaults import TINY_DEFAULTS, TinyDefaultWarning
 from rollverify.core.methods import METHODS
 from rollverify.cost.memory_estimate import estimate
+from rollverify.infra.nested_dicts import config_fields
 from rollverify.training.checkpoint.files import latest
 from rollverify.training.run import train
 from rollverify.training.trl_adapter import grpo_config
+from tests.cli import run_rvctl
 from tests.runs import tiny, tiny_file
 from tests.test_cli import rvctl
 
@@ -160,3 +162,19 @@ def test_a_large_model_config_is_warned_of_each_tiny_default_it_leaves(tmp_path)
     assert "warning: train.learning_rate: 0.0005 is the tiny model's default, for a 8.2B model" in (
         shown.stderr
     )
+
+
+def test_config_explain_prints_each_fields_doc_type_default_and_rule(monkeypatch, capsys):
+    one = run_rvctl(["config", "explain", "verify.ds"], monkeypatch, capsys)
+    assert one.returncode == 0, one.stderr
+    first, *doc = one.stdout.splitlines()
+    assert first == "verify.ds: float, default 0.01; > 0 (inf allowed)"
+    assert " ".join(line.strip() for line in doc).startswith("Sequence-stage threshold")
+    every = run_rvctl(["config", "explain", "-f", "json"], monkeypatch, capsys)
+    rows = json.loads(every.stdout)
+    assert [r["field"] for r in rows] == list(config_fields(RunConfig().to_dict()))
+    assert all(r["doc"] for r in rows), [r["field"] for r in rows if not r["doc"]]
+    method = next(r for r in rows if r["field"] == "rollout.engine")
+    assert method["type"] == "choice" and method["allowed"] == "auto, hf, vllm"
+    wrong = run_rvctl(["config", "explain", "verify.dss"], monkeypatch, capsys)
+    assert wrong.returncode == 2 and "did you mean verify.ds?" in wrong.stderr

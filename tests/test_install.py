@@ -1,6 +1,7 @@
 """A non-editable install works outside the checkout: the embedded model, the shipped math data,
-sweep specs and experiment configs are package data, and the paths in a config resolve against
-the config file's folder, then the working directory, then that package data."""
+sweep specs and experiment configs are package data (the last two mapped from the repository's
+top level at build time), and the paths in a config resolve against the config file's folder,
+then the working directory, then that package data."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rollverify.config import ConfigError, load_config, with_overrides
-from rollverify.infra.paths import ASSETS
+from rollverify.infra.paths import ASSETS, TOP_LEVEL, canonical, locate
 from tests.mutants import copy_checkout
 
 PROBE = """
@@ -58,7 +59,10 @@ def test_a_non_editable_install_trains_the_embedded_default_from_an_empty_folder
     assert found["data_name"] == "data/math/aime24.json"  # kept by name: found in the site
     assert found["grid"]["verify.ds"] == [0.005, 0.01, 0.02, 0.05]  # the shipped ds_dt.yaml
 
-    train = [str(site / "bin" / "rvctl"), "train", "--steps", "1", "--engine", "hf"]
+    for name in ("experiments/default.yaml", "sweeps/ds_dt.yaml"):  # mapped in by setup.py
+        assert (site / "rollverify" / "assets" / name).is_file(), name
+    train = [str(site / "bin" / "rvctl"), "train", "--config", "experiments/default.yaml"]
+    train += ["--steps", "2", "--engine", "hf"]
     train += ["--output", "runs", "--tracking-uri", f"sqlite:///{work / 'mlflow.db'}"]
     done = subprocess.run(
         [*train, "--format", "json"], cwd=work, env=env, capture_output=True, text=True
@@ -67,9 +71,24 @@ def test_a_non_editable_install_trains_the_embedded_default_from_an_empty_folder
     [summary] = json.loads(done.stdout)
     run_dir = work / summary["run_dir"]  # relative to the working directory, or absolute
     assert run_dir.resolve().is_relative_to(work.resolve())
-    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 1
-    assert (run_dir / "checkpoints" / "step-000001").is_dir()
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 2
+    assert (run_dir / "checkpoints" / "step-000002").is_dir()
     assert (work / "mlflow.db").is_file()
+
+
+def test_recipes_and_grids_are_at_the_top_level_once_and_found_from_any_folder(
+    tmp_path, monkeypatch
+):
+    """experiments/ and sweeps/ live at the repository's top level, one copy each (the wheel
+    gets its copy at build time); a checkout finds them by name from any folder."""
+    top = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)
+    for name in TOP_LEVEL:
+        assert (top / name / "README.md").is_file()
+        assert not (ASSETS / name).exists(), f"a second copy of {name}/ in the package's assets"
+    assert locate("experiments/default.yaml") == top / "experiments" / "default.yaml"
+    assert load_config("experiments/qwen3-8b-dapo-math.yaml").model.path == "Qwen/Qwen3-8B-Base"
+    assert canonical("sweeps/ds_dt.yaml") == "sweeps/ds_dt.yaml"  # kept by name
 
 
 def test_relative_paths_in_a_config_resolve_against_its_folder_first(tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ from tests.cli import run_rvctl
 
 QWEN3_8B = ModelShape.of("Qwen/Qwen3-8B-Base")
 PRICING = Pricing(QWEN3_8B, GPUS["h100"], Layout("disaggregated", 1))
-PAPER = "rollverify/assets/experiments/qwen3-8b-dapo-math.yaml"
+PAPER = "experiments/qwen3-8b-dapo-math.yaml"
 
 
 def test_blocks_held_are_the_sum_of_each_rows_rounded_up_blocks():

@@ -50,6 +50,13 @@ def test_compare_runs_every_method_under_one_parent_and_reports_it(tmp_path, mon
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {row["method"]: row for row in json.loads(result.stdout)}
     assert list(rows) == ["grpo", "rollverify"]
+    # stderr is not a terminal here (nor in a cluster's log): a line per step, one per run done
+    logged = result.stderr.splitlines()
+    for name in ("grpo/s0", "rollverify/s0"):
+        steps = [line for line in logged if line.startswith(f"{name} step ")]
+        assert [line.split()[2] for line in steps] == ["0/2", "1/2", "2/2"], logged  # 0: eval
+        assert "reward" in steps[-1] and steps[-1].endswith(" s")
+        assert f"{name} finished" in logged
     (folder,) = tmp_path.glob("compare-*")
     parent = json.loads((folder / "parent.json").read_text())
     uri = parent["tracking_uri"]
@@ -66,6 +73,28 @@ def test_compare_runs_every_method_under_one_parent_and_reports_it(tmp_path, mon
         assert row["gpu_days"] == pytest.approx(last(uri, run.info.run_id, "cost_gpu_days"))
         assert row["gpu_days"] > 0
     assert rows["grpo"]["speedup_vs_grpo"] == pytest.approx(1.0)
+    # The parent run holds the report: its rows as a table, headline figures, the curves
+    client = MlflowClient(uri)
+    parent_run = client.get_run(parent["run_id"])
+    for method, row in rows.items():
+        logged = parent_run.data.metrics[f"{method}/eval_accuracy_mean"]
+        assert logged == pytest.approx(row["eval_accuracy_mean"])
+    stored = {a.path for a in client.list_artifacts(parent["run_id"])}
+    assert {"report.json", "plots"} <= stored
+    table = json.loads(Path(client.download_artifacts(parent["run_id"], "report.json")).read_text())
+    assert [r[table["columns"].index("method")] for r in table["data"]] == list(rows)
+    plots = {Path(a.path).name for a in client.list_artifacts(parent["run_id"], "plots")}
+    assert "reward_mean.png" in plots
+    # every run says what code, command and libraries made it
+    for run in [parent_run, *runs.values()]:
+        tags = run.data.tags
+        assert len(tags["mlflow.source.git.commit"]) == 40 and tags["git_dirty"] in (
+            "true",
+            "false",
+        )
+        assert tags["mlflow.source.type"] == "LOCAL" and "compare" in tags["command"]
+        for package in ("torch", "transformers", "trl", "mlflow", "ray"):
+            assert tags[f"version.{package}"], package
     assert rows["grpo"]["acceptance_rate_final"] is None  # grpo does not verify
     assert 0 <= rows["rollverify"]["acceptance_rate_final"] <= 1
     # the ledger is stored with each run, and matches what was logged
@@ -216,3 +245,10 @@ def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
             last(uri, run.info.run_id, "eval_accuracy")
         )
     assert MlflowClient(parent["tracking_uri"]).get_run(parent["run_id"]).info.status == "FINISHED"
+    # the resumed parent holds the grid's report: a headline figure per grid point, the table
+    parent_run = MlflowClient(parent["tracking_uri"]).get_run(parent["run_id"])
+    for row in rows:
+        name = f"ds_{row['ds']}-dt_{row['dt']}/eval_accuracy_mean"
+        assert parent_run.data.metrics[name] == pytest.approx(row["eval_accuracy_mean"])
+    stored = MlflowClient(parent["tracking_uri"]).list_artifacts(parent["run_id"])
+    assert "report.json" in {a.path for a in stored}

@@ -94,6 +94,13 @@ def test_killed_at_three_points_and_resumed_ends_like_an_uninterrupted_run(
         assert latest(checkpoints).step == newest_good
     final = run_cli("resume", str(run_dir))
     assert final.returncode == 0, final.stderr[-3000:]
+    # Its stderr is a pipe, not a terminal (a cluster's log): a plain line per step it trained
+    lines = [line.split() for line in final.stderr.splitlines() if " step " in line]
+    trained = [words for words in lines if words[2] != f"{newest_good}/{STEPS}"]
+    assert [words[:3] for words in trained] == [
+        [run_dir.name, "step", f"{step}/{STEPS}"] for step in range(newest_good + 1, STEPS + 1)
+    ]
+    assert all("reward" in words and words[-1] == "s" for words in trained)
     assert not list(checkpoints.glob(".tmp-*"))
     # A script that always resumes: a finished run says so, exit 0, and nothing changes.
     saved = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")}

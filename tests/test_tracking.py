@@ -9,6 +9,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from rollverify.tracking.tracker import MLflowTracker
+from rollverify.training.run import train
+from tests.runs import history, tiny
 
 # Both tests wait out a locked store or writers in subprocesses: ~20 s each here.
 pytestmark = pytest.mark.slow
@@ -70,3 +72,15 @@ def test_concurrent_writers_to_one_store_lose_nothing(tmp_path):
                 range(1, 41)
             )
         assert client.get_run(run_id).info.status == "FINISHED"
+
+
+def test_system_metrics_are_sampled_into_the_run_when_asked(tmp_path):
+    """tracking.system_metrics: MLflow's monitor samples CPU and memory into the run while it
+    trains (off by default: the other tests' runs hold no system/ metric)."""
+    settings = {"tracking.system_metrics": True, "tracking.system_metrics_seconds": 0.2}
+    summary = train(tiny(tmp_path, "grpo", **settings, **{"train.steps": 2}))
+    metrics = history(summary)
+    assert "system/cpu_utilization_percentage" in metrics
+    assert "system/system_memory_usage_megabytes" in metrics
+    plain = train(tiny(tmp_path / "plain", "grpo", **{"train.steps": 1}))
+    assert not [name for name in history(plain) if name.startswith("system/")]

@@ -3,13 +3,15 @@ reason in pytest's summary) where no GPU is present; the config checks run every
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from rollverify.config import load_config
 from rollverify.infra.paths import ASSETS
 
-GPU_CONFIG = ASSETS / "experiments" / "qwen3-8b-dapo-math.yaml"
+GPU_CONFIG = Path(__file__).parents[1] / "experiments" / "qwen3-8b-dapo-math.yaml"
 MODEL = str(ASSETS / "models" / "tiny-qwen3-chain")
 
 needs_gpu = pytest.mark.skipif(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rollverify.config.passthrough import check_passthrough
 from rollverify.config.run_config import RunConfig
 from rollverify.core.methods import METHODS
 
@@ -47,6 +48,7 @@ def check_links(config: RunConfig, problems: list[str]) -> None:
             f"{config.train.epsilon_high}"
         )
     check_async(config, problems)
+    check_passthrough(config, problems)
     correction = METHODS[config.train.method].correction
     if correction and config.train.ratio_denominator == "behavior":
         # The correction's weight is pi_old/mu: on a ratio pi/mu it would count mu twice.

@@ -47,7 +47,9 @@ def build_section(cls: type, data: Any, prefix: str, problems: list[str]) -> Any
             continue
         check, rule = f.metadata.get("check"), f.metadata.get("rule")
         if check is not None and not check(value):
-            problems.append(f"{prefix}{name}: must be {rule}, got {_show(value)}")
+            problems.append(
+                f"{prefix}{name}: must be {rule}, got {_show(value)}{_near(value, rule)}"
+            )
             continue
         values[name] = value
     try:
@@ -108,6 +110,14 @@ def _coerce(value: Any, hint: Any) -> tuple[Any, str | None]:
             else (None, f"must be a string, got {_show(value)}")
         )
     return value, None
+
+
+def _near(value: Any, rule: str) -> str:
+    """ "; did you mean X?" for a name close to one of a rule's "one of a, b, c" names."""
+    if not isinstance(value, str) or not rule.startswith("one of "):
+        return ""
+    near = difflib.get_close_matches(value, [n.strip() for n in rule[7:].split(",")], n=1)
+    return f"; did you mean {near[0]}?" if near else ""
 
 
 def _show(value: Any) -> str:

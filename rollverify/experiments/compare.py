@@ -15,6 +15,7 @@ checkpoint in their own folder and MLflow run, the rest start.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from rollverify.experiments.child_runs import (
     open_parent,
     run_child,
 )
+from rollverify.experiments.parent_record import record_report
 from rollverify.infra.faults import one_line
 from rollverify.training.run_plan import RunSummary
 
@@ -50,7 +52,11 @@ ProgressFn = Callable[[Child, int, dict[str, float]], None]
 def plan(methods: list[str], seeds: int, first_seed: int) -> list[Child]:
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
-        raise ValueError(f"methods: unknown {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+        near = difflib.get_close_matches(unknown[0], list(METHODS), n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise ValueError(
+            f"methods: unknown {', '.join(unknown)}{hint}; choose from {', '.join(METHODS)}"
+        )
     if seeds < 1:
         raise ValueError(f"--seeds: must be >= 1, got {seeds}")
     return [Child(m, first_seed + i) for m in methods for i in range(seeds)]
@@ -97,6 +103,7 @@ def compare(
             summaries = run_pairs(pairs, parent.run_id, address, on_progress)
         else:
             summaries = _run_here(pairs, runs_config, parent.run_id, on_progress)
+        record_report(parent, folder)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

@@ -9,6 +9,7 @@ was stopped resumes (`resume=True`) without rerunning the trials that finished.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import threading
@@ -22,6 +23,7 @@ import yaml
 from rollverify.config import RunConfig, with_overrides
 from rollverify.core.methods import METHODS
 from rollverify.experiments.child_runs import open_parent, trial_resources
+from rollverify.experiments.parent_record import record_report
 from rollverify.infra.faults import one_line, own_error
 from rollverify.infra.nested_dicts import config_fields, flatten
 from rollverify.infra.paths import locate
@@ -67,9 +69,14 @@ def resolve_name(name: str) -> str:
     raise ValueError(f"sweep name {name!r}: no such config field; use e.g. ds, dt, verify.window")
 
 
-def load_grid(names: list[str], overrides: dict[str, str], seeds: int | None = None) -> Grid:
+def load_grid(
+    names: list[str],
+    overrides: dict[str, str],
+    seeds: int | None = None,
+    method: str | None = None,
+) -> Grid:
     """The grid of sweeps/<names>.yaml (here, else the shipped one), with `--name v1,v2`
-    overrides applied and `--seeds` (when given) in place of the spec's seed count."""
+    overrides applied, and `--seeds` and `--method` (when given) in place of the spec's."""
     if seeds is not None and seeds < 1:
         raise ValueError(f"--seeds {seeds}: needs at least 1 seed per grid point")
     dotted = [resolve_name(n) for n in names]
@@ -89,7 +96,11 @@ def load_grid(names: list[str], overrides: dict[str, str], seeds: int | None = N
             f"sweep {' '.join(names)}: no values for {', '.join(missing)}; pass "
             f"--{missing[0]} v1,v2 or write {spec_file}"
         )
-    method = spec.get("method", "rollverify")
+    if method is not None and method not in METHODS:
+        near = difflib.get_close_matches(method, list(METHODS), n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise ValueError(f"--method {method}: unknown{hint}; one of {', '.join(METHODS)}")
+    method = method or spec.get("method", "rollverify")
     if method not in METHODS:
         raise ValueError(f"{spec_file}: method {method!r} unknown; one of {', '.join(METHODS)}")
     seeds = int(spec.get("seeds", 1)) if seeds is None else seeds
@@ -199,6 +210,8 @@ def sweep(
         with _tune_quiet():  # a failed trial is told once, by TrialsFailed, in one line
             results = tuner.fit()
         status = "FINISHED" if not results.errors else "FAILED"
+        if status == "FINISHED":
+            record_report(parent, folder)
     except KeyboardInterrupt:
         status = "KILLED"
         raise

@@ -1,8 +1,11 @@
 """Where a path in a config points, so that an installed package works from any folder.
 
 The package ships its assets in rollverify/assets/: the embedded model (models/), the math data
-(data/math/), the sweep grids (sweeps/) and the example configs (experiments/). A relative path
-resolves against the config file's folder, then the working directory, then those assets; so
+(data/math/) and the paper's models' configs (model_configs/). The training recipes
+(experiments/) and sweep grids (sweeps/) live at the repository's top level, where a researcher
+looks for them; a wheel carries them in rollverify/assets/ too (setup.py maps them there at
+build time), and a checkout finds them at its top level. A relative path resolves against the
+config file's folder, then the working directory, then those shipped folders; so
 `models/tiny-qwen3-chain` or `--config experiments/default.yaml` mean the shipped ones wherever
 nothing of that name is at hand.
 """
@@ -13,6 +16,27 @@ import os
 from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"  # rollverify/assets
+TOP_LEVEL = ("experiments", "sweeps")  # at the repository's top level; in ASSETS in a wheel
+
+
+def _checkout() -> Path | None:
+    """The repository's top level when the package runs from a checkout (an editable
+    install): where experiments/ and sweeps/ are; None in an installed wheel."""
+    top = ASSETS.parents[1]
+    if (top / "pyproject.toml").is_file() and all((top / n).is_dir() for n in TOP_LEVEL):
+        return top
+    return None
+
+
+CHECKOUT = _checkout()
+SHIPPED = [ASSETS, *([CHECKOUT] if CHECKOUT is not None else [])]  # searched last, in order
+
+
+def shipped(name: str | Path) -> Path:
+    """A shipped file or folder by its name (`experiments/default.yaml`, `models/...`),
+    wherever this install keeps it."""
+    found = next((root / name for root in SHIPPED if (root / name).exists()), None)
+    return found if found is not None else ASSETS / name
 
 
 def candidates(path: str | Path, folder: Path | None = None) -> list[Path]:
@@ -20,7 +44,7 @@ def candidates(path: str | Path, folder: Path | None = None) -> list[Path]:
     path = Path(path)
     if path.is_absolute():
         return [path]
-    return [Path(os.path.normpath(root / path)) for root in [*roots(folder), ASSETS]]
+    return [Path(os.path.normpath(root / path)) for root in [*roots(folder), *SHIPPED]]
 
 
 def locate(path: str | Path, folder: Path | None = None) -> Path | None:
@@ -33,7 +57,7 @@ def canonical(path: str, folder: Path | None = None) -> str:
     working directory; a shipped asset by its name (the same on every install, so a run's
     config.yaml compares equal on resume); as given where nothing has it."""
     found = locate(path, folder)
-    if found is None or Path(path).is_absolute() or found == ASSETS / path:
+    if found is None or Path(path).is_absolute() or found == shipped(path):
         return path
     return str(found)
 
@@ -43,7 +67,7 @@ def searched(path: str | Path, folder: Path | None = None) -> str:
     if Path(path).is_absolute():
         return str(path)
     places = ", ".join(str(root) for root in roots(folder))
-    return f"{path} in {places} or the package's data ({ASSETS})"
+    return f"{path} in {places} or the package's data ({', '.join(map(str, SHIPPED))})"
 
 
 def roots(folder: Path | None) -> list[Path]:

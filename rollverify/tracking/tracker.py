@@ -21,6 +21,7 @@ from rollverify.infra.faults import describe
 from rollverify.infra.nested_dicts import (
     flatten,  # re-exported: `from rollverify.tracking.tracker import flatten`
 )
+from rollverify.tracking.provenance import source_tags
 
 MAX_PARAM_LENGTH = 6000  # MLflow 3 limit on a param value
 
@@ -64,6 +65,7 @@ class MLflowTracker:
         )
         if parent_run_id is not None:
             tags = {**tags, "mlflow.parentRunId": parent_run_id}
+        tags = {**source_tags(), **tags}  # (what mlflow.start_run would add, and more)
         run = self.client.create_run(experiment_id, run_name=run_name, tags=tags)
         self.run_id = run.info.run_id
         self.client.log_batch(
@@ -134,8 +136,24 @@ class MLflowTracker:
         except Exception as error:
             warnings.warn(f"MLflow artifacts not stored: {describe(error)}", stacklevel=2)
 
+    def watch_system(self, resumed: bool, interval_s: float = 10.0) -> None:
+        """MLflow's system metrics (system/cpu_utilization_percentage, memory, disk, network,
+        and GPUs where pynvml sees them) every `interval_s`, until `finish`."""
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        self.monitor = SystemMetricsMonitor(
+            self.run_id,
+            sampling_interval=interval_s,
+            resume_logging=resumed,
+            tracking_uri=self.uri,
+        )
+        self.monitor.start()
+
     def finish(self, status: str = "FINISHED", retry_seconds: float = 30.0) -> None:
         """Deliver what is pending (retrying a while), then close the run."""
+        if getattr(self, "monitor", None) is not None:
+            self.monitor.finish()
+            self.monitor = None
         deadline = time.monotonic() + retry_seconds
         while not self.deliver() and time.monotonic() < deadline:
             time.sleep(1.0)

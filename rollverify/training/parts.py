@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollverify.config import RunConfig
+from rollverify.infra.hub import model_folder
 from rollverify.rollout.engines.hf_engine import HFEngine
 from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.tasks.base import Task
@@ -56,7 +57,8 @@ def vllm_settings(config: RunConfig):
 
     vllm = config.vllm
     return VLLMSettings(
-        model=config.model_path(),
+        model=config.model_path(),  # a hub id as given: each node's sidecar finds its copy
+        revision=config.model.revision,
         dtype=config.model.dtype,
         max_model_len=vllm.max_model_len,
         slots_per_engine=config.rollout.slots // vllm.engines,
@@ -69,6 +71,7 @@ def vllm_settings(config: RunConfig):
         max_num_batched_tokens=vllm.max_num_batched_tokens,
         placement=vllm.placement,
         weight_sync=vllm.weight_sync,
+        engine_args=tuple(vllm.engine_args.items()),
     )
 
 
@@ -87,10 +90,11 @@ def make_engine(config: RunConfig, model=None, tokenizer=None) -> RolloutEngine:
             top_k=rollout.top_k,
             seed=config.train.seed,
         )
+    folder = model_folder(config.model_path(), config.model.revision)
     if tokenizer is None:
-        tokenizer = AutoTokenizer.from_pretrained(config.model_path())
+        tokenizer = AutoTokenizer.from_pretrained(folder)
     if model is None:
-        model = AutoModelForCausalLM.from_pretrained(config.model_path())
+        model = AutoModelForCausalLM.from_pretrained(folder)
     return HFEngine(
         model,
         slots=rollout.slots,

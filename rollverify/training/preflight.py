@@ -130,6 +130,11 @@ def model_found(config: RunConfig) -> tuple[str, list[str]]:
                 f"model.path: {path} has no {' and no '.join(missing)}; point it to a "
                 "model folder (save_pretrained of the model and its tokenizer writes them)"
             ]
+        if config.model.revision is not None:
+            return "", [
+                f"model.revision: {config.model.revision} is for a hub id, and model.path "
+                f"{path} is a local folder; remove model.revision"
+            ]
         return f"{path} (local folder)", []
     if folder.exists():
         return "", [f"model.path: {path} is a file; point it to a model folder or a hub id"]
@@ -137,23 +142,26 @@ def model_found(config: RunConfig) -> tuple[str, list[str]]:
         return "", [f"model.path: no folder {path}; check the path"]
     from huggingface_hub import try_to_load_from_cache
 
+    revision = config.model.revision
     try:
-        cached = try_to_load_from_cache(path, "config.json")
+        cached = try_to_load_from_cache(path, "config.json", revision=revision)
     except Exception:  # not a valid hub id either
         return "", [f"model.path: {path} is neither a folder nor a hub id; check it"]
+    at = f" at {revision}" if revision else ""
     if isinstance(cached, str):
-        return f"{path} (in the Hugging Face cache)", []
-    fix = f"download it (hf download {path}) or point model.path to a model folder"
+        return f"{path}{at} (in the Hugging Face cache)", []
+    option = f" --revision {revision}" if revision else ""
+    fix = f"download it (hf download {path}{option}) or point model.path to a model folder"
     offline = [v for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if _is_true(v)]
     if offline:
         return "", [
-            f"model.path: {path} is not in the local Hugging Face cache and {offline[0]} "
+            f"model.path: {path}{at} is not in the local Hugging Face cache and {offline[0]} "
             f"is set; {fix}"
         ]
-    problem = _hub_problem(path)
+    problem = _hub_problem(path, revision)
     if problem:
-        return "", [f"model.path: {path} is not in the local Hugging Face cache and {problem}"]
-    return f"{path} (on the hub: downloaded at start)", []
+        return "", [f"model.path: {path}{at} is not in the local Hugging Face cache and {problem}"]
+    return f"{path}{at} (on the hub: downloaded at start)", []
 
 
 def _is_true(variable: str) -> bool:
@@ -161,13 +169,19 @@ def _is_true(variable: str) -> bool:
 
 
 @functools.cache  # asked once per process (a comparison's pairs, the CLI then the run)
-def _hub_problem(model_id: str) -> str | None:
-    """Why the hub cannot give `model_id` (one request, no retries), or None."""
+def _hub_problem(model_id: str, revision: str | None = None) -> str | None:
+    """Why the hub cannot give `model_id` at `revision` (one request, no retries), or None."""
     from huggingface_hub import HfApi, constants
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     try:
-        HfApi().model_info(model_id, timeout=HUB_TIMEOUT_S)
+        HfApi().model_info(model_id, revision=revision, timeout=HUB_TIMEOUT_S)
+    except RevisionNotFoundError:
+        return f"the hub has no revision {revision} of it; check model.revision"
     except GatedRepoError:
         return "the hub's copy is gated; accept its terms on the hub and log in (hf auth login)"
     except RepositoryNotFoundError:

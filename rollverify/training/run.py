@@ -29,6 +29,7 @@ from rollverify.config import ConfigError, RunConfig
 from rollverify.core.methods import METHODS
 from rollverify.infra.atomic_write import atomic_write_text
 from rollverify.infra.faults import describe, kill_point
+from rollverify.infra.hub import model_folder
 from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.tasks.base import Task
 from rollverify.tracking.metric_names import EVAL_ACCURACY, OPS_MEAN, REWARD_MEAN
@@ -159,10 +160,11 @@ def run(plan: RunPlan) -> RunSummary:
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
         torch.manual_seed(config.train.seed)
-        tokenizer = AutoTokenizer.from_pretrained(config.model_path())
+        folder = model_folder(config.model_path(), config.model.revision)  # (a hub id: cached)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
         task = make_task(config, tokenizer)  # its data read (or refused) before the model loads
         model = AutoModelForCausalLM.from_pretrained(
-            config.model_path(), dtype=getattr(torch, config.master_dtype())
+            folder, dtype=getattr(torch, config.master_dtype())
         )
         if plan.checkpoint is not None:
             model.load_state_dict(plan.checkpoint.tensors["model"])
@@ -361,12 +363,14 @@ def _tracker(plan: RunPlan, method: str) -> MLflowTracker:
     saved = _saved_mlflow_run(plan)
     if saved is not None:
         try:
-            return MLflowTracker.attach(saved["tracking_uri"], saved["run_id"], spool=spool)
+            tracker = MLflowTracker.attach(saved["tracking_uri"], saved["run_id"], spool=spool)
         except Exception as error:  # the store moved, or the run was deleted
             raise ValueError(
                 f"MLflow run {saved['run_id']} in {saved['tracking_uri']} cannot be continued "
                 f"({describe(error)}); restore that store"
             ) from None
+        _watch_system(config, tracker, resumed=True)
+        return tracker
     tracker = MLflowTracker(
         config.tracking.uri or default_tracking_uri(config.output),
         config.tracking.experiment,
@@ -384,7 +388,13 @@ def _tracker(plan: RunPlan, method: str) -> MLflowTracker:
     )
     record = {"run_id": tracker.run_id, "tracking_uri": tracker.uri}
     atomic_write_text(run_dir / MLFLOW_RUN, json.dumps(record, indent=2) + "\n")
+    _watch_system(config, tracker, resumed=False)
     return tracker
+
+
+def _watch_system(config: RunConfig, tracker: MLflowTracker, resumed: bool) -> None:
+    if config.tracking.system_metrics:
+        tracker.watch_system(resumed, config.tracking.system_metrics_seconds)
 
 
 def _saved_mlflow_run(plan: RunPlan) -> dict | None:

@@ -193,9 +193,15 @@ def rollout_output(result: RolloutResult, keep: torch.Tensor, mask_dropped: bool
 
 
 def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfig:
-    """TRL's config from ours: a rollout of B*G completions per train.updates_per_rollout
-    optimizer steps, each step's sequences shared by train.processes processes, each share
-    accumulated in passes of train.micro_batch_size."""
+    """TRL's config: what rvctl sets (grpo_arguments), with train.trl_args over it (checked at
+    load to name none that rvctl must set itself: config/passthrough.py)."""
+    return GRPOConfig(**(grpo_arguments(config, method, output_dir) | config.train.trl_args))
+
+
+def grpo_arguments(config: RunConfig, method: Method, output_dir: str) -> dict[str, Any]:
+    """GRPOConfig's arguments from our config: a rollout of B*G completions per
+    train.updates_per_rollout optimizer steps, each step's sequences shared by train.processes
+    processes, each share accumulated in passes of train.micro_batch_size."""
     train, rollout = config.train, config.rollout
     step_batch = rollout.batch_groups * rollout.group_size // train.updates_per_rollout
     share = step_batch // train.processes
@@ -216,7 +222,7 @@ def grpo_config(config: RunConfig, method: Method, output_dir: str) -> GRPOConfi
         settings.update(fsdp=True, fsdp_config=fsdp_config)
         checkpointing = False
     on_gpu = torch.cuda.is_available()
-    return GRPOConfig(
+    return dict(
         output_dir=output_dir,
         max_steps=train.steps,
         # A rollout batch of B x G sequences per updates_per_rollout optimizer steps, each

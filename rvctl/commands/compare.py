@@ -3,6 +3,7 @@ a live table while they train, then the cost table of `rvctl report`."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Annotated
@@ -12,6 +13,7 @@ from rich.live import Live
 from rich.table import Table
 
 from rollverify.tracking.metric_names import LIVE
+from rvctl import progress
 from rvctl.options import (
     ConfigOption,
     EngineOption,
@@ -78,20 +80,26 @@ def compare(
         check_comparison(folder, comparison_tags(methods, seeds))
     check_pairs(run_config, children, address)  # before the live display, in a second or two
     board = Board(children, run_config.train.steps)
+    live = None if progress.plain() else Live(board.table(), console=stderr, refresh_per_second=4)
 
-    def progress(child: Child, step: int, metrics: dict[str, float]) -> None:
+    def show(child: Child, step: int, metrics: dict[str, float]) -> None:
         board.update(child, step, metrics)
-        live.update(board.table())
+        if live is not None:
+            live.update(board.table())
+        elif step >= 0:  # a log: a line per step, and one per finished run
+            board.lines[child](step, metrics)
+            if step >= run_config.train.steps:
+                progress.line(f"{child.name} finished")
 
     from rollverify.experiments.compare import compare as run_compare  # heavy: torch, TRL, MLflow
 
     try:
-        with Live(board.table(), console=stderr, refresh_per_second=4) as live:
+        with live or contextlib.nullcontext():
             result = run_compare(
                 run_config,
                 methods,
                 seeds,
-                on_progress=progress,
+                on_progress=show,
                 resume_folder=folder,
                 address=address,
             )
@@ -101,9 +109,6 @@ def compare(
             "compare ... --resume (the same methods and options)"
         )
         raise
-    finally:
-        if not stderr.is_terminal:  # Live ends its last line on a terminal only
-            stderr.line()
     from rvctl.commands.report import show_report
 
     show_report(
@@ -125,6 +130,7 @@ class Board:
     def __init__(self, children, steps: int) -> None:
         self.steps = steps
         self.rows = {c: {"status": "waiting", "step": 0} for c in children}
+        self.lines = {c: progress.StepLines(c.name, steps) for c in children}  # in a log
 
     def update(self, child, step: int, metrics: dict[str, float]) -> None:
         row = self.rows[child]

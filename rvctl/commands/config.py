@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import enum
 import json
+import textwrap
 from typing import Annotated
 
 import typer
 import yaml
 
 from rollverify.infra.nested_dicts import config_fields
-from rvctl.options import ConfigOption, SetOption
+from rvctl.options import ConfigOption, FormatOption, SetOption
 from rvctl.output import Format, print_rows
 
 app = typer.Typer(help="The resolved config: what a run would use.", no_args_is_help=True)
@@ -23,7 +24,7 @@ class ShowFormat(enum.StrEnum):
     table = "table"
 
 
-@app.command("show")
+@app.command("show", short_help="The resolved config, checked as a run checks it.")
 def show(
     config: ConfigOption = None,
     settings: SetOption = None,
@@ -46,9 +47,53 @@ def show(
     elif format is ShowFormat.json:
         print(json.dumps(resolved, indent=2))
     else:
-        defaults = config_fields(RunConfig().to_dict())
+        from rollverify.config.explain import field_docs
+
+        defaults, docs = config_fields(RunConfig().to_dict()), field_docs()
         rows = [
-            {"field": name, "value": value, "default": "" if value == defaults[name] else "changed"}
+            {
+                "field": name,
+                "value": value,
+                "default": "" if value == defaults[name] else "changed",
+                "doc": docs[name].doc,
+            }
             for name, value in config_fields(resolved).items()
         ]
         print_rows(rows, Format.table, title="resolved config")
+
+
+@app.command("explain", short_help="Each field's doc, type, default and allowed values.")
+def explain(
+    field: Annotated[
+        str | None,
+        typer.Argument(help="A field (verify.ds) or a section (verify); default: every field."),
+    ] = None,
+    format: FormatOption = Format.table,
+) -> None:
+    """What each config field means: its doc, type, default and allowed values."""
+    from rollverify.config.explain import explain as explained
+    from rollverify.config.explain import field_docs
+
+    docs = explained(field) if field else list(field_docs().values())
+    if format is Format.table:  # a block per field: it reads whole at 80 columns
+        for doc in docs:
+            allowed = f"; {doc.allowed}" if doc.allowed else ""
+            print(f"{doc.name}: {doc.type}, default {_plain(doc.default)}{allowed}")
+            print(textwrap.fill(doc.doc, width=78, initial_indent="  ", subsequent_indent="  "))
+        return
+    rows = [
+        {
+            "field": d.name,
+            "type": d.type,
+            "default": _plain(d.default),
+            "allowed": d.allowed,
+            "doc": d.doc,
+        }
+        for d in docs
+    ]
+    print_rows(rows, format, title=f"config fields{f' of {field}' if field else ''}")
+
+
+def _plain(value) -> str:
+    """A default as it is written in YAML: null, true, {}."""
+    return yaml.safe_dump(value, default_flow_style=True).removesuffix("\n...\n").strip()

@@ -37,7 +37,7 @@ AnswerFieldOption = Annotated[
 ]
 
 
-@app.command("check")
+@app.command("check", short_help="What a data file yields: usable and skipped rows.")
 def check(
     path: Annotated[
         Path,

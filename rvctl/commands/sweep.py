@@ -3,12 +3,14 @@ replaces a field's values), one MLflow parent, resumable with `--resume`."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from rvctl import progress
 from rvctl.options import (
     ConfigOption,
     EngineOption,
@@ -36,9 +38,13 @@ def sweep(
     output: OutputOption = None,
     tracking_uri: TrackingOption = None,
     settings: SetOption = None,
+    method: Annotated[
+        str | None,
+        typer.Option(help="Method of every trial (default: the sweep file's `method`)."),
+    ] = None,
     seeds: Annotated[
         int | None,
-        typer.Option(help="Seeds per grid point (default: the spec's `seeds`)."),
+        typer.Option(help="Seeds per grid point (default: the sweep file's `seeds`)."),
     ] = None,
     address: Annotated[
         str | None, typer.Option(help="Ray cluster address (default: a private local Ray).")
@@ -64,31 +70,46 @@ def sweep(
     run_config = load_config(
         config, run_overrides(steps, engine, output, tracking_uri, processes, settings)
     )
-    grid = load_grid(names, values, seeds)
+    grid = load_grid(names, values, seeds, method)
+    if method is None and grid.method != run_config.train.method:
+        stderr.print(
+            f"sweep: every trial runs {grid.method} (the sweep file's method), not the "
+            f"config's {run_config.train.method}; --method chooses"
+        )
     folder = sweep_dir or (_latest(Path(run_config.output), names) if resume else None)
     check_grid(run_config, grid, address)  # every point and the address, before the display
 
     from rollverify.experiments.sweep import sweep as run_sweep  # heavy: Ray, torch, TRL, MLflow
 
-    with Progress(
-        TextColumn("[bold]sweep " + " x ".join(names)),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-    ) as progress:
-        task = progress.add_task("trials", total=grid.size)
-        try:
-            result = run_sweep(
-                run_config,
-                grid,
-                folder=folder,
-                address=address,
-                on_progress=lambda done, total: progress.update(task, completed=done),
-            )
-        except KeyboardInterrupt:
-            stderr.print("interrupted: resume with --resume (finished trials are kept)")
-            raise
+    title = "sweep " + " x ".join(names)
+    try:
+        if progress.plain():  # a log: a line per finished trial
+            started = time.perf_counter()
+
+            def show(done: int, total: int) -> None:
+                seconds = time.perf_counter() - started
+                progress.line(f"{title}: {done}/{total} trials finished  {seconds:.0f} s")
+
+            result = run_sweep(run_config, grid, folder=folder, address=address, on_progress=show)
+        else:
+            with Progress(
+                TextColumn(f"[bold]{title}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=stderr,
+            ) as bar:
+                task = bar.add_task("trials", total=grid.size)
+                result = run_sweep(
+                    run_config,
+                    grid,
+                    folder=folder,
+                    address=address,
+                    on_progress=lambda done, total: bar.update(task, completed=done),
+                )
+    except KeyboardInterrupt:
+        stderr.print("interrupted: resume with --resume (finished trials are kept)")
+        raise
     from rvctl.commands.report import show_report
 
     show_report([str(result.folder)], result.tracking_uri, format)

@@ -3,7 +3,6 @@ one-screen summary."""
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
@@ -13,9 +12,9 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rollverify.tracking.metric_names import LIVE
 from rollverify.training.preflight import check_before_start
 from rollverify.training.run_folder import find_run, is_finished, resumed_config
+from rvctl import progress
 from rvctl.options import (
     ConfigOption,
     EngineOption,
@@ -38,7 +37,8 @@ CheckpointEveryOption = Annotated[
 def train(
     config: ConfigOption = None,
     method: Annotated[
-        str | None, typer.Option(help="grpo, partial, rollverify, ... (rvctl methods lists them).")
+        str | None,
+        typer.Option(help="The method: grpo, partial, rollverify or another of rvctl methods."),
     ] = None,
     steps: StepsOption = None,
     seed: Annotated[int | None, typer.Option(help="Seed of data, sampling and init.")] = None,
@@ -145,8 +145,11 @@ def _planned_steps(run_dir: Path) -> int | None:
 
 
 def _with_progress(name: str, steps: int | None, run: Callable[[Callable], Any]) -> Any:
-    """Run `run(on_step)` under a progress bar of steps; say how to go on if interrupted."""
+    """Run `run(on_step)` under a progress bar of steps (a line per step in a log); say how to
+    go on if interrupted."""
     try:
+        if progress.plain():
+            return run(progress.StepLines(name, steps))
         with Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -154,11 +157,11 @@ def _with_progress(name: str, steps: int | None, run: Callable[[Callable], Any])
             TextColumn("{task.fields[live]}"),
             TimeElapsedColumn(),
             console=stderr,
-        ) as progress:
-            task = progress.add_task(name, total=steps, live="starting")
+        ) as bar:
+            task = bar.add_task(name, total=steps, live="starting")
 
             def show(step: int, metrics: dict[str, float]) -> None:
-                progress.update(task, completed=step, live=_live(metrics))
+                bar.update(task, completed=step, live=progress.figures(metrics))
 
             return run(show)
     except KeyboardInterrupt as interrupt:
@@ -226,12 +229,3 @@ def _print_summary(summary: Any, format: Format) -> None:
     )
     if format is Format.table:
         stderr.print(f"MLflow: rvctl ui --tracking-uri {summary.tracking_uri}")
-
-
-def _live(metrics: dict[str, float]) -> str:
-    parts = []
-    for name, label in LIVE:
-        value = metrics.get(name)
-        if value is not None and not math.isnan(value):
-            parts.append(f"{label} {value:.3f}")
-    return "  ".join(parts)

@@ -26,6 +26,13 @@ class ModelConfig:
         "config's folder, else the working directory, else the package's data (the default, "
         "the shipped ~0.6M-parameter Qwen3).",
     )
+    revision: str | None = config_field(
+        None,
+        "A hub model's revision: a branch, a tag or a commit hash (pin a commit for a "
+        "reproducible run). None: the hub's main. Only with a hub id in model.path.",
+        _named,
+        "a non-empty name",
+    )
     dtype: Literal["float32", "bfloat16"] = config_field(
         "float32",
         "Compute dtype: the trainer's forward and backward, and the engines' weights; "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from rollverify.config.field import at_least_one, config_field, positive
 
@@ -73,6 +73,13 @@ class VLLMConfig:
         "store, one copy kept for a replaced engine; 11x slower at 133M parameters on CPU, "
         "benchmarks/results/weight_sync.json).",
     )
+    engine_args: dict[str, Any] = config_field(
+        {},
+        "Any other vLLM engine argument (AsyncEngineArgs), given to every sidecar: "
+        "{enable_prefix_caching: false, kv_cache_dtype: fp8}. Checked at load: unknown names "
+        "are refused with the nearest one, and names rvctl sets (max_model_len, ...) with its "
+        "field to use. On CPU the sidecar turns chunked prefill off whatever this says.",
+    )
 
 
 @dataclass
@@ -86,6 +93,15 @@ class TrackingConfig:
         "At the end of a run, its curves (reward, entropy, OPS, acceptance rate, length, "
         "accuracy) as PNGs in RUN/plots and the MLflow run's artifacts (beside config.yaml, "
         "ledger.json and summary.json, always stored).",
+    )
+    system_metrics: bool = config_field(
+        False,
+        "MLflow's system metrics on each run (system/*: CPU, memory, disk, network, and GPU "
+        "utilization and memory where pynvml sees GPUs), sampled every "
+        "system_metrics_seconds.",
+    )
+    system_metrics_seconds: float = config_field(
+        10.0, "Sampling interval of tracking.system_metrics.", positive, "> 0"
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from rollverify.config.field import at_least_one, config_field, positive
 from rollverify.core.methods import METHODS
@@ -29,6 +29,12 @@ class TrainConfig:
         "> 0",
     )
     warmup_steps: int = config_field(0, "Linear warmup steps.", lambda x: x >= 0, ">= 0")
+    trl_args: dict[str, Any] = config_field(
+        {},
+        "Any other argument of TRL's GRPOConfig, passed as given: {lr_scheduler_type: cosine, "
+        "optim: adamw_torch_fused}. Checked at load: unknown names are refused with the "
+        "nearest one, and names rvctl sets (learning_rate, ...) with its field to use.",
+    )
     ratio_denominator: Literal["behavior", "recomputed"] | None = config_field(
         None,
         "The ratio's denominator pi_old. behavior: each token's log-prob mu from the engine "

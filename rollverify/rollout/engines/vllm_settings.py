@@ -26,6 +26,8 @@ class VLLMSettings:
     max_num_batched_tokens: int | None = None  # None: vLLM's default
     placement: str = "pack"  # the placement group's strategy: pack or spread
     weight_sync: str = "collective"  # or object_store (weight_group.py)
+    revision: str | None = None  # a hub model's (model.revision)
+    engine_args: tuple[tuple[str, Any], ...] = ()  # vllm.engine_args, checked at config load
 
     def environment(self) -> dict[str, str]:
         """Set in each sidecar before vLLM loads. On CPU, vLLM's automatic KV size and its
@@ -54,7 +56,7 @@ class VLLMSettings:
             # vLLM's own logging loggers stay off (VLLM_LOGGING_LEVEL=WARNING).
             "disable_log_stats": False,
         }
-        return kwargs | self._tensor_parallel() | self._set_only()
+        return kwargs | dict(self.engine_args) | self._tensor_parallel() | self._set_only()
 
     def _set_only(self) -> dict[str, Any]:
         """What vLLM should pick itself unless the config says (its defaults differ by
@@ -62,6 +64,7 @@ class VLLMSettings:
         chosen = {
             "block_size": self.block_size,
             "max_num_batched_tokens": self.max_num_batched_tokens,
+            "revision": self.revision,
         }
         return {k: v for k, v in chosen.items() if v is not None}
 

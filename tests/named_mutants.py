@@ -772,7 +772,7 @@ MUTANTS = [
         "kv-blocks-not-rounded-up",
         "a row holds ceil(tokens / block_size) blocks: its last, partly filled block counts",
         "rollverify/cost/kv_cache.py",
-        "padding = sum(n * (-(r + step) % size) for r, n in self.residues.items() if n)",
+        "padding = self.padding[step % self.block_size]",
         "padding = 0",
         ("tests/test_kv_cache.py::test_blocks_held_are_the_sum_of_each_rows_rounded_up_blocks",),
     ),

@@ -17,6 +17,8 @@ from transformers import AutoTokenizer
 
 from rollverify.config import ConfigError, load_config
 from rollverify.config.math_prompts import DAPO_TEMPLATE, INSTRUCTION
+from rollverify.config.run_config import missing_data
+from rollverify.tasks.data.hub_data import HubData, parse
 from rollverify.tasks.data.math_problems import MATH_DATA_DIR, load_math_set
 from rollverify.tasks.math_task import MathTask
 from rollverify.tasks.rewards.math_answer import math_answer_reward
@@ -409,3 +411,25 @@ def test_records_without_the_known_fields_are_counted_not_lost(tmp_path, name):
     math_set = load_math_set(write(tmp_path / name, [{"x": "1", "y": "2"}, {"x": "3", "y": "4"}]))
     assert math_set.problems == [] and math_set.skipped == 2
     assert math_set.reasons == {"no prompt": 2}
+
+
+def test_a_hub_dataset_is_named_in_a_config_and_refused_in_one_line_when_offline(
+    tmp_path, monkeypatch
+):
+    """hf:OWNER/NAME[:CONFIG][@SPLIT] is not a missing file; offline and not in the datasets
+    cache it is one line naming it and the way out. (Reading a cached or downloaded hub
+    dataset needs the hub, which this machine cannot reach.)"""
+    spec = "hf:someone/no-such-math:main@test"
+    config = load_config(overrides={"task.name": "math", "task.train_file": spec})
+    assert config.task.train_file == spec and missing_data(config) == []
+    assert parse(spec) == HubData("someone/no-such-math", "main", "test")
+    assert parse("hf:someone/math").split == "train"
+    with pytest.raises(ValueError, match="a hub dataset is hf:OWNER/NAME"):
+        parse("hf:no-owner")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    with pytest.raises(ValueError) as error:
+        load_math_set(spec)
+    (line,) = str(error.value).splitlines()
+    assert line.startswith(f"{spec}: not in the local datasets cache and the hub cannot be")
+    assert "datasets.load_dataset('someone/no-such-math', name='main', split='test')" in line

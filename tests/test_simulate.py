@@ -97,6 +97,10 @@ def test_the_cli_prints_the_cost_table_and_refuses_bad_input(monkeypatch, capsys
     expected |= {"slot_utilization", "tokens_generated", "tokens_regenerated", "switch_step"}
     expected |= {"truncated_share", "preemptions", "tokens_recomputed", "staleness_max"}
     assert set(rows[0]) == expected
+    # stderr is a pipe here (a job's log): a plain line per simulation, as it finishes
+    logged = [line for line in result.stderr.splitlines() if line.startswith("simulate ")]
+    assert [line.split(":")[0] for line in logged] == [f"simulate {i}/6" for i in range(1, 7)]
+    assert logged[0].endswith("GPU-days") and "grpo @ 512" in logged[0]
     for bad, message in [
         (["--context", "8k"], "--context: '8k' is not a comma-separated list of numbers"),
         (["--methods", "grpo,nope"], "--methods: unknown nope"),

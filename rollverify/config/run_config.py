@@ -21,6 +21,7 @@ from rollverify.config.sections import (
     VLLMConfig,
 )
 from rollverify.infra.paths import locate, searched
+from rollverify.tasks.data.hub_data import is_hub_data
 
 
 @dataclass
@@ -91,5 +92,5 @@ def missing_data(config: RunConfig) -> list[str]:
         f"{field}: no file {searched(path)}; point it to a file of problems (JSON, JSONL, "
         "Parquet, CSV or a save_to_disk folder: docs/data.md)"
         for field, path in wanted.items()
-        if locate(path) is None
+        if locate(path) is None and not is_hub_data(path)  # (a hub dataset: read at start)
     ]

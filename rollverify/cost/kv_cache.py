@@ -19,7 +19,6 @@ so the simulated engine can jump from event to event."""
 from __future__ import annotations
 
 import heapq
-from collections import Counter
 from dataclasses import dataclass
 
 from rollverify.config.model_shape import ModelShape
@@ -84,28 +83,32 @@ class BlockCount:
         self.block_size = block_size
         self.rows = 0
         self.offsets = 0  # sum of c_i
-        self.residues: Counter[int] = Counter()  # c_i mod block_size -> rows
+        # padding[s]: the rows' last-block padding at a step = s mod block_size, kept as rows
+        # come and go, so that blocks_at (asked at every event) is O(1)
+        self.padding = [0] * block_size
+        self._pads = [[-(r + s) % block_size for s in range(block_size)] for r in range(block_size)]
 
     def add(self, offset: int) -> None:
         self.rows += 1
         self.offsets += offset
-        self.residues[offset % self.block_size] += 1
+        pads = self._pads[offset % self.block_size]
+        self.padding = [p + d for p, d in zip(self.padding, pads, strict=True)]
 
     def remove(self, offset: int) -> None:
         self.rows -= 1
         self.offsets -= offset
-        self.residues[offset % self.block_size] -= 1
+        pads = self._pads[offset % self.block_size]
+        self.padding = [p - d for p, d in zip(self.padding, pads, strict=True)]
 
     def clear(self) -> None:
         self.rows, self.offsets = 0, 0
-        self.residues.clear()
+        self.padding = [0] * self.block_size
 
     def blocks_at(self, step: int) -> int:
         """sum_i ceil((c_i + step) / block_size): each row's tokens plus the padding of its
         last block, which depends only on c_i mod block_size."""
-        size = self.block_size
-        padding = sum(n * (-(r + step) % size) for r, n in self.residues.items() if n)
-        return (self.offsets + self.rows * step + padding) // size
+        padding = self.padding[step % self.block_size]
+        return (self.offsets + self.rows * step + padding) // self.block_size
 
     def first_step_over(self, first: int, last: int, blocks: int) -> int | None:
         """The first step in [first, last] at which the rows hold more than `blocks`, or None.

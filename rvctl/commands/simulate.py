@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from rvctl import progress
 from rvctl.options import ConfigOption, FormatOption, SetOption
 from rvctl.output import Format, print_split, stderr
 
@@ -161,22 +162,33 @@ def simulate(
         )
     asyncs = len(settings.asyncs) * (2 if settings.async_verify else 1)
     total = (len(settings.methods) + asyncs) * len(settings.contexts) * settings.seeds
-    with Progress(
-        TextColumn("[bold]simulate"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[last]}"),
-        TimeElapsedColumn(),
-        console=stderr,
-    ) as progress:
-        task = progress.add_task("simulate", total=total, last="")
-        results = run(
-            run_config,
-            settings,
-            on_result=lambda r: progress.update(
-                task, advance=1, last=f"{r.method} @ {r.context}: {r.gpu_days:.3g} GPU-days"
-            ),
-        )
+    if progress.plain():  # a log: a line per simulation done
+        done = iter(range(1, total + 1))
+
+        def say(r) -> None:
+            progress.line(
+                f"simulate {next(done)}/{total}: {r.method} @ {r.context}: "
+                f"{r.gpu_days:.3g} GPU-days"
+            )
+
+        results = run(run_config, settings, on_result=say)
+    else:
+        with Progress(
+            TextColumn("[bold]simulate"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[last]}"),
+            TimeElapsedColumn(),
+            console=stderr,
+        ) as bar:
+            task = bar.add_task("simulate", total=total, last="")
+            results = run(
+                run_config,
+                settings,
+                on_result=lambda r: bar.update(
+                    task, advance=1, last=f"{r.method} @ {r.context}: {r.gpu_days:.3g} GPU-days"
+                ),
+            )
     print_split(rows(results), format, f"simulated, {settings.lengths.describe()}", HEADERS, 2)
     if format is Format.table:
         stderr.print(LEGEND)

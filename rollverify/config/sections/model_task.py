@@ -52,10 +52,13 @@ class TaskConfig:
         1.3, "chain: tail exponent; smaller = heavier tail.", positive, "> 0"
     )
     train_file: str = config_field(
-        "data/math/math_train.json", "math: training problems (a path as for model.path)."
+        "data/math/math_train.json",
+        "math: training problems (a path as for model.path), or a hub dataset "
+        "hf:OWNER/NAME[:CONFIG][@SPLIT] (split: train by default).",
     )
     eval_file: str = config_field(
-        "data/math/math500.json", "math: held-out problems (a path as for model.path)."
+        "data/math/math500.json",
+        "math: held-out problems (a path, or hf:OWNER/NAME[:CONFIG][@SPLIT] as train_file).",
     )
     prompt_field: str | None = config_field(
         None,

@@ -27,6 +27,7 @@ from typing import Any
 
 from rollverify.config.math_prompts import ANSWER_FIELDS, PROMPT_FIELDS
 from rollverify.infra.paths import ASSETS, locate
+from rollverify.tasks.data.hub_data import is_hub_data
 from rollverify.tasks.data.records import read_records
 
 MATH_DATA_DIR = ASSETS / "data" / "math"
@@ -111,7 +112,7 @@ def load_math_set(
     defaults (eval files beside a training file of another shape).
 
     A relative path is from the working directory, else the package's data (data/math/...)."""
-    path = locate(path) or Path(path)
+    path = path if is_hub_data(path) else (locate(path) or Path(path))
     given = [f for f in (prompt_field, answer_field) if f]
     if defaults_if_absent or not prompt_field or not answer_field:
         given += [*PROMPT_FIELDS, *ANSWER_FIELDS]
@@ -162,7 +163,9 @@ def load_math_sets(
     return [load_math_set(path, prompt_field, answer_field) for path in files]
 
 
-def _name(path: Path) -> str:
+def _name(path: str | Path) -> str:
+    if is_hub_data(path):
+        return str(path).removeprefix("hf:")
     return path.name if path.is_dir() else path.stem
 
 

@@ -16,6 +16,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from rollverify.tasks.data.hub_data import is_hub_data, read_hub_records
+
 FORMATS = {".json": "JSON", ".jsonl": "JSON", ".parquet": "Parquet", ".csv": "CSV"}
 SAVED_DATASET_FILES = ("state.json", "dataset_dict.json")  # what save_to_disk writes
 SUPPORTED = (
@@ -29,6 +31,8 @@ def read_records(path: str | Path, columns: Collection[str] | None = None) -> li
     """Every record of the file at `path`, in file order (a JSON list may hold non-records,
     returned as they are, for the caller to skip). `columns`: top-level fields to keep (others
     are never converted to Python: a wide Parquet file stays cheap); None keeps all."""
+    if is_hub_data(path):  # hf:OWNER/NAME[:CONFIG][@SPLIT]
+        return read_hub_records(str(path), columns)
     path = Path(path)
     if path.is_dir():
         return _read_saved(path, columns)

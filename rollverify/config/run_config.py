@@ -20,8 +20,7 @@ from rollverify.config.sections import (
     VerifyConfig,
     VLLMConfig,
 )
-from rollverify.infra.paths import locate, searched
-from rollverify.tasks.data.hub_data import is_hub_data
+from rollverify.infra.paths import is_hub_data, locate, searched
 
 
 @dataclass

@@ -39,6 +39,14 @@ def shipped(name: str | Path) -> Path:
     return found if found is not None else ASSETS / name
 
 
+HUB_DATA = "hf:"  # a data file that is a hub dataset: hf:OWNER/NAME[:CONFIG][@SPLIT]
+
+
+def is_hub_data(path: str | Path) -> bool:
+    """A data file given as a hub dataset (rollverify/tasks/data/hub_data.py reads it)."""
+    return str(path).startswith(HUB_DATA)
+
+
 def candidates(path: str | Path, folder: Path | None = None) -> list[Path]:
     """Where `path` is looked for, in order (an absolute path: only itself)."""
     path = Path(path)

@@ -12,7 +12,6 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-PREFIX = "hf:"
 _SPEC = re.compile(r"hf:([\w.-]+/[\w.-]+)(?::([\w.-]+))?(?:@([\w.\-\[\]:%]+))?")
 
 
@@ -21,10 +20,6 @@ class HubData:
     repo: str
     config: str | None
     split: str
-
-
-def is_hub_data(path: Any) -> bool:
-    return str(path).startswith(PREFIX)
 
 
 def parse(spec: str) -> HubData:

@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rollverify.config.math_prompts import ANSWER_FIELDS, PROMPT_FIELDS
-from rollverify.infra.paths import ASSETS, locate
-from rollverify.tasks.data.hub_data import is_hub_data
+from rollverify.infra.paths import ASSETS, is_hub_data, locate
 from rollverify.tasks.data.records import read_records
 
 MATH_DATA_DIR = ASSETS / "data" / "math"

@@ -16,7 +16,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from rollverify.tasks.data.hub_data import is_hub_data, read_hub_records
+from rollverify.infra.paths import is_hub_data
+from rollverify.tasks.data.hub_data import read_hub_records
 
 FORMATS = {".json": "JSON", ".jsonl": "JSON", ".parquet": "Parquet", ".csv": "CSV"}
 SAVED_DATASET_FILES = ("state.json", "dataset_dict.json")  # what save_to_disk writes

@@ -43,6 +43,10 @@ class StepLines:
         self.name, self.total = name, total
         self.last = time.perf_counter()
 
+    def start(self) -> None:
+        """The run starts now (a compare's later pairs wait for the earlier ones)."""
+        self.last = time.perf_counter()
+
     def __call__(self, step: int, metrics: dict[str, float]) -> None:
         now = time.perf_counter()
         seconds, self.last = now - self.last, now

@@ -165,3 +165,24 @@ def test_a_launched_world_meets_on_loopback():
 
     config = launch_config(2)
     assert config.local_addr == "127.0.0.1" and config.rdzv_endpoint.startswith("127.0.0.1:")
+
+
+def test_sweep_method_replaces_the_files_and_names_that_are_almost_right_get_a_guess(
+    tmp_path, monkeypatch, capsys
+):
+    from rollverify.experiments.sweep import load_grid
+
+    assert load_grid(["ds", "dt"], {}, method="grpo").method == "grpo"
+    config = str(tiny_file(tmp_path / "tiny.yaml"))
+    output = ["--config", config, "--output", str(tmp_path / "runs")]
+    for args, message in [
+        (["sweep", "ds", "dt", "--method", "rollverfy"], "--method rollverfy: unknown (did you "),
+        (["sweep", "method", "--method", "grpo"], "--method: this grid sweeps train.method"),
+        (["compare", "grpo", "rolverify"], "methods: unknown rolverify (did you mean rollverify?)"),
+        (["train", "--engine", "vlm"], "did you mean 'vllm'?"),
+        (["train", "--method", "partal"], "did you mean partial?"),
+    ]:
+        result = run_rvctl([*args, *output], monkeypatch, capsys)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in errors(result)[0], (args, result.stderr)
+    assert not (tmp_path / "runs").exists()

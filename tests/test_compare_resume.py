@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -61,6 +62,10 @@ def test_a_killed_comparison_goes_on_where_it_stopped(tmp_path):
     again = compare(load_config(config), ["grpo", "partial"], resume_folder=folder)
     assert [s.run_dir for s in again.summaries] == [str(grpo), str(child_folder(folder, PARTIAL))]
     assert {p: p.stat().st_mtime_ns for p in folder.glob("*/summary.json")} == summaries
+    # finished again, its parent's report is the comparison's, once (not appended to)
+    stored = Path(client.download_artifacts(parent["run_id"], "report.json", str(tmp_path)))
+    table = json.loads(stored.read_text())
+    assert [row[table["columns"].index("method")] for row in table["data"]] == ["grpo", "partial"]
     longer = load_config(config, {"train.steps": 3})  # not the comparison it was
     with pytest.raises(ConfigError, match=r"-s0-.*: train.steps: it trained 2 steps, 3 now"):
         compare(longer, ["grpo", "partial"], resume_folder=folder)

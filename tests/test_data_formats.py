@@ -20,7 +20,7 @@ from rollverify.config.math_prompts import DAPO_TEMPLATE, INSTRUCTION
 from rollverify.config.run_config import missing_data
 from rollverify.tasks.data.hub_data import HubData, parse
 from rollverify.tasks.data.math_problems import MATH_DATA_DIR, load_math_set
-from rollverify.tasks.math_task import MathTask
+from rollverify.tasks.math_task import MathTask, set_name
 from rollverify.tasks.rewards.math_answer import math_answer_reward
 from tests.cli import run_rvctl
 
@@ -424,6 +424,8 @@ def test_a_hub_dataset_is_named_in_a_config_and_refused_in_one_line_when_offline
     assert config.task.train_file == spec and missing_data(config) == []
     assert parse(spec) == HubData("someone/no-such-math", "main", "test")
     assert parse("hf:someone/math").split == "train"
+    assert set_name("hf:openai/gsm8k:main@test") == "gsm8k"  # a name MLflow takes
+    assert set_name("hf:someone/math.v2") == "math.v2" and set_name("data/aime24.json") == "aime24"
     with pytest.raises(ValueError, match="a hub dataset is hf:OWNER/NAME"):
         parse("hf:no-owner")
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)

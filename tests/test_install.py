@@ -37,12 +37,17 @@ print(json.dumps({
 
 @pytest.mark.slow
 def test_a_non_editable_install_trains_the_embedded_default_from_an_empty_folder(tmp_path):
-    """`pip install .` (into a folder, no dependencies: they come from this venv), then
-    `rvctl train` from an empty working directory, importing the installed copy only."""
+    """An sdist of the checkout, `pip install`ed (into a folder, no dependencies: they come
+    from this venv), then `rvctl train` from an empty working directory, importing the
+    installed copy only."""
     source, site, work = tmp_path / "source", tmp_path / "site", tmp_path / "work"
     copy_checkout(source)
+    # from an sdist, as an index would serve it: it must carry experiments/ and sweeps/ too
+    sdist = [sys.executable, "setup.py", "-q", "sdist", "--dist-dir", str(tmp_path / "dist")]
+    subprocess.run(sdist, cwd=source, check=True, capture_output=True)
+    (archive,) = (tmp_path / "dist").glob("rollverify-*.tar.gz")
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
-    pip += ["--no-build-isolation", "--target", str(site), str(source)]
+    pip += ["--no-build-isolation", "--target", str(site), str(archive)]
     subprocess.run(pip, check=True, capture_output=True)
     shutil.rmtree(source)  # nothing may be read from the copy it was built from
     work.mkdir()
@@ -89,6 +94,8 @@ def test_recipes_and_grids_are_at_the_top_level_once_and_found_from_any_folder(
     assert locate("experiments/default.yaml") == top / "experiments" / "default.yaml"
     assert load_config("experiments/qwen3-8b-dapo-math.yaml").model.path == "Qwen/Qwen3-8B-Base"
     assert canonical("sweeps/ds_dt.yaml") == "sweeps/ds_dt.yaml"  # kept by name
+    # a file of the user's in the checkout is theirs, kept absolute as anywhere else
+    assert canonical("pyproject.toml", top) == str(top / "pyproject.toml")
 
 
 def test_relative_paths_in_a_config_resolve_against_its_folder_first(tmp_path, monkeypatch):

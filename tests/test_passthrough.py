@@ -47,7 +47,7 @@ def test_unknown_and_owned_trl_arguments_are_refused_at_load(tmp_path, monkeypat
         "train.trl_args.lr_schedular_type: no such argument; did you mean lr_scheduler_type?"
     ]
     assert problems(**{"train.trl_args": {"learning_rate": 1e-3}}) == [
-        "train.trl_args.learning_rate: rvctl sets learning_rate itself; set "
+        "train.trl_args.learning_rate: rvctl decides learning_rate itself; set "
         "train.learning_rate instead"
     ]
 
@@ -70,6 +70,6 @@ def test_vllm_engine_arguments_are_checked_and_reach_every_sidecar():
         "enable_prefix_caching?"
     ]
     assert problems(**{"vllm.engine_args": {"max_model_len": 4096}}) == [
-        "vllm.engine_args.max_model_len: rvctl sets max_model_len itself; set "
+        "vllm.engine_args.max_model_len: rvctl decides max_model_len itself; set "
         "vllm.max_model_len instead"
     ]

@@ -80,9 +80,12 @@ class ModelShape:
         return cls.from_config(config, bytes_per_parameter)
 
     @classmethod
-    def of(cls, model: str, bytes_per_parameter: int = 2) -> ModelShape:
-        """The shape of `model.path`: a local folder, a hub id in the local Hugging Face cache,
-        or one of the configs shipped in rollverify/assets/model_configs (the paper's models)."""
+    def of(
+        cls, model: str, bytes_per_parameter: int = 2, revision: str | None = None
+    ) -> ModelShape:
+        """The shape of `model.path`: a local folder, a hub id in the local Hugging Face cache
+        (at `revision`: model.revision), or one of the configs shipped in
+        rollverify/assets/model_configs (the paper's models)."""
         if (Path(model) / "config.json").is_file():
             return cls.from_folder(model, bytes_per_parameter)
         shipped = SHIPPED_CONFIGS / f"{model.replace('/', '--')}.json"
@@ -90,7 +93,7 @@ class ModelShape:
             return cls.from_config(json.loads(shipped.read_text()), bytes_per_parameter)
         from huggingface_hub import try_to_load_from_cache  # reads the cache, never the network
 
-        cached = try_to_load_from_cache(model, "config.json")
+        cached = try_to_load_from_cache(model, "config.json", revision=revision)
         if isinstance(cached, str):
             return cls.from_config(json.loads(Path(cached).read_text()), bytes_per_parameter)
         raise ValueError(

@@ -51,6 +51,13 @@ TRL_OWNED = {
     "vllm_importance_sampling_clip_min": "correction",
     "vllm_importance_sampling_clip_max": "correction",
     "off_policy_mask_threshold": "correction.opsm_delta",
+    # not set, but assumed: each rollout trains train.updates_per_rollout steps once, on
+    # rvctl's engines, in the model's dtype
+    "num_iterations": "train.updates_per_rollout",
+    "generation_batch_size": "rollout.batch_groups",
+    "use_vllm": "rollout.engine",
+    "vllm_mode": "rollout.engine",
+    "fp16": "model.dtype",
 }
 
 # What rvctl chooses where a run may choose otherwise (through the pass-through mapping).
@@ -74,6 +81,14 @@ VLLM_OWNED = {
     "disable_log_stats": "",
     "logprobs_mode": "rollout.temperature",
     "distributed_executor_backend": "",
+    # not set, but assumed: one engine is tensor_parallel_size GPUs of one placement bundle,
+    # its tokenizer is the model's, and weight sync loads the model's own tensors
+    "pipeline_parallel_size": "vllm.tensor_parallel_size",
+    "data_parallel_size": "vllm.engines",
+    "tokenizer": "model.path",
+    "tokenizer_revision": "model.revision",
+    "quantization": "",
+    "load_format": "",
 }
 
 
@@ -82,7 +97,7 @@ def check_passthrough(config: RunConfig, problems: list[str]) -> None:
         problems += name_problems(
             "train.trl_args", config.train.trl_args, _grpo_config_names(), TRL_OWNED
         )
-    if config.vllm.engine_args:
+    if config.vllm.engine_args and config.engine() == "vllm":  # (unused by the hf engine)
         names = _vllm_engine_names()
         if names is None:
             problems.append(
@@ -102,7 +117,7 @@ def name_problems(field: str, given: dict, valid: set[str], owned: dict[str, str
         if name in owned:
             instead = owned[name]
             fix = f"set {instead} instead" if instead else "rvctl needs the value it sets"
-            problems.append(f"{field}.{name}: rvctl sets {name} itself; {fix}")
+            problems.append(f"{field}.{name}: rvctl decides {name} itself; {fix}")
         elif name not in valid:
             near = difflib.get_close_matches(name, sorted(valid), n=1)
             hint = f"; did you mean {near[0]}?" if near else ""

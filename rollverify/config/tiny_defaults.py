@@ -35,7 +35,7 @@ def warn_tiny_defaults(config: RunConfig, given: set[str]) -> list[str]:
     if not missing:
         return []
     try:
-        parameters = ModelShape.of(config.model_path()).parameters
+        parameters = ModelShape.of(config.model_path(), revision=config.model.revision).parameters
     except (ValueError, OSError, KeyError):  # its config.json is not here: nothing to say
         return []
     if parameters < LARGE_MODEL:

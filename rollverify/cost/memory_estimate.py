@@ -73,7 +73,7 @@ def size(n: float) -> str:
 
 def estimate(config: RunConfig, shape: ModelShape | None = None) -> MemoryEstimate:
     """The memory estimate of `config` on its cost.gpu (see the module docstring)."""
-    shape = shape or ModelShape.of(config.model_path())
+    shape = shape or ModelShape.of(config.model_path(), revision=config.model.revision)
     train, gpu = config.train, GPUS[config.cost.gpu]
     master = 4 if config.master_dtype() == "float32" else BF16
     shards = train.processes if train.sharding == "fsdp" else 1

@@ -5,11 +5,14 @@ figures of each row as metrics (`<row>/eval_accuracy_mean`, ...), and the curves
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import warnings
 from pathlib import Path
 from typing import Any
 
+from rollverify.infra.atomic_write import atomic_write_text
 from rollverify.infra.faults import describe
 
 HEADLINE = (
@@ -40,22 +43,31 @@ def _record(parent: Any, folder: Path) -> None:
     found = load_report([str(folder)], parent.uri)
     if found.kind == "sweep":
         rows = sweep_rows(found.runs, found.sweep_params)
-        keys = [k for k in (*short_names(found.sweep_params), "method") if rows and k in rows[0]]
+        names = dict.fromkeys((*short_names(found.sweep_params), "method"))  # once each
+        keys = [k for k in names if rows and k in rows[0]]
     else:
         rows, keys = method_rows(found.runs), ["method"]
     if not rows:
         return
-    columns = list(rows[0])
-    data = {column: [row.get(column) for row in rows] for column in columns}
-    parent.client.log_table(parent.run_id, data=data, artifact_file="report.json")
+    columns = list(dict.fromkeys(column for row in rows for column in row))
+    table = {"columns": columns, "data": [[row.get(c) for c in columns] for row in rows]}
+    # (MLflow's table format, written whole: log_table would append to a resumed parent's)
+    path = folder / "report.json"
+    atomic_write_text(path, json.dumps(table, indent=2, default=_plain) + "\n")
+    parent.log_artifacts([path])
     metrics = {
         f"{row_name(row, keys)}/{name}": row[name]
         for row in rows
         for name in HEADLINE
-        if isinstance(row.get(name), int | float)
+        if isinstance(row.get(name), int | float) and math.isfinite(row[name])
     }
     parent.log_metrics(metrics, step=0)
     parent.log_artifacts(plot_metrics(run_groups(found), folder / "plots"), "plots")
+
+
+def _plain(value: Any) -> Any:
+    """numpy numbers and the like, as JSON takes them."""
+    return value.item() if hasattr(value, "item") else str(value)
 
 
 def row_name(row: dict[str, Any], keys: list[str]) -> str:

@@ -264,7 +264,11 @@ def simulate_one(
 ) -> Result:
     """One method at one context: `settings.steps` steps of its schedule on the virtual clock."""
     method, rollout, steps = METHODS[method_name], config.rollout, settings.steps
-    pricing = Pricing(ModelShape.of(config.model_path()), GPUS[settings.gpu], Layout.of(config))
+    pricing = Pricing(
+        ModelShape.of(config.model_path(), revision=config.model.revision),
+        GPUS[settings.gpu],
+        Layout.of(config),
+    )
     engine = _engine(config, settings, context, seed, pricing)
     lengths = engine.lengths
     source, state = _Prompts(settings.prompt_tokens), RolloutState()
@@ -320,7 +324,11 @@ def simulate_async(
     group waits. When the acceptance window collapses, admission becomes synchronous
     (eta 0) while the groups in play keep their deadlines."""
     rollout, steps = config.rollout, settings.steps
-    pricing = Pricing(ModelShape.of(config.model_path()), GPUS[settings.gpu], Layout.of(config))
+    pricing = Pricing(
+        ModelShape.of(config.model_path(), revision=config.model.revision),
+        GPUS[settings.gpu],
+        Layout.of(config),
+    )
     engine = _engine(config, settings, context, seed, pricing)
     lengths = engine.lengths
     source, state = _Prompts(settings.prompt_tokens), AsyncState()
@@ -482,7 +490,7 @@ def check_fits(config: RunConfig, settings: Settings) -> None:
             "use the vllm engine with cost.layout: disaggregated (or auto)"
         )
     if settings.kv_cache:
-        shape = ModelShape.of(config.model_path())
+        shape = ModelShape.of(config.model_path(), revision=config.model.revision)
         for context in settings.contexts:
             kv_tokens(config, settings, context, shape)
 

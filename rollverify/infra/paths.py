@@ -29,13 +29,20 @@ def _checkout() -> Path | None:
 
 
 CHECKOUT = _checkout()
-SHIPPED = [ASSETS, *([CHECKOUT] if CHECKOUT is not None else [])]  # searched last, in order
+
+
+def shipped_roots(name: str | Path) -> list[Path]:
+    """Where a shipped `name` may be: the package's assets, and for the recipes and grids
+    (experiments/..., sweeps/...) the checkout's top level too. Nothing else is looked for in
+    the checkout: a file of the user's there is found (and kept) as any other of theirs."""
+    top_level = CHECKOUT is not None and Path(name).parts[:1] in [(n,) for n in TOP_LEVEL]
+    return [ASSETS, CHECKOUT] if top_level else [ASSETS]
 
 
 def shipped(name: str | Path) -> Path:
     """A shipped file or folder by its name (`experiments/default.yaml`, `models/...`),
     wherever this install keeps it."""
-    found = next((root / name for root in SHIPPED if (root / name).exists()), None)
+    found = next((root / name for root in shipped_roots(name) if (root / name).exists()), None)
     return found if found is not None else ASSETS / name
 
 
@@ -52,7 +59,7 @@ def candidates(path: str | Path, folder: Path | None = None) -> list[Path]:
     path = Path(path)
     if path.is_absolute():
         return [path]
-    return [Path(os.path.normpath(root / path)) for root in [*roots(folder), *SHIPPED]]
+    return [Path(os.path.normpath(root / path)) for root in [*roots(folder), *shipped_roots(path)]]
 
 
 def locate(path: str | Path, folder: Path | None = None) -> Path | None:
@@ -75,7 +82,8 @@ def searched(path: str | Path, folder: Path | None = None) -> str:
     if Path(path).is_absolute():
         return str(path)
     places = ", ".join(str(root) for root in roots(folder))
-    return f"{path} in {places} or the package's data ({', '.join(map(str, SHIPPED))})"
+    shipped_places = ", ".join(map(str, shipped_roots(path)))
+    return f"{path} in {places} or the package's data ({shipped_places})"
 
 
 def roots(folder: Path | None) -> list[Path]:

@@ -11,14 +11,17 @@ is math-verify equivalence with the reference, any of several
 from __future__ import annotations
 
 import random
+import re
 import warnings
 from pathlib import Path
 
 import torch
 
 from rollverify.config.math_prompts import INSTRUCTION, render_prompt
+from rollverify.infra.paths import is_hub_data
 from rollverify.rollout.schedules import PromptGroup
 from rollverify.tasks.base import EvalProblem
+from rollverify.tasks.data.hub_data import parse
 from rollverify.tasks.data.math_problems import MathProblem, load_math_set
 from rollverify.tasks.rewards.math_answer import math_answer_reward
 
@@ -48,7 +51,7 @@ class MathTask:
         # records is usable. Eval files use the fields where they have them, else the defaults
         # (the shipped sets beside a training file of your own).
         self.train = load_math_set(train_file, **fields).require_usable().problems
-        self.eval_files = eval_files or {Path(eval_file).stem: eval_file}
+        self.eval_files = eval_files or {set_name(eval_file): eval_file}
         self.eval_sets_problems = {
             name: load_math_set(path, **fields, defaults_if_absent=True).require_usable().problems
             for name, path in self.eval_files.items()
@@ -157,3 +160,12 @@ class MathTask:
         # (a checkpoint from before prompts were skipped: one problem per group)
         self.next_problem = state.get("next_problem", self.next_group_id)
         self.skipped = state.get("skipped", 0)
+
+
+def set_name(eval_file: str) -> str:
+    """The name of a lone eval file's set in metric names (eval/<set>/...): its file name
+    without the extension, or a hub dataset's name (hf:openai/gsm8k:main@test: gsm8k), in the
+    characters MLflow takes."""
+    hub = is_hub_data(eval_file)
+    name = parse(eval_file).repo.split("/")[-1] if hub else Path(eval_file).stem
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)

@@ -50,7 +50,9 @@ class Booking:
         self.config, self.active = config, active
         # What each step's work would cost on GPUs (rollverify/cost/costmodel/): modeled_* metrics.
         self.pricing = Pricing(
-            ModelShape.of(config.model_path()), GPUS[config.cost.gpu], Layout.of(config)
+            ModelShape.of(config.model_path(), revision=config.model.revision),
+            GPUS[config.cost.gpu],
+            Layout.of(config),
         )
         self.ledger = CostLedger(DeviceLayout.of(config), modeled_gpus=self.pricing.layout.gpus)
         self.trace = StepTrace()  # written to RUN/trace/ with each checkpoint

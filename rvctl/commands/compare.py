@@ -86,7 +86,9 @@ def compare(
         board.update(child, step, metrics)
         if live is not None:
             live.update(board.table())
-        elif step >= 0:  # a log: a line per step, and one per finished run
+        elif step < 0:  # a log: a line per step, and one per finished run
+            board.lines[child].start()
+        else:
             board.lines[child](step, metrics)
             if step >= run_config.train.steps:
                 progress.line(f"{child.name} finished")

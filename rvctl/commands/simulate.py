@@ -163,12 +163,12 @@ def simulate(
     asyncs = len(settings.asyncs) * (2 if settings.async_verify else 1)
     total = (len(settings.methods) + asyncs) * len(settings.contexts) * settings.seeds
     if progress.plain():  # a log: a line per simulation done
-        done = iter(range(1, total + 1))
+        done = [0]
 
         def say(r) -> None:
+            done[0] += 1
             progress.line(
-                f"simulate {next(done)}/{total}: {r.method} @ {r.context}: "
-                f"{r.gpu_days:.3g} GPU-days"
+                f"simulate {done[0]}/{total}: {r.method} @ {r.context}: {r.gpu_days:.3g} GPU-days"
             )
 
         results = run(run_config, settings, on_result=say)

@@ -71,7 +71,10 @@ def sweep(
         config, run_overrides(steps, engine, output, tracking_uri, processes, settings)
     )
     grid = load_grid(names, values, seeds, method)
-    if method is None and grid.method != run_config.train.method:
+    swept_methods = "train.method" in grid.values
+    if method is not None and swept_methods:
+        raise ValueError("--method: this grid sweeps train.method itself; drop --method")
+    if method is None and not swept_methods and grid.method != run_config.train.method:
         stderr.print(
             f"sweep: every trial runs {grid.method} (the sweep file's method), not the "
             f"config's {run_config.train.method}; --method chooses"
@@ -84,11 +87,13 @@ def sweep(
     title = "sweep " + " x ".join(names)
     try:
         if progress.plain():  # a log: a line per finished trial
-            started = time.perf_counter()
+            started, shown = time.perf_counter(), [-1]
 
-            def show(done: int, total: int) -> None:
-                seconds = time.perf_counter() - started
-                progress.line(f"{title}: {done}/{total} trials finished  {seconds:.0f} s")
+            def show(done: int, total: int) -> None:  # (asked every few seconds)
+                if done != shown[0]:
+                    shown[0] = done
+                    seconds = time.perf_counter() - started
+                    progress.line(f"{title}: {done}/{total} trials finished  {seconds:.0f} s")
 
             result = run_sweep(run_config, grid, folder=folder, address=address, on_progress=show)
         else:

@@ -279,7 +279,8 @@ class SimulatedEngine(QueuedSlots):
         self.stats.slot_steps_busy += rows * steps
         finished = []
         done = bisect.bisect_right(self._finishing, (self.step, float("inf")))
-        ending, self._finishing = self._finishing[:done], self._finishing[done:]
+        ending = self._finishing[:done]
+        del self._finishing[:done]
         for end, row_id in ending:
             if row_id not in self._rows:
                 continue  # preempted: it finishes under a new id

@@ -90,7 +90,9 @@ def _write_model(config, folder: Path, target: Path) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    base = config.model_path()
+    from rollverify.infra.hub import model_folder
+
+    base = model_folder(config.model_path(), config.model.revision)  # (the pinned revision's)
     model_config = AutoConfig.from_pretrained(base)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from rollverify.config import load_config
-from rollverify.infra.hub import model_folder
+from rollverify.config.model_shape import ModelShape
+from rollverify.infra.hub import cached_snapshot, model_folder
 from rollverify.infra.paths import ASSETS
 from rollverify.training.parts import vllm_settings
 from rollverify.training.preflight import model_found
@@ -70,3 +71,18 @@ def test_a_run_trains_the_pinned_snapshot(hub_cache, tmp_path):
         weights.write_bytes(b"not the pinned revision")  # main would not load
     settings = {"model.path": REPO, "model.revision": "v1", "train.steps": 1}
     assert train(tiny(tmp_path, "grpo", **settings)).steps == 1
+
+
+def test_only_the_pinned_revision_cached_is_enough_and_a_partial_snapshot_is_not(
+    hub_cache, tmp_path
+):
+    """The cost model reads the pinned revision's config (no main needed), and a snapshot
+    without its weights (a download cut short) is not taken for the model."""
+    (hub_cache / "refs" / "main").unlink()
+    shutil.rmtree(hub_cache / "snapshots" / MAIN)
+    pinned = config(tmp_path, "v1")
+    assert ModelShape.of(REPO, revision="v1") == ModelShape.of(str(TINY_MODEL))
+    assert model_found(pinned)[1] == []
+    for weights in (hub_cache / "snapshots" / PINNED).glob("*.safetensors"):
+        weights.unlink()
+    assert cached_snapshot(REPO, "v1") is None

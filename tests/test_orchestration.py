@@ -231,6 +231,11 @@ def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
 
     result = subprocess.run([*command, "--resume", "-f", "json"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
+    # its stderr is a pipe (a job's log): a line when a trial finishes, not one per poll
+    finished_lines = [line for line in result.stderr.splitlines() if "trials finished" in line]
+    assert finished_lines and finished_lines[-1].startswith("sweep ds x dt: 2/2 trials finished")
+    counts = [line.split(": ")[1].split()[0] for line in finished_lines]
+    assert len(counts) == len(set(counts)), finished_lines
     runs = children(parent["tracking_uri"], parent["run_id"])
     done = [r for r in runs if r.info.status == "FINISHED"]
     grid_points = sorted(float(r.data.params["verify.ds"]) for r in done)

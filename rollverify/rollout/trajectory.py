@@ -74,6 +74,11 @@ class Trajectory:
     def __len__(self) -> int:
         return self.token_ids.shape[0]  # (cheaper than len() of a tensor: a hot path)
 
+    @property
+    def context_length(self) -> int:
+        """Prompt and generated tokens: what an engine prefills to continue it."""
+        return self.prompt_ids.shape[0] + len(self)
+
     def extend(self, token_ids, logprobs, version: int) -> int:
         """Append tokens that policy `version` just generated, with their log-probs; returns
         how many of them regenerate positions a truncation had dropped."""

@@ -169,9 +169,7 @@ class HFEngine(QueuedSlots):
         if recompute_kv:
             self._rows, self._cache = [], None
             self._queue.extendleft(reversed(running))
-            self.stats.tokens_recomputed_on_update += sum(
-                t.prompt_ids.shape[0] + len(t) for t in running
-            )
+            self.stats.tokens_recomputed_on_update += sum(t.context_length for t in running)
         self._load(named_tensors)
         self.version = version
 

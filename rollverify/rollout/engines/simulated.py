@@ -223,7 +223,7 @@ class SimulatedEngine(QueuedSlots):
             offset = row.base - row.admitted_at
             trajectory = self._flush(row)  # what it made so far, under the old weights
             row.admitted_at, row.base = self.step + 1, offset + self.step + 1  # same context
-            contexts.append(trajectory.prompt_ids.shape[0] + len(trajectory))
+            contexts.append(trajectory.context_length)
         if recompute_kv and contexts:
             price = self.cost.iteration(
                 EngineStep(
@@ -309,7 +309,7 @@ class SimulatedEngine(QueuedSlots):
         admitted, cached = self._fitting(min(free, len(self._queue)))
         if not admitted:
             return []
-        contexts = [t.prompt_ids.shape[0] + len(t) for t in admitted]
+        contexts = [t.context_length for t in admitted]
         step = EngineStep(
             0,
             0,
@@ -382,7 +382,7 @@ class SimulatedEngine(QueuedSlots):
         if self.kv_blocks is None:
             return True
         head = self._queue[0]
-        need = blocks_for(head.prompt_ids.shape[0] + len(head), self._blocks.block_size)
+        need = blocks_for(head.context_length, self._blocks.block_size)
         return self._blocks.blocks_at(self.step + 1) + need <= self.kv_blocks
 
     def _fitting(self, most: int) -> tuple[list[Trajectory], list[int]]:
@@ -396,7 +396,7 @@ class SimulatedEngine(QueuedSlots):
         admitted: list[Trajectory] = []
         cached: list[int] = []
         while self._queue and len(admitted) < most:
-            context = self._queue[0].prompt_ids.shape[0] + len(self._queue[0])
+            context = self._queue[0].context_length
             if held + blocks_for(context, size) > self.kv_blocks and (admitted or self._rows):
                 break
             trajectory = self._queue.popleft()

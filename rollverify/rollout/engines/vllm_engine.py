@@ -314,9 +314,7 @@ class VLLMEngine(CollectiveWeightSync):
         running = [t for t in stopped if not t.finished]
         self._done += [t for t in stopped if t.finished]
         self.load_weights(named_tensors, version)
-        self.stats.tokens_recomputed_on_update += sum(
-            t.prompt_ids.shape[0] + len(t) for t in running
-        )
+        self.stats.tokens_recomputed_on_update += sum(t.context_length for t in running)
         self.submit(running)
 
     # (the collective broadcast and a replacement's weights: vllm_weight_sync.py)

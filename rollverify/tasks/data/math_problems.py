@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rollverify.config.math_prompts import ANSWER_FIELDS, PROMPT_FIELDS
-from rollverify.infra.paths import ASSETS, is_hub_data, locate
+from rollverify.infra.paths import ASSETS, HUB_DATA, is_hub_data, locate
 from rollverify.tasks.data.records import read_records
 
 MATH_DATA_DIR = ASSETS / "data" / "math"
@@ -164,7 +164,7 @@ def load_math_sets(
 
 def _name(path: str | Path) -> str:
     if is_hub_data(path):
-        return str(path).removeprefix("hf:")
+        return str(path).removeprefix(HUB_DATA)
     return path.name if path.is_dir() else path.stem
 
 

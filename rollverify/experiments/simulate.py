@@ -31,8 +31,10 @@ What it cannot know is modeled, and each model is named here:
 from __future__ import annotations
 
 import math
+import multiprocessing
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -547,21 +549,52 @@ def _work(trajectories: list) -> tuple[int, int]:
 
 
 def simulate(
-    config: RunConfig, settings: Settings, on_result: Callable[[Result], None] = lambda r: None
+    config: RunConfig,
+    settings: Settings,
+    on_result: Callable[[Result], None] = lambda r: None,
+    workers: int = 1,
 ) -> list[Result]:
+    """Every (context, seed, method) run and every asynchronous one, in the table's order.
+    `workers` > 1 runs them in that many processes at once: each run is deterministic, so the
+    results are the same; `on_result` then sees them as they finish."""
     settings.check()
     check_fits(config, settings)
-    results = []
+    jobs = list(_jobs(settings))
+    if workers <= 1 or len(jobs) == 1:
+        results = []
+        for job in jobs:
+            results.append(_run(config, settings, job))
+            on_result(results[-1])
+        return results
+    # spawn, not fork: a forked child of a process whose torch already ran OpenMP can hang
+    context = multiprocessing.get_context("spawn")
+    done: list[Result | None] = [None] * len(jobs)
+    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
+        futures = {pool.submit(_run, config, settings, job): i for i, job in enumerate(jobs)}
+        for future in as_completed(futures):
+            done[futures[future]] = future.result()
+            on_result(done[futures[future]])
+    return [r for r in done if r is not None]
+
+
+_Job = tuple[str, int, int, int, bool]  # (method or "async", context, seed, eta, verify)
+
+
+def _jobs(settings: Settings) -> Iterator[_Job]:
     for context in settings.contexts:
         for seed in range(settings.seeds):
             for method in settings.methods:
-                results.append(simulate_one(config, settings, method, context, seed))
-                on_result(results[-1])
+                yield method, context, seed, 0, False
             for eta in settings.asyncs:
                 for verify in (False, True) if settings.async_verify else (False,):
-                    results.append(simulate_async(config, settings, eta, context, seed, verify))
-                    on_result(results[-1])
-    return results
+                    yield "async", context, seed, eta, verify
+
+
+def _run(config: RunConfig, settings: Settings, job: _Job) -> Result:
+    method, context, seed, eta, verify = job
+    if method == "async":
+        return simulate_async(config, settings, eta, context, seed, verify)
+    return simulate_one(config, settings, method, context, seed)
 
 
 def rows(results: list[Result]) -> list[dict[str, Any]]:

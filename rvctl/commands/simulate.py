@@ -3,6 +3,7 @@ virtual clock (rollverify/experiments/simulate.py; the cost model: docs/cost-mod
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -111,6 +112,13 @@ def simulate(
             help="Model the engines' KV-cache capacity and preemption (--no-kv-cache: unlimited)."
         ),
     ] = True,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Simulations run at once, one process each (default: the CPUs this process "
+            "may use). Each is deterministic: the table is the same."
+        ),
+    ] = None,
     settings_: SetOption = None,
     format: FormatOption = Format.table,
 ) -> None:
@@ -160,6 +168,10 @@ def simulate(
             f"warning: the profile was fitted to {fitted}; it prices {run_config.model.path} "
             "with that model's terms (calibrate a run of this model for its own)"
         )
+    if workers is None:
+        workers = len(os.sched_getaffinity(0))
+    elif workers < 1:
+        raise ValueError(f"--workers: must be >= 1, got {workers}")
     asyncs = len(settings.asyncs) * (2 if settings.async_verify else 1)
     total = (len(settings.methods) + asyncs) * len(settings.contexts) * settings.seeds
     if progress.plain():  # a log: a line per simulation done
@@ -171,7 +183,7 @@ def simulate(
                 f"simulate {done[0]}/{total}: {r.method} @ {r.context}: {r.gpu_days:.3g} GPU-days"
             )
 
-        results = run(run_config, settings, on_result=say)
+        results = run(run_config, settings, on_result=say, workers=workers)
     else:
         with Progress(
             TextColumn("[bold]simulate"),
@@ -188,6 +200,7 @@ def simulate(
                 on_result=lambda r: bar.update(
                     task, advance=1, last=f"{r.method} @ {r.context}: {r.gpu_days:.3g} GPU-days"
                 ),
+                workers=workers,
             )
     print_split(rows(results), format, f"simulated, {settings.lengths.describe()}", HEADERS, 2)
     if format is Format.table:

@@ -23,20 +23,24 @@ def reference_token_ops(current: list[float], behavior: list[float], metric: str
     return out
 
 
-def reference_kept(ops: list[float], versions: list[int], ds: float, dt: float) -> int:
+def reference_kept(
+    ops: list[float], versions: list[int], ds: float, dt: float, policy: list[bool] | None = None
+) -> int:
+    """`policy`: False on tool output (never judged; a cut falls on a policy token)."""
+    policy = [True] * len(ops) if policy is None else policy
     kept = len(ops)
     start = 0
     while start < len(ops) and ds != math.inf:  # stage 1 (ds = inf disables it)
         end = start
         while end < len(ops) and versions[end] == versions[start]:
             end += 1
-        mean = sum(ops[start:end]) / (end - start)
-        if not mean < ds:
-            kept = start
+        judged = [o for o, p in zip(ops[start:end], policy[start:end], strict=True) if p]
+        if judged and not sum(judged) / len(judged) < ds:
+            kept = next(t for t in range(start, end) if policy[t])
             break
         start = end
     for t in range(kept if dt != math.inf else 0):  # stage 2 (dt = inf disables it)
-        if not ops[t] < dt:
+        if policy[t] and not ops[t] < dt:
             return t
     return kept
 

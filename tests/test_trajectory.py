@@ -215,3 +215,50 @@ def test_a_checkpoint_without_high_water_marks_reads_them_as_the_lengths():
         del record["high_water"]
     restored = TrajectoryCache.from_tensors(tensors, records)
     assert [t.high_water for t in restored] == [1, 1, 0]
+
+
+# -- tool output (docs/rules.md, section 1) ----------------------------------------------------
+
+
+def _with_tool_output():
+    """Policy tokens at version 2 (a call), a tool's output, then policy tokens at version 3."""
+    t = _trajectory(4, 0, [([1, 2, 3], [-0.1, -0.2, -0.3], 2)])
+    t.extend_tool_output([40, 41], version=2)
+    t.extend([5, 6], [-0.5, -0.6], 3)
+    return t
+
+
+def test_tool_output_is_marked_not_the_policys_with_the_calls_version():
+    t = _with_tool_output()
+    assert t.token_ids.tolist() == [1, 2, 3, 40, 41, 5, 6]
+    assert t.policy.tolist() == [True, True, True, False, False, True, True]
+    assert t.versions.tolist() == [2, 2, 2, 2, 2, 3, 3]
+    assert t.behavior_logprobs[3:5].tolist() == [0.0, 0.0]
+    assert (len(t), t.policy_tokens, t.high_water) == (7, 5, 7)
+    t.truncate(4)  # in the middle of the output: the mask follows the tokens
+    assert t.policy.tolist() == [True, True, True, False] and t.policy_tokens == 3
+    assert _trajectory(0, 0, [([1], [-1.0], 0)]).policy is None  # tool-free: no mask at all
+
+
+def test_a_padded_batch_marks_tool_output_and_a_tool_free_one_is_its_mask():
+    tool_free = _trajectory(0, 0, [([7], [-1.0], 0)])
+    batch = PaddedTrajectories.of([_with_tool_output(), tool_free])
+    assert batch.policy.tolist() == [
+        [True, True, True, False, False, True, True],
+        [True, False, False, False, False, False, False],
+    ]
+    alone = PaddedTrajectories.of([tool_free])
+    assert alone.policy is alone.mask
+
+
+@pytest.mark.parametrize("form", ["file", "checkpoint"])
+def test_tool_output_marks_survive_the_cache_files(tmp_path, form):
+    trajectories = [_with_tool_output(), _trajectory(1, 1, [([9, 8], [-1.0, -2.0], 1)])]
+    if form == "file":
+        TrajectoryCache(trajectories).save(tmp_path / "cache.safetensors")
+        back = list(TrajectoryCache.load(tmp_path / "cache.safetensors"))
+    else:
+        back = list(TrajectoryCache.from_tensors(*TrajectoryCache(trajectories).to_tensors()))
+    assert back[0].policy.tolist() == trajectories[0].policy.tolist()
+    assert back[1].policy is None
+    assert back[0].token_ids.tolist() == trajectories[0].token_ids.tolist()

@@ -1,6 +1,8 @@
 """Two-stage verification: the spec's vectors, a literal reference, properties, errors."""
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -225,3 +227,68 @@ def test_bfloat16_ops_are_judged_as_in_float32():
     expected = verify(half.float(), versions, mask, ds=0.01, dt=INF)
     assert expected.tolist() == [300]
     assert verify(half, versions, mask, ds=0.01, dt=INF).tolist() == expected.tolist()
+
+
+# -- tool output in a trajectory (docs/rules.md, section 3, "Tool output") --------------------
+
+TOOL_VECTORS = json.loads((Path(__file__).parent / "data" / "tool_vectors.json").read_text())
+
+
+def test_tool_vectors_one_by_one_and_by_the_literal_loop():
+    for case in TOOL_VECTORS["verify"]:
+        ops = torch.tensor([case["token_ops"]], dtype=torch.float64)
+        policy = torch.tensor([case["policy"]])
+        mask = torch.ones_like(policy)
+        versions = torch.tensor([case["versions"]])
+        kept = verify(ops, versions, mask, case["ds"], case["dt"], policy=policy)
+        assert kept.tolist() == [case["kept"]], case["why"]
+        assert reference_kept(*_row(case), case["ds"], case["dt"], case["policy"]) == case["kept"]
+        assert sum(case["policy"][: case["kept"]]) == case["kept_policy_tokens"]
+
+
+def test_tool_vectors_in_one_batch_with_nan_padding():
+    cases = [c for c in TOOL_VECTORS["verify"] if (c["ds"], c["dt"]) == (0.5, 2.0)]
+    ops, versions, mask = _batch([c["token_ops"] for c in cases], [c["versions"] for c in cases],
+                                 pad_ops=math.nan)  # fmt: skip
+    policy = mask.clone()
+    for i, case in enumerate(cases):
+        policy[i, : len(case["policy"])] = torch.tensor(case["policy"])
+    kept = verify(ops, versions, mask, 0.5, 2.0, policy=policy)
+    assert kept.tolist() == [c["kept"] for c in cases]
+
+
+def _row(case):
+    return [float(o) for o in case["token_ops"]], case["versions"]
+
+
+@st.composite
+def tool_trajectories(draw, max_len=24):
+    ops, versions = draw(trajectories(max_len))
+    policy = draw(st.lists(st.booleans(), min_size=len(ops), max_size=len(ops)))
+    if policy:
+        policy[0] = True  # a trajectory opens with the policy's tokens, before any call
+    return ops, versions, policy
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(tool_trajectories(), min_size=1, max_size=6), thresholds, thresholds)
+def test_verify_with_tool_output_equals_the_literal_loop(batch, ds, dt):
+    ops, versions, mask = _batch([b[0] for b in batch], [b[1] for b in batch], pad_ops=math.nan)
+    policy = torch.zeros_like(mask)
+    for i, (_, _, p) in enumerate(batch):
+        policy[i, : len(p)] = torch.tensor(p, dtype=torch.bool)
+    expected = [reference_kept(o, v, ds, dt, p) for o, v, p in batch]
+    kept = verify(ops, versions, mask, ds, dt, policy=policy)
+    assert kept.tolist() == expected
+    for k, (_, _, p) in zip(kept.tolist(), batch, strict=True):  # a cut lands on a policy token
+        assert k == len(p) or p[k]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(trajectories(), min_size=1, max_size=6), thresholds, thresholds)
+def test_a_tool_free_policy_mask_changes_nothing(batch, ds, dt):
+    ops, versions, mask = _batch([b[0] for b in batch], [b[1] for b in batch])
+    assert (
+        verify(ops, versions, mask, ds, dt, policy=mask).tolist()
+        == verify(ops, versions, mask, ds, dt).tolist()
+    )

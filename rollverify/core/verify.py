@@ -7,6 +7,12 @@ generated tokens with one policy version.
   2. Token stage (dt): in what stage 1 kept, cut at the first token whose OPS is >= dt.
 The kept prefix keeps its behavior log-probs and versions; the rest is regenerated.
 
+With tool calls a trajectory also holds tokens the policy did not sample (a tool's output,
+`policy` False, carrying the version of the call): they are in segments but never judged. A
+segment's mean is over its policy tokens (none: it passes), and a cut falls on a policy token,
+so the kept prefix ends just before the first rejected policy token and a tool output is kept
+exactly when the call before it is (docs/rules.md, section 3).
+
 Both stages are "first index where a condition holds", so one vectorized pass each over [B, T]
 does the whole batch: no loop over trajectories or tokens. A NaN OPS on a generated token
 fails its check (a token that cannot be scored cannot be trusted); padding is never read.
@@ -27,6 +33,7 @@ def verify(
     mask: torch.Tensor,
     ds: float = 0.01,
     dt: float = 2.0,
+    policy: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Kept length of each trajectory after both stages: long [B].
 
@@ -34,6 +41,7 @@ def verify(
     versions: int   [B, T] policy version of each token
     mask:     bool  [B, T] True on generated tokens, right-padded
     ds, dt:   thresholds > 0; float("inf") disables a stage
+    policy:   bool  [B, T] True on tokens the policy sampled (None: every generated token)
     """
     ds = check_positive_threshold("ds", ds)
     dt = check_positive_threshold("dt", dt)
@@ -41,17 +49,22 @@ def verify(
     check_mask(mask, ops.shape)
     if versions.dtype.is_floating_point or versions.dtype == torch.bool:
         raise ValueError(f"versions must be an integer tensor, got dtype {versions.dtype}")
+    if policy is not None:
+        check_same_shape(ops=ops, policy=policy)
+        check_mask(policy, ops.shape)
     if ops.numel() == 0:
         return torch.zeros(ops.shape[0], dtype=torch.long, device=ops.device)
     lengths = _right_padded_lengths(mask)  # [B]
 
     kept = lengths
     if not math.isinf(ds):
-        kept = torch.minimum(kept, _first_bad_segment_start(ops, versions, mask, lengths, ds))
+        first_bad = _first_bad_segment_start(ops, versions, mask, lengths, ds, policy)
+        kept = torch.minimum(kept, first_bad)
     if not math.isinf(dt):
         # Tokens past the end of a row may "fail" on padding garbage; the min with kept
         # (<= length) makes them harmless, and saves a pass that would mask them.
-        kept = torch.minimum(kept, _first_true(~(ops < dt)))
+        failing = ~(ops < dt)
+        kept = torch.minimum(kept, _first_true(failing if policy is None else failing & policy))
     return kept
 
 
@@ -63,9 +76,15 @@ def _right_padded_lengths(mask: torch.Tensor) -> torch.Tensor:
 
 
 def _first_bad_segment_start(
-    ops: torch.Tensor, versions: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor, ds: float
+    ops: torch.Tensor,
+    versions: torch.Tensor,
+    mask: torch.Tensor,
+    lengths: torch.Tensor,
+    ds: float,
+    policy: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Start of the first segment whose mean OPS fails `< ds`, else T: long [B].
+    """First policy token of the first segment whose mean OPS (over its policy tokens) fails
+    `< ds`, else T: long [B].
 
     The batch is flattened into runs that break at every row start, version change and end of
     the generated tokens; torch.segment_reduce sums each run in order (as a loop would), and
@@ -81,12 +100,30 @@ def _first_bad_segment_start(
     boundary[:, 1:] |= mask[:, 1:] != mask[:, :-1]
     run_start = boundary.view(-1).nonzero().squeeze(1)  # [R] flat indices
     run_length = torch.diff(run_start, append=run_start.new_tensor([batch * width]))
-    run_sum = torch.segment_reduce(ops.reshape(-1), "sum", lengths=run_length)  # [R]
+    judged = ops if policy is None else torch.where(policy, ops, torch.zeros((), dtype=ops.dtype))
+    run_sum = torch.segment_reduce(judged.reshape(-1), "sum", lengths=run_length)  # [R]
+    if policy is None:
+        run_count = run_length.to(ops.dtype)
+    else:  # a run of tool output alone has no policy token to judge: it passes
+        run_count = torch.segment_reduce(
+            policy.reshape(-1).to(ops.dtype), "sum", lengths=run_length
+        )
     row, column = run_start // width, run_start % width
-    is_segment = column < lengths[row]  # a run of generated tokens, not padding
-    bad = is_segment & ~(run_sum / run_length.to(ops.dtype) < ds)
+    is_segment = (column < lengths[row]) & (run_count > 0)  # generated tokens, some judged
+    bad = is_segment & ~(run_sum / run_count.clamp(min=1) < ds)
+    if policy is not None:  # the cut falls on the segment's first policy token
+        column = _next_true(policy).view(-1)[run_start]
     first_bad = torch.full((batch,), width, dtype=torch.long, device=ops.device)
     return first_bad.scatter_reduce_(0, row[bad], column[bad], reduce="amin")
+
+
+def _next_true(condition: torch.Tensor) -> torch.Tensor:
+    """For each column, the first column at or after it where `condition` (bool [B, T]) holds,
+    T where none does: long [B, T]."""
+    width = condition.shape[-1]
+    index = torch.arange(width, device=condition.device).expand_as(condition)
+    candidates = torch.where(condition, index, width)
+    return candidates.flip(-1).cummin(-1).values.flip(-1)
 
 
 def _first_true(condition: torch.Tensor) -> torch.Tensor:

@@ -39,6 +39,9 @@ class Trajectory:
     finish_reason: "stop" (end of sequence), "length" (token budget), None while unfinished
     high_water: the most tokens it ever had: tokens generated below it after a truncation are
         regenerated ones (the cost of verification, in the cost ledger)
+    policy:            bool    [L] True on tokens the policy sampled, False on a tool's output
+        (behavior log-prob 0, never read; version of the call); None: every token is the
+        policy's (no tool output), what a tool-free trajectory costs nothing to say
     """
 
     prompt_ids: torch.Tensor
@@ -49,13 +52,16 @@ class Trajectory:
     versions: torch.Tensor = field(default_factory=lambda: _empty(torch.long))
     finish_reason: str | None = None
     high_water: int = 0
+    policy: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         lengths = {len(self.token_ids), len(self.behavior_logprobs), len(self.versions)}
+        if self.policy is not None:
+            lengths.add(len(self.policy))
         if len(lengths) != 1:
             raise ValueError(
                 f"trajectory ({self.group_id}, {self.sample_index}): token_ids, "
-                f"behavior_logprobs and versions must have one length, got "
+                f"behavior_logprobs, versions (and policy) must have one length, got "
                 f"{len(self.token_ids)}, {len(self.behavior_logprobs)}, {len(self.versions)}"
             )
         if self.finish_reason not in (None, *FINISH_REASONS):
@@ -90,6 +96,25 @@ class Trajectory:
         self._append(token_ids, logprobs, torch.full(token_ids.shape, version, dtype=torch.long))
         return self._regenerated(start)
 
+    def extend_tool_output(self, token_ids, version: int) -> None:
+        """Append a tool's output (tokens the policy did not sample) after a call the policy made
+        at `version`: no behavior log-prob (0, never read), the call's version, policy False."""
+        token_ids = torch.as_tensor(token_ids, dtype=torch.long)
+        count = token_ids.shape[0]
+        if self.policy is None:
+            self.policy = torch.ones(len(self), dtype=torch.bool)
+        self._append(token_ids, torch.zeros(count), torch.full((count,), version), policy=False)
+        self.high_water = max(self.high_water, len(self))  # not the policy's: not regenerated
+
+    @property
+    def policy_tokens(self) -> int:
+        """Tokens the policy sampled: what OPS, verification and acceptance count."""
+        return len(self) if self.policy is None else int(self.policy.sum())
+
+    def policy_mask(self) -> torch.Tensor:
+        """bool [L]: True on the policy's tokens (all of them without tool output)."""
+        return torch.ones(len(self), dtype=torch.bool) if self.policy is None else self.policy
+
     def truncate(self, kept: int) -> int:
         """Keep the first `kept` tokens (the verified prefix); returns how many were dropped."""
         if not 0 <= kept <= len(self):
@@ -109,7 +134,9 @@ class Trajectory:
 
     # Storage: the only methods that touch the tensors (engines/simulated.py's Sketch counts).
 
-    def _append(self, token_ids, logprobs, versions) -> None:
+    def _append(self, token_ids, logprobs, versions, policy: bool = True) -> None:
+        if self.policy is not None:
+            self.policy = torch.cat([self.policy, torch.full(token_ids.shape, policy)])
         if len(self):
             self.token_ids = torch.cat([self.token_ids, token_ids])
             self.behavior_logprobs = torch.cat([self.behavior_logprobs, logprobs])
@@ -122,6 +149,8 @@ class Trajectory:
         self.token_ids = self.token_ids[:kept].clone()
         self.behavior_logprobs = self.behavior_logprobs[:kept].clone()
         self.versions = self.versions[:kept].clone()
+        if self.policy is not None:
+            self.policy = self.policy[:kept].clone()
 
 
 @dataclass
@@ -131,11 +160,14 @@ class PaddedTrajectories:
     behavior_logprobs: float32 [B, T] (pad 0)
     versions:          long    [B, T] (pad -1)
     mask:              bool    [B, T] True on generated tokens
+    policy:            bool    [B, T] True on the policy's tokens (mask less tool output): what
+                       OPS, verification and acceptance count
     """
 
     behavior_logprobs: torch.Tensor
     versions: torch.Tensor
     mask: torch.Tensor
+    policy: torch.Tensor
 
     @classmethod
     def of(cls, trajectories: list[Trajectory]) -> PaddedTrajectories:
@@ -144,13 +176,20 @@ class PaddedTrajectories:
             return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=value)
 
         if not trajectories:
-            return cls(*(_empty(d).reshape(0, 0) for d in (torch.float32, torch.long, torch.bool)))
+            dtypes = (torch.float32, torch.long, torch.bool, torch.bool)
+            return cls(*(_empty(d).reshape(0, 0) for d in dtypes))
         lengths = torch.tensor([len(t) for t in trajectories])
         width = int(lengths.max())
+        mask = torch.arange(width) < lengths[:, None]
+        policy = mask
+        if any(t.policy is not None for t in trajectories):
+            rows = [t.policy_mask() for t in trajectories]
+            policy = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=False)
         return cls(
             behavior_logprobs=pad("behavior_logprobs", 0.0),
             versions=pad("versions", -1),
-            mask=torch.arange(width) < lengths[:, None],
+            mask=mask,
+            policy=policy,
         )
 
 
@@ -229,12 +268,16 @@ def _to_tensors(trajectories: list[Trajectory]) -> tuple[dict[str, torch.Tensor]
         "versions": cat("versions", torch.long),
         "token_lengths": torch.tensor([len(t) for t in trajectories], dtype=torch.long),
     }
+    if any(t.policy is not None for t in trajectories):  # tool output: which tokens are whose
+        rows = [t.policy_mask() for t in trajectories]
+        tensors["policy"] = torch.cat(rows) if rows else _empty(torch.bool)
     records = [
         {
             "group_id": t.group_id,
             "sample_index": t.sample_index,
             "finish_reason": t.finish_reason,
             "high_water": t.high_water,
+            **({"tool_output": True} if t.policy is not None else {}),
         }
         for t in trajectories
     ]
@@ -244,14 +287,16 @@ def _to_tensors(trajectories: list[Trajectory]) -> tuple[dict[str, torch.Tensor]
 def _from_tensors(tensors: dict[str, torch.Tensor], records: list[dict], path) -> list[Trajectory]:
     prompt_lengths = tensors["prompt_lengths"].tolist()
     token_lengths = tensors["token_lengths"].tolist()
-    if not (len(records) == len(prompt_lengths) == len(token_lengths)) or sum(token_lengths) != len(
-        tensors["token_ids"]
-    ):
+    tokens_in = {len(tensors[name]) for name in ("token_ids", "policy") if name in tensors}
+    if not (len(records) == len(prompt_lengths) == len(token_lengths)) or tokens_in != {
+        sum(token_lengths)
+    }:
         raise ValueError(f"{path}: trajectory cache is inconsistent (lengths do not add up)")
     prompts = tensors["prompt_ids"].split(prompt_lengths)
     tokens = tensors["token_ids"].split(token_lengths)
     logprobs = tensors["behavior_logprobs"].split(token_lengths)
     versions = tensors["versions"].split(token_lengths)
+    policies = tensors["policy"].split(token_lengths) if "policy" in tensors else versions
     return [
         Trajectory(
             p.clone(),
@@ -262,6 +307,9 @@ def _from_tensors(tensors: dict[str, torch.Tensor], records: list[dict], path) -
             v.clone(),
             r["finish_reason"],
             r.get("high_water", len(t)),
+            policy.clone() if r.get("tool_output") else None,
         )
-        for r, p, t, lp, v in zip(records, prompts, tokens, logprobs, versions, strict=True)
+        for r, p, t, lp, v, policy in zip(
+            records, prompts, tokens, logprobs, versions, policies, strict=True
+        )
     ]

@@ -38,26 +38,29 @@ def check_cache(
     if not cached:
         return CacheCheck()
     batch = PaddedTrajectories.of(cached)
+    policy = batch.policy  # tool output is neither scored nor counted (docs/rules.md, 3)
     current = current[:, : batch.mask.shape[1]]
-    ops = token_ops(current, batch.behavior_logprobs, cfg.ops_metric, mask=batch.mask)
+    ops = token_ops(current, batch.behavior_logprobs, cfg.ops_metric, mask=policy)
     lengths = batch.mask.sum(-1)
     kept = lengths
     if method.verify:
         dt = cfg.dt if method.token_stage else math.inf
-        kept = verify(ops, batch.versions, batch.mask, cfg.ds, dt)
+        tool_free = policy is batch.mask
+        kept = verify(ops, batch.versions, batch.mask, cfg.ds, dt, None if tool_free else policy)
         for trajectory, k in zip(cached, kept.tolist(), strict=True):
             trajectory.truncate(k)
-        if method.switching:
-            monitor.update(kept.sum(), lengths.sum(), step=step)
-    kept_mask = batch.mask & (torch.arange(batch.mask.shape[1]) < kept[:, None])
-    nonempty = kept > 0
+    kept_policy = policy & (torch.arange(batch.mask.shape[1]) < kept[:, None])
+    before, after = int(policy.sum()), int(kept_policy.sum())
+    if method.verify and method.switching:
+        monitor.update(after, before, step=step)
+    nonempty = kept_policy.any(-1)
     return CacheCheck(
         trajectories=len(cached),
-        tokens_before=int(lengths.sum()),
-        tokens_kept=int(kept.sum()),
-        ops_before=sequence_ops(ops, batch.mask).mean().item(),
+        tokens_before=before,
+        tokens_kept=after,
+        ops_before=sequence_ops(ops, policy).mean().item(),
         ops_after=(
-            sequence_ops(ops, kept_mask)[nonempty].mean().item() if nonempty.any() else math.nan
+            sequence_ops(ops, kept_policy)[nonempty].mean().item() if nonempty.any() else math.nan
         ),
         scored=forward_work(cached),
     )

@@ -292,10 +292,9 @@ class TrainingLoop:
         require_finite("behavior log-probs from the engine", batch.behavior_logprobs, batch.mask)
         current = current[:, : batch.mask.shape[1]]
         require_finite("log-probs under the current policy", current, batch.mask)
-        ops = token_ops(
-            current, batch.behavior_logprobs, self.config.verify.ops_metric, mask=batch.mask
-        )
-        batch_ops = sequence_ops(ops, batch.mask)
+        policy = batch.policy  # tool output is not the policy's: out of OPS and its metrics
+        ops = token_ops(current, batch.behavior_logprobs, self.config.verify.ops_metric, policy)
+        batch_ops = sequence_ops(ops, policy)
         keep = keep_samples(
             self.method.sample_filter, batch, batch_ops, self.version, self.config.verify
         )
@@ -308,7 +307,7 @@ class TrainingLoop:
             lengths=batch.mask.sum(-1).float(),
             staleness_mean=stale.float().mean().item(),
             staleness_max=int(stale.max()),
-            mismatch=mismatch(current, batch.behavior_logprobs, batch.mask),  # current = pi_old
+            mismatch=mismatch(current, batch.behavior_logprobs, policy),  # current = pi_old
             cache_size=len(self.state.cache),
             engine_restarts=self.engine.stats.restarts,
             engine_steps=self._engine_steps(),

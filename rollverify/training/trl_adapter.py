@@ -76,7 +76,7 @@ class BehaviorRatioGRPOTrainer(GRPOTrainer):
             keep = m2po_mask(
                 output["sampling_per_token_logps"],
                 output["old_per_token_logps"],
-                output["completion_mask"],
+                _loss_mask(output),
                 self.m2po_tau,
             )
             output["importance_sampling_ratio"] = output["importance_sampling_ratio"] * keep
@@ -124,7 +124,7 @@ class BehaviorRatioGRPOTrainer(GRPOTrainer):
             if truncating
             else (None, None)
         )
-        mask = output["completion_mask"]
+        mask = _loss_mask(output)
         self._record_share(*changed_share(output["importance_sampling_ratio"], mask, *bounds))
 
     def _record_share(self, changed: float, tokens: float) -> None:
@@ -172,10 +172,17 @@ class BehaviorRatioGRPOTrainer(GRPOTrainer):
         return logps.float().cpu()
 
 
+def _loss_mask(output: dict[str, Any]) -> torch.Tensor:
+    """The tokens in the loss, as TRL masks them: completion_mask x tool_mask (env_mask)."""
+    mask = output["completion_mask"]
+    return mask if "tool_mask" not in output else mask * output["tool_mask"]
+
+
 def rollout_output(result: RolloutResult, keep: torch.Tensor, mask_dropped: bool) -> dict:
     """The batch as TRL's rollout_func returns it: token ids, behavior log-probs, and the
-    columns our reward function reads (answer, keep). mask_dropped: samples a filter dropped
-    get env_mask 0 (no tokens in the loss) beside their reward None."""
+    columns our reward function reads (answer, keep). env_mask (TRL's tool mask) is 0 on the
+    tokens out of the loss: a tool's output, and with mask_dropped every token of the samples a
+    filter dropped (beside their reward None)."""
     trajectories = list(result.trajectories())
     answers = [a for a, group in zip(result.answers, result.groups, strict=True) for _ in group]
     output: dict[str, list] = {
@@ -185,9 +192,11 @@ def rollout_output(result: RolloutResult, keep: torch.Tensor, mask_dropped: bool
         "answer": answers,
         "keep": keep.tolist(),
     }
-    if mask_dropped:
+    tool_output = any(t.policy is not None for t in trajectories)
+    if mask_dropped or tool_output:  # TRL's tool mask: 0 keeps a token out of the loss
         output["env_mask"] = [
-            [int(k)] * len(t) for k, t in zip(keep.tolist(), trajectories, strict=True)
+            (t.policy_mask() & bool(k)).int().tolist()
+            for k, t in zip(keep.tolist(), trajectories, strict=True)
         ]
     return output
 

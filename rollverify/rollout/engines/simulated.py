@@ -74,7 +74,7 @@ class Sketch(Trajectory):
             self.oldest_version = version
         return self._regenerated(start)
 
-    def _append(self, token_ids, logprobs, versions) -> None:
+    def _append(self, token_ids, logprobs, versions, policy: bool = True) -> None:
         self.length += token_ids.shape[0]
 
     def _keep(self, kept: int) -> None:

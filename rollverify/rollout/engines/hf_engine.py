@@ -70,6 +70,7 @@ class HFEngine(QueuedSlots):
         top_k: int = 0,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
+        stop_token_ids: tuple[int, ...] = (),
     ) -> None:
         self.device = torch.device(device) if device is not None else model.device
         # The engine's own copy of the weights, synced by load_weights like a real sidecar's,
@@ -80,6 +81,8 @@ class HFEngine(QueuedSlots):
         self.admit_batch = max(1, slots // 8)
         self.max_new_tokens = max_new_tokens
         self.eos_token_id = eos_token_id
+        # tokens a row also stops at, finish reason "stop" (a tool call's closing marker)
+        self.stop_token_ids = frozenset((eos_token_id, *stop_token_ids))
         self.pad_token_id = pad_token_id
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.version = version
@@ -292,7 +295,7 @@ class HFEngine(QueuedSlots):
         self.stats.tokens_generated += len(rows)
 
     def _finished(self, row: _Row) -> bool:
-        if row.next_token == self.eos_token_id:
+        if row.next_token in self.stop_token_ids:
             row.trajectory.finish_reason = "stop"
         elif row.generated() >= self.max_new_tokens:
             row.trajectory.finish_reason = "length"

@@ -1,0 +1,177 @@
+"""Tool calls inside a rollout: any engine, wrapped, runs multi-turn trajectories.
+
+A policy calls a tool by generating the call's closing marker, a token the engine stops at as
+it stops at end-of-sequence. `ToolCallingEngine` then takes the trajectory out of the engine,
+runs the call in a worker thread (the engine keeps decoding the other rows meanwhile), appends
+the output as tokens the policy did not sample (`Trajectory.extend_tool_output`: no behavior
+log-prob, the call's version, out of OPS, verification and the loss) and submits it again,
+where it continues like any resumed trajectory (its prompt and tokens prefilled). Token ids are
+never rebuilt from text: the output's ids are appended to the ids the engine produced
+(token-in / token-out).
+
+Pauses (partial rollout's end of a step, a stop): `pause()` waits for the calls in flight and
+appends their output, so a paused trajectory never holds a call without its result. A
+trajectory that does anyway (a checkpoint from a kill, taken as the engine reported a call) has
+the call run when it is submitted again: its output goes in once, because a trajectory awaits
+output only while its last token is the closing marker.
+
+After `max_tool_calls` calls a trajectory that ends at the marker again is finished ("stop"),
+its last call not run (verl's max turns).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rollverify.rollout.engines.protocol import RolloutEngine
+from rollverify.rollout.trajectory import Trajectory
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    token_ids: list[int]  # the output as the policy will read it, in its tokenizer's ids
+    error: bool = False  # the call failed (an exception, a non-zero exit)
+    timed_out: bool = False
+
+
+class ToolRunner(Protocol):
+    closing_token_id: int  # the token that ends a call: the engine stops at it
+
+    def run(self, trajectory: Trajectory) -> ToolOutput:
+        """Run the call that ends `trajectory` (its last token is the closing marker)."""
+        ...
+
+
+@dataclass
+class ToolStats:
+    calls: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    seconds: float = 0.0  # summed over calls (they overlap each other and the engine)
+
+
+def calls_made(trajectory: Trajectory) -> int:
+    """Tool outputs in the trajectory: runs of tokens the policy did not sample."""
+    if trajectory.policy is None:
+        return 0
+    policy = trajectory.policy.int()
+    return int(((policy[:-1] == 1) & (policy[1:] == 0)).sum())
+
+
+class ToolCallingEngine:
+    """`inner` (any RolloutEngine) with tool calls; the same interface (attributes and methods
+    it does not define are the inner engine's)."""
+
+    def __init__(
+        self, inner: RolloutEngine, runner: ToolRunner, max_tool_calls: int, workers: int = 2
+    ) -> None:
+        self.inner = inner
+        self.runner = runner
+        self.max_tool_calls = max_tool_calls
+        self.tool_stats = ToolStats()
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="tool-call")
+        self._running: dict[tuple[int, int], tuple[Trajectory, Future]] = {}
+
+    def __getattr__(self, name: str) -> Any:  # version, stats, load_weights, ...: the engine's
+        return getattr(self.inner, name)
+
+    # -- the engine interface -----------------------------------------------------------------
+
+    @property
+    def has_work(self) -> bool:
+        return self.inner.has_work or bool(self._running)
+
+    def idle_slots(self) -> int:
+        return self.inner.idle_slots()
+
+    def submit(self, trajectories: list[Trajectory]) -> None:
+        for trajectory in trajectories:
+            if self._awaits_output(trajectory):
+                self._start(trajectory)  # a checkpoint's unanswered call: run it now
+            else:
+                self.inner.submit([trajectory])
+
+    def poll(self) -> list[Trajectory]:
+        finished = []
+        for trajectory in self.inner.poll():
+            if self._is_call(trajectory):
+                trajectory.finish_reason = None
+                self._start(trajectory)
+            else:
+                finished.append(trajectory)
+        if self._running and not self.inner.has_work:  # nothing to decode: wait for a call
+            wait([future for _, future in self._running.values()], return_when="FIRST_COMPLETED")
+        for key, (trajectory, future) in list(self._running.items()):
+            if future.done():
+                del self._running[key]
+                if self._answer(trajectory, future.result()):
+                    finished.append(trajectory)
+                else:
+                    self.inner.submit([trajectory])
+        return finished
+
+    def pause(self) -> list[Trajectory]:
+        paused = self.inner.pause()
+        for trajectory in paused:
+            if self._is_call(trajectory) or self._awaits_output(trajectory):
+                trajectory.finish_reason = None
+                self._start(trajectory)
+        answered = [trajectory for trajectory, _ in self._running.values()]
+        for trajectory, future in self._running.values():
+            self._answer(trajectory, future.result())  # kept: never lost, never run again
+        self._running.clear()
+        keys = {t.key for t in answered}
+        return [t for t in paused if t.key not in keys] + answered
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.inner.shutdown()
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def _is_call(self, trajectory: Trajectory) -> bool:
+        """The engine stopped at a closing marker and the trajectory may still call."""
+        return (
+            trajectory.finish_reason == "stop"
+            and self._ends_at_marker(trajectory)
+            and calls_made(trajectory) < self.max_tool_calls
+        )
+
+    def _awaits_output(self, trajectory: Trajectory) -> bool:
+        return (
+            not trajectory.finished
+            and self._ends_at_marker(trajectory)
+            and calls_made(trajectory) < self.max_tool_calls
+        )
+
+    def _ends_at_marker(self, trajectory: Trajectory) -> bool:
+        if not len(trajectory) or int(trajectory.token_ids[-1]) != self.runner.closing_token_id:
+            return False
+        return trajectory.policy is None or bool(trajectory.policy[-1])
+
+    def _start(self, trajectory: Trajectory) -> None:
+        self._running[trajectory.key] = (trajectory, self._pool.submit(self._timed, trajectory))
+
+    def _timed(self, trajectory: Trajectory) -> tuple[ToolOutput, float]:
+        started = time.perf_counter()
+        output = self.runner.run(trajectory)
+        return output, time.perf_counter() - started
+
+    def _answer(self, trajectory: Trajectory, result: tuple[ToolOutput, float]) -> bool:
+        """Append the call's output (cut to the token budget); True if that used the budget
+        up (the trajectory is finished, "length")."""
+        output, seconds = result
+        stats = self.tool_stats
+        stats.calls += 1
+        stats.errors += output.error
+        stats.timeouts += output.timed_out
+        stats.seconds += seconds
+        room = self.inner.max_new_tokens - len(trajectory)
+        trajectory.extend_tool_output(output.token_ids[:room], int(trajectory.versions[-1]))
+        if len(trajectory) >= self.inner.max_new_tokens:
+            trajectory.finish_reason = "length"
+            return True
+        return False

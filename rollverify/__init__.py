@@ -9,7 +9,8 @@ line neither the other (pyproject.toml's import-linter contracts, tests/test_lay
     rollout/               schedules, trajectories and their cache, engines
     cost/                  the trace, the ledger, the GPU cost model, the memory estimate
     tracking/ | config/    metric names, MLflow, runs read back, plots | the typed config
-    core/ | infra/         the paper's rules, pure functions over tensors | plumbing
+    core/ | infra/ | tools/  the paper's rules, pure functions over tensors | plumbing |
+                           the sandbox that runs model-written code
 
 rvctl, the command line, sits on top of them all. The paper's rules are importable from here:
 

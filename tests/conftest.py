@@ -38,6 +38,7 @@ UNIT = frozenset(
         "test_mutants.py",
         "test_ops.py",
         "test_paper_setting.py",
+        "test_sandbox.py",
         "test_spec_copy.py",
         "test_trajectory.py",
         "test_verify.py",

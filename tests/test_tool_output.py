@@ -17,8 +17,6 @@ from rollverify.rollout.trajectory import Trajectory
 from rollverify.training.cache_check import check_cache
 from rollverify.training.trl_adapter import rollout_output
 
-pytestmark = pytest.mark.unit
-
 
 def _trajectory(tokens: list[int], policy: list[bool], versions: list[int]) -> Trajectory:
     t = Trajectory(torch.tensor([1, 2]), 0, len(tokens))

@@ -1,0 +1,201 @@
+"""rollverify/tools/sandbox.py: what model-written Python in run_python cannot do, each tried
+for real (no mocks) and each bounded so that a broken sandbox cannot take this machine down:
+the bombs are finite, every run has a timeout, processes carry a marker and are killed after.
+docs/sandbox.md lists which breakage of the sandbox each test was seen to catch."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rollverify.tools.sandbox import (
+    AS_ROOT,
+    IN_USER_NAMESPACE,
+    PROCESS_LIMIT,
+    SandboxUnavailable,
+    choose_isolation,
+    run_python,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _isolation() -> str | None:
+    try:
+        return choose_isolation()
+    except SandboxUnavailable:
+        return None
+
+
+pytestmark = pytest.mark.skipif(_isolation() is None, reason="no namespaces here (unshare)")
+
+
+@pytest.fixture
+def marker():
+    """A unique word for the argv of the processes a test starts; any left are killed after."""
+    word = f"rollverify-sandbox-test-{uuid.uuid4().hex}"
+    yield word
+    for pid in processes_with(word):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def processes_with(marker: str) -> list[int]:
+    """The machine's processes with `marker` in their command line (from /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if marker.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+    return found
+
+
+def daemon_with(marker: str) -> str:
+    """Code that starts a sleeping child in a session of its own, `marker` in its argv, and
+    prints "started" once it runs."""
+    return f"""
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)", "{marker}"],
+                         start_new_session=True, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print("started" if child.poll() is None else "not started", flush=True)
+"""
+
+
+def test_correct_code_returns_its_output_reads_stdin_and_exits_with_its_code():
+    code = "import sys\nprint(input()[::-1])\nprint('to stderr', file=sys.stderr)\nsys.exit(3)"
+    result = run_python(code, stdin="abc\n", timeout_s=10)
+    assert (result.stdout, result.stderr) == ("cba\n", "to stderr\n")
+    assert (result.exit_code, result.timed_out, result.killed) == (3, False, False)
+    assert result.isolation == (AS_ROOT if os.geteuid() == 0 else IN_USER_NAMESPACE)
+
+
+def test_output_is_cut_at_max_output_bytes_and_bad_bytes_are_replaced():
+    code = "import sys\nsys.stdout.buffer.write(b'\\xff' + b'a' * 999)"
+    result = run_python(code, max_output_bytes=100)
+    assert result.truncated and result.stdout == "\ufffd" + "a" * 99
+
+
+def test_an_infinite_loop_times_out_in_about_timeout_s_and_leaves_nothing(marker):
+    result = run_python(daemon_with(marker) + "while True: pass", timeout_s=1)
+    assert result.stdout == "started\n"
+    assert result.timed_out and result.killed and result.exit_code is None
+    assert 1 <= result.seconds < 2.5
+    assert processes_with(marker) == []
+
+
+def test_a_memory_bomb_is_stopped_and_this_process_is_unaffected():
+    # Bounded at 1 GiB written (not just reserved), should the memory limit be missing.
+    code = "chunks = [b'x' * (64 << 20) for _ in range(16)]\nprint('survived')"
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = run_python(code, memory_mb=256, timeout_s=20)
+    assert "survived" not in result.stdout
+    assert result.exit_code != 0 and (result.killed or "MemoryError" in result.stderr)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before < 64 << 10  # KiB
+
+
+def test_a_fork_bomb_is_held_at_the_process_limit_and_leaves_nothing(marker):
+    # Exponential, but at most 2**8 processes should the limits fail; each writes one "x".
+    code = f"""
+import os, sys, time
+if sys.argv[-1] != "{marker}":  # the marker in every process's argv, for the check below
+    os.execv(sys.executable, [sys.executable, "-I", sys.argv[0], "{marker}"])
+for _ in range(8):
+    try:
+        if os.fork() == 0:
+            os.write(1, b"x")
+    except OSError:  # the process limit
+        pass
+time.sleep(1)
+"""
+    result = run_python(code, timeout_s=10)
+    assert 8 <= result.stdout.count("x") < PROCESS_LIMIT  # it forked, and was stopped
+    assert processes_with(marker) == []
+
+
+def test_no_connection_to_this_machine_or_outside():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.setblocking(False)
+        targets = [["127.0.0.1", server.getsockname()[1]], ["1.1.1.1", 53]]
+        code = f"""
+import json, socket
+outcomes = []
+for host, port in {targets!r}:
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+        outcomes.append("connected")
+    except OSError as error:
+        outcomes.append(str(error))
+print(json.dumps(outcomes))
+"""
+        result = run_python(code, timeout_s=15)
+        outcomes = json.loads(result.stdout)
+        assert len(outcomes) == 2 and "connected" not in outcomes, outcomes
+        with pytest.raises(BlockingIOError):  # nobody knocked
+            server.accept()
+
+
+def test_writes_outside_its_folder_fail():
+    shared = Path(tempfile.mkdtemp(prefix="rollverify-sandbox-test-"))
+    shared.chmod(0o1777)  # writable by anyone: only the sandbox's mounts stand in the way
+    name = f"rollverify-sandbox-test-{uuid.uuid4().hex}"
+    targets = [shared / name, Path(tempfile.gettempdir()) / name, REPO / name]
+    code = f"""
+for path in {[str(t) for t in targets]!r} + ["mine.txt"]:
+    try:
+        open(path, "w").write("x")
+        print("wrote", path)
+    except OSError as error:
+        print(type(error).__name__, path)
+"""
+    try:
+        result = run_python(code, timeout_s=10)
+        assert "wrote mine.txt" in result.stdout  # its own folder is writable
+        assert result.stdout.count("wrote") == 1, result.stdout
+        assert not any(target.exists() for target in targets)
+    finally:
+        shutil.rmtree(shared)
+        (REPO / name).unlink(missing_ok=True)
+
+
+def test_the_users_files_cannot_be_read():
+    """A secret in the home directory, and one left world-readable in the temp folder."""
+    secret = uuid.uuid4().hex
+    in_home = Path.home() / f".rollverify_sandbox_test_secret-{secret}"
+    in_temp = Path(tempfile.mkdtemp(prefix="rollverify-sandbox-test-"))
+    in_temp.chmod(0o755)
+    code = f"""
+import os
+for path in [{str(in_home)!r}, {str(in_temp / "secret")!r}]:
+    try:
+        print(open(path).read())
+    except OSError as error:
+        print(type(error).__name__)
+print(os.listdir({str(Path.home())!r}))
+"""
+    try:
+        for path in (in_home, in_temp / "secret"):
+            path.write_text(secret)
+            path.chmod(0o644)
+        result = run_python(code, timeout_s=10)
+        assert result.stdout.count("Error") == 2, result.stdout
+        assert secret not in result.stdout + result.stderr
+    finally:
+        in_home.unlink(missing_ok=True)
+        shutil.rmtree(in_temp)
+
+
+def test_no_process_outlives_the_program(marker):
+    result = run_python(daemon_with(marker), timeout_s=10)
+    assert result.stdout == "started\n" and result.exit_code == 0
+    assert processes_with(marker) == []

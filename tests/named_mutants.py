@@ -63,8 +63,8 @@ MUTANTS = [
         "filter-env-mask",
         "a dropped sample's tokens are out of the loss (env_mask)",
         "rollverify/training/trl_adapter.py",
-        "    if mask_dropped:",
-        "    if False:",
+        "    if mask_dropped or tool_output:",
+        "    if tool_output:",
         (
             "tests/test_loss_inputs.py::"
             "test_a_dropped_sample_gets_no_gradient_and_leaves_the_group_baseline",

@@ -189,7 +189,9 @@ def _plan(isolation: str, folder: Path, fds: dict, timeout_s: float, memory_mb: 
         "expose": _interpreter_folders(hidden),
         "user": _nobody() if isolation == AS_ROOT else None,
         "limits": _limits(timeout_s, memory_mb),
-        "python": sys.executable,
+        # the real path: the folders bound back are real paths, and a venv's link (say under
+        # /tmp, which the sandbox covers) is not one of them
+        "python": os.path.realpath(sys.executable),
         "env": {"PATH": PATH, "HOME": work, "TMPDIR": work},  # /tmp is read-only inside
     }
 

@@ -234,9 +234,9 @@ def test_tool_output_is_marked_not_the_policys_with_the_calls_version():
     assert t.policy.tolist() == [True, True, True, False, False, True, True]
     assert t.versions.tolist() == [2, 2, 2, 2, 2, 3, 3]
     assert t.behavior_logprobs[3:5].tolist() == [0.0, 0.0]
-    assert (len(t), t.policy_tokens, t.high_water) == (7, 5, 7)
+    assert (len(t), int(t.policy.sum()), t.high_water) == (7, 5, 7)
     t.truncate(4)  # in the middle of the output: the mask follows the tokens
-    assert t.policy.tolist() == [True, True, True, False] and t.policy_tokens == 3
+    assert t.policy.tolist() == [True, True, True, False] and int(t.policy.sum()) == 3
     assert _trajectory(0, 0, [([1], [-1.0], 0)]).policy is None  # tool-free: no mask at all
 
 

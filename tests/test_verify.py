@@ -292,3 +292,11 @@ def test_a_tool_free_policy_mask_changes_nothing(batch, ds, dt):
         verify(ops, versions, mask, ds, dt, policy=mask).tolist()
         == verify(ops, versions, mask, ds, dt).tolist()
     )
+
+
+def test_a_bad_policy_mask_is_named_policy():
+    ops, versions, mask = _batch([[0.0, 0.0]], [[1, 1]])
+    with pytest.raises(ValueError, match="policy must be a bool tensor"):
+        verify(ops, versions, mask, policy=mask.int())
+    with pytest.raises(ValueError, match=r"shapes must agree: policy \(1, 1\)"):
+        verify(ops, versions, mask, policy=mask[:, :1])

@@ -19,12 +19,12 @@ def check_same_shape(**tensors: torch.Tensor) -> None:
         raise ValueError(f"shapes must agree: {listed}")
 
 
-def check_mask(mask: torch.Tensor, shape: torch.Size) -> None:
-    """`mask` is a bool tensor of `shape` (True on generated tokens)."""
+def check_mask(mask: torch.Tensor, shape: torch.Size, name: str = "mask") -> None:
+    """`mask` (the argument `name`) is a bool tensor of `shape` (True on generated tokens)."""
     if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be a bool tensor, got dtype {mask.dtype}")
+        raise ValueError(f"{name} must be a bool tensor, got dtype {mask.dtype}")
     if mask.shape != shape:
-        raise ValueError(f"shapes must agree: mask {tuple(mask.shape)}, ops {tuple(shape)}")
+        raise ValueError(f"shapes must agree: {name} {tuple(mask.shape)}, ops {tuple(shape)}")
 
 
 def check_positive_threshold(name: str, value: float) -> float:

@@ -50,8 +50,7 @@ def verify(
     if versions.dtype.is_floating_point or versions.dtype == torch.bool:
         raise ValueError(f"versions must be an integer tensor, got dtype {versions.dtype}")
     if policy is not None:
-        check_same_shape(ops=ops, policy=policy)
-        check_mask(policy, ops.shape)
+        check_mask(policy, ops.shape, "policy")
     if ops.numel() == 0:
         return torch.zeros(ops.shape[0], dtype=torch.long, device=ops.device)
     lengths = _right_padded_lengths(mask)  # [B]

@@ -89,7 +89,7 @@ class ToolCallingEngine:
 
     def submit(self, trajectories: list[Trajectory]) -> None:
         for trajectory in trajectories:
-            if self._awaits_output(trajectory):
+            if self._calls(trajectory):
                 self._start(trajectory)  # a checkpoint's unanswered call: run it now
             else:
                 self.inner.submit([trajectory])
@@ -97,8 +97,7 @@ class ToolCallingEngine:
     def poll(self) -> list[Trajectory]:
         finished = []
         for trajectory in self.inner.poll():
-            if self._is_call(trajectory):
-                trajectory.finish_reason = None
+            if self._calls(trajectory):
                 self._start(trajectory)
             else:
                 finished.append(trajectory)
@@ -116,8 +115,7 @@ class ToolCallingEngine:
     def pause(self) -> list[Trajectory]:
         paused = self.inner.pause()
         for trajectory in paused:
-            if self._is_call(trajectory) or self._awaits_output(trajectory):
-                trajectory.finish_reason = None
+            if self._calls(trajectory):
                 self._start(trajectory)
         answered = [trajectory for trajectory, _ in self._running.values()]
         for trajectory, future in self._running.values():
@@ -132,27 +130,19 @@ class ToolCallingEngine:
 
     # -- calls --------------------------------------------------------------------------------
 
-    def _is_call(self, trajectory: Trajectory) -> bool:
-        """The engine stopped at a closing marker and the trajectory may still call."""
-        return (
-            trajectory.finish_reason == "stop"
-            and self._ends_at_marker(trajectory)
-            and calls_made(trajectory) < self.max_tool_calls
-        )
-
-    def _awaits_output(self, trajectory: Trajectory) -> bool:
-        return (
-            not trajectory.finished
-            and self._ends_at_marker(trajectory)
-            and calls_made(trajectory) < self.max_tool_calls
-        )
-
-    def _ends_at_marker(self, trajectory: Trajectory) -> bool:
-        if not len(trajectory) or int(trajectory.token_ids[-1]) != self.runner.closing_token_id:
+    def _calls(self, trajectory: Trajectory) -> bool:
+        """Its last token is the policy's closing marker, its output not appended yet (the
+        engine stopped there, "stop", or it was paused or checkpointed there, unfinished), and
+        it may still call: below max_tool_calls and not out of budget ("length")."""
+        if trajectory.finish_reason not in (None, "stop") or not len(trajectory):
             return False
-        return trajectory.policy is None or bool(trajectory.policy[-1])
+        if int(trajectory.token_ids[-1]) != self.runner.closing_token_id:
+            return False
+        mine = trajectory.policy is None or bool(trajectory.policy[-1])
+        return mine and calls_made(trajectory) < self.max_tool_calls
 
     def _start(self, trajectory: Trajectory) -> None:
+        trajectory.finish_reason = None  # it goes on after the output
         self._running[trajectory.key] = (trajectory, self._pool.submit(self._timed, trajectory))
 
     def _timed(self, trajectory: Trajectory) -> tuple[ToolOutput, float]:

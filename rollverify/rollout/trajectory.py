@@ -106,11 +106,6 @@ class Trajectory:
         self._append(token_ids, torch.zeros(count), torch.full((count,), version), policy=False)
         self.high_water = max(self.high_water, len(self))  # not the policy's: not regenerated
 
-    @property
-    def policy_tokens(self) -> int:
-        """Tokens the policy sampled: what OPS, verification and acceptance count."""
-        return len(self) if self.policy is None else int(self.policy.sum())
-
     def policy_mask(self) -> torch.Tensor:
         """bool [L]: True on the policy's tokens (all of them without tool output)."""
         return torch.ones(len(self), dtype=torch.bool) if self.policy is None else self.policy
@@ -171,8 +166,7 @@ class PaddedTrajectories:
 
     @classmethod
     def of(cls, trajectories: list[Trajectory]) -> PaddedTrajectories:
-        def pad(name: str, value: float) -> torch.Tensor:
-            rows = [getattr(t, name) for t in trajectories]
+        def pad(rows: list[torch.Tensor], value: float) -> torch.Tensor:
             return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=value)
 
         if not trajectories:
@@ -183,11 +177,10 @@ class PaddedTrajectories:
         mask = torch.arange(width) < lengths[:, None]
         policy = mask
         if any(t.policy is not None for t in trajectories):
-            rows = [t.policy_mask() for t in trajectories]
-            policy = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=False)
+            policy = pad([t.policy_mask() for t in trajectories], False)
         return cls(
-            behavior_logprobs=pad("behavior_logprobs", 0.0),
-            versions=pad("versions", -1),
+            behavior_logprobs=pad([t.behavior_logprobs for t in trajectories], 0.0),
+            versions=pad([t.versions for t in trajectories], -1),
             mask=mask,
             policy=policy,
         )
@@ -269,8 +262,7 @@ def _to_tensors(trajectories: list[Trajectory]) -> tuple[dict[str, torch.Tensor]
         "token_lengths": torch.tensor([len(t) for t in trajectories], dtype=torch.long),
     }
     if any(t.policy is not None for t in trajectories):  # tool output: which tokens are whose
-        rows = [t.policy_mask() for t in trajectories]
-        tensors["policy"] = torch.cat(rows) if rows else _empty(torch.bool)
+        tensors["policy"] = torch.cat([t.policy_mask() for t in trajectories])
     records = [
         {
             "group_id": t.group_id,
@@ -288,15 +280,18 @@ def _from_tensors(tensors: dict[str, torch.Tensor], records: list[dict], path) -
     prompt_lengths = tensors["prompt_lengths"].tolist()
     token_lengths = tensors["token_lengths"].tolist()
     tokens_in = {len(tensors[name]) for name in ("token_ids", "policy") if name in tensors}
-    if not (len(records) == len(prompt_lengths) == len(token_lengths)) or tokens_in != {
-        sum(token_lengths)
-    }:
+    tool_output = any(r.get("tool_output") for r in records)
+    if (
+        not (len(records) == len(prompt_lengths) == len(token_lengths))
+        or tokens_in != {sum(token_lengths)}
+        or tool_output != ("policy" in tensors)
+    ):
         raise ValueError(f"{path}: trajectory cache is inconsistent (lengths do not add up)")
     prompts = tensors["prompt_ids"].split(prompt_lengths)
     tokens = tensors["token_ids"].split(token_lengths)
     logprobs = tensors["behavior_logprobs"].split(token_lengths)
     versions = tensors["versions"].split(token_lengths)
-    policies = tensors["policy"].split(token_lengths) if "policy" in tensors else versions
+    policies = tensors["policy"].split(token_lengths) if tool_output else [None] * len(records)
     return [
         Trajectory(
             p.clone(),

@@ -45,8 +45,7 @@ def check_cache(
     kept = lengths
     if method.verify:
         dt = cfg.dt if method.token_stage else math.inf
-        tool_free = policy is batch.mask
-        kept = verify(ops, batch.versions, batch.mask, cfg.ds, dt, None if tool_free else policy)
+        kept = verify(ops, batch.versions, batch.mask, cfg.ds, dt, policy)
         for trajectory, k in zip(cached, kept.tolist(), strict=True):
             trajectory.truncate(k)
     kept_policy = policy & (torch.arange(batch.mask.shape[1]) < kept[:, None])

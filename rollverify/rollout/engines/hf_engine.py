@@ -80,8 +80,8 @@ class HFEngine(QueuedSlots):
         self.slots = slots
         self.admit_batch = max(1, slots // 8)
         self.max_new_tokens = max_new_tokens
-        self.eos_token_id = eos_token_id
-        # tokens a row also stops at, finish reason "stop" (a tool call's closing marker)
+        # end of sequence and the tokens a row also stops at (a tool call's closing marker):
+        # finish reason "stop"
         self.stop_token_ids = frozenset((eos_token_id, *stop_token_ids))
         self.pad_token_id = pad_token_id
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k

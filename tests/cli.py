@@ -3,11 +3,16 @@ codes), without a new interpreter importing torch and TRL again (seconds per cal
 
 from __future__ import annotations
 
+import atexit
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
+import tempfile
+import traceback
 import warnings
+from pathlib import Path
 
 
 def run_rvctl(args: list[str], monkeypatch, capsys) -> subprocess.CompletedProcess:
@@ -30,11 +35,63 @@ def run_rvctl(args: list[str], monkeypatch, capsys) -> subprocess.CompletedProce
 
 
 def run_cli(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
-    """`python -m rvctl.app ARGS` in a process of its own; `kill_at`: the point it is SIGKILLed
-    at (rollverify/infra/faults.py), else none, whatever this process's environment says."""
+    """rvctl's main with ARGS in a process of its own, that can be SIGKILLed; `kill_at`: the
+    point it is killed at (rollverify/infra/faults.py), else none, whatever this process's
+    environment says.
+
+    The process is forked from a server that imported what `python -m rvctl.app` imports
+    (multiprocessing's forkserver, tests/cli_preload.py): a new interpreter spends ~9 s here
+    importing torch, transformers, TRL and MLflow, for each of the suite's kill-and-resume
+    runs. It gets this process's working directory and environment, and exits as the command
+    would (its exit code, -9 when killed); the CLI's own process start (the console script, its
+    imports) is tested by the tests that run `python -m rvctl.app` (tests/test_install.py,
+    tests/test_cli_imports.py)."""
     env = dict(os.environ)
     env.pop("ROLLVERIFY_KILL_AT", None)
     if kill_at is not None:
         env["ROLLVERIFY_KILL_AT"] = kill_at
-    command = [sys.executable, "-m", "rvctl.app", *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    with tempfile.TemporaryDirectory() as folder:
+        out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+        process = _forkserver().Process(
+            target=_rvctl_main, args=(list(args), os.getcwd(), env, str(out), str(err))
+        )
+        process.start()
+        process.join(timeout=600)
+        if process.is_alive():
+            process.kill()
+            process.join()
+            raise subprocess.TimeoutExpired(["rvctl", *args], 600)
+        output, errors = (p.read_text() if p.exists() else "" for p in (out, err))
+        return subprocess.CompletedProcess(["rvctl", *args], process.exitcode, output, errors)
+
+
+def _forkserver():
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["tests.cli_preload"])
+    return context
+
+
+def _rvctl_main(args: list[str], cwd: str, env: dict, out: str, err: str) -> None:
+    """In the forked process: `rvctl ARGS` as its own process would run it."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    for fd, path in ((1, out), (2, err)):
+        file = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(file, fd)
+        os.close(file)
+    sys.argv = ["rvctl", *args]
+    from rvctl.app import main
+
+    code = 0
+    try:
+        main()
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+    except BaseException:  # as the interpreter does with an uncaught exception
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()  # what the interpreter runs at exit (a forked child skips them)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -162,7 +162,9 @@ def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(tmp_path):
     assert sorted(history["reward_mean"]) == [1, 2, 3, 4]
 
 
-def test_resume_refuses_a_config_that_breaks_the_run_and_changes_nothing(tmp_path, reference):
+def test_resume_refuses_a_config_that_breaks_the_run_and_changes_nothing(
+    tmp_path, reference, monkeypatch, capsys
+):
     run_dir = Path(reference.run_dir)
     before = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")}
     changed = SETTINGS | {"train.learning_rate": 1e-3, "train.steps": 9}
@@ -176,7 +178,7 @@ def test_resume_refuses_a_config_that_breaks_the_run_and_changes_nothing(tmp_pat
     ]
     with pytest.raises(ConfigError, match="train.steps: the run is at step 6 of 6; pass --steps"):
         resume(run_dir, {"train.steps": 6})
-    result = run_cli("resume", str(run_dir), "--config", str(path))  # the CLI: exit 2, one line
+    result = run_rvctl(["resume", str(run_dir), "--config", str(path)], monkeypatch, capsys)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: {error.value.problems[0]}"]

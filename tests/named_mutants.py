@@ -1051,4 +1051,23 @@ MUTANTS = [
             "tests/test_async_training.py::test_a_hold_lands_the_updates_on_their_way_before_the_engine_is_used",
         ),
     ),
+    Mutant(
+        "tool-output-as-policy",
+        "a tool's output is marked not the policy's: out of the loss, OPS and verification",
+        "rollverify/rollout/trajectory.py",
+        "torch.full((count,), version), policy=False)",
+        "torch.full((count,), version), policy=True)",
+        (
+            "tests/test_chain_tool.py::"
+            "test_rollverify_verifies_cached_trajectories_that_hold_tool_output",
+        ),
+    ),
+    Mutant(
+        "tool-calls-not-run-in-training",
+        "a run of a task with a tool runs its calls (the engine is wrapped)",
+        "rollverify/training/run.py",
+        "            with_tools(engine, task, config) as engine,",
+        "            nullcontext(engine) as engine,",
+        ("tests/test_chain_tool.py::test_every_partial_method_trains_the_tool_task[rollverify]",),
+    ),
 ]

@@ -23,6 +23,7 @@ class EchoRunner:
     """Answers every call with OUTPUT after `seconds`; records each call it ran."""
 
     closing_token_id = MARKER
+    inline = False  # in worker threads, beside the engine
 
     def __init__(self, seconds: float = 0.0) -> None:
         self.seconds = seconds

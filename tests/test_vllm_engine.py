@@ -32,6 +32,7 @@ from rollverify.rollout.engines.protocol import probe_logprobs_of  # noqa: E402
 from rollverify.rollout.engines.ray_runtime import ensure_ray, stop_ray  # noqa: E402
 from rollverify.rollout.engines.vllm_engine import SidecarFailed, VLLMEngine, VLLMSettings  # noqa: E402
 from rollverify.rollout.engines.vllm_plugin import DISABLE_ENV  # noqa: E402
+from rollverify.rollout.tool_calls import ToolCallingEngine, ToolOutput, calls_made  # noqa: E402
 from rollverify.rollout.trajectory import Trajectory, TrajectoryCache  # noqa: E402
 from rollverify.tasks.chain import ChainProblem  # noqa: E402
 from rollverify.training.checkpoint.files import latest  # noqa: E402
@@ -135,6 +136,47 @@ def test_every_token_comes_with_the_log_prob_it_was_sampled_with(engine, base, t
         assert len(trajectory.behavior_logprobs) == len(trajectory) > 0
         expected = teacher_forced_logprobs(base, trajectory)
         torch.testing.assert_close(trajectory.behavior_logprobs, expected, atol=1e-3, rtol=0)
+
+
+class StepCounter:
+    """A tool for the chain model: every ';' it writes (the end of a step) is a call, answered
+    with the token '0' from a worker thread (the engine decodes the other rows meanwhile)."""
+
+    inline = False
+
+    def __init__(self, tokenizer) -> None:
+        self.closing_token_id = tokenizer.convert_tokens_to_ids(";")
+        self.output = tokenizer("0")["input_ids"]
+
+    def run(self, trajectory: Trajectory) -> ToolOutput:
+        return ToolOutput(list(self.output))
+
+
+def test_the_sidecar_stops_at_a_tool_call_and_continues_after_its_output(engine, base, tokenizer):
+    """vLLM stops at the call's closing marker (stop_token_ids, kept as the last token), the
+    output goes in, and the sequence continues under the same policy: each policy token's
+    log-prob is what the model gives it with the tool output in its context."""
+    runner = StepCounter(tokenizer)
+    engine.stop_token_ids = frozenset({runner.closing_token_id})
+    try:
+        tools = ToolCallingEngine(engine, runner, max_tool_calls=2)
+        trajectories = run_to_end(
+            tools, [Trajectory(p, i, 0) for i, p in enumerate(prompts(tokenizer, 6))]
+        )
+        tools.close()
+    finally:
+        engine.stop_token_ids = frozenset()
+    assert tools.tool_stats.calls >= 6
+    for trajectory in trajectories:
+        assert trajectory.finished and 1 <= calls_made(trajectory) <= 2
+        ids, policy = trajectory.token_ids, trajectory.policy
+        outputs = (~policy).nonzero().flatten()
+        assert all(int(ids[i - 1]) == runner.closing_token_id and policy[i - 1] for i in outputs)
+        assert ids[outputs].tolist() == runner.output * len(outputs)
+        expected = teacher_forced_logprobs(base, trajectory)
+        torch.testing.assert_close(
+            trajectory.behavior_logprobs[policy], expected[policy], atol=1e-3, rtol=0
+        )
 
 
 def test_top_k_sampling_draws_kept_tokens_with_their_untruncated_logprobs(engine, base, tokenizer):

@@ -27,9 +27,16 @@ DAPO_TEMPLATE = (
     "of the form Answer: $Answer (without quotes) where $Answer is the answer to the problem."
     '\n\n{problem}\n\nRemember to put your answer on its own line after "Answer:".'
 )
+RETOOL_TEMPLATE = (
+    "Solve the following math problem step by step. You may run Python code to help: write "
+    "it between <tool_call> and </tool_call>, and what it prints comes back between "
+    "<tool_response> and </tool_response>. Put your final answer within \\boxed{}."
+    "\n\n{problem}"
+)
 PROMPT_TEMPLATES = {
     "boxed": "{problem}\n\n" + INSTRUCTION,  # rllm's instruction; the reward reads \boxed{}
     "dapo": DAPO_TEMPLATE,  # DAPO-Math's; the reward reads the last "Answer:" line
+    "retool": RETOOL_TEMPLATE,  # the retool task's: code in tool calls (tasks/retool.py)
 }
 PLACEHOLDER = "{problem}"
 

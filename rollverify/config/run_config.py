@@ -80,7 +80,7 @@ class RunConfig:
 
 def missing_data(config: RunConfig) -> list[str]:
     """One line per data file the config's task needs and nothing holds (math only)."""
-    if config.task.name != "math":
+    if not config.task.reads_math_data:
         return []
     wanted = {"task.train_file": config.task.train_file}
     if config.task.eval_files:

@@ -7,7 +7,8 @@
 Points: setup (the run's folder, config and MLflow run made, model loaded and engine
 started, nothing trained or checkpointed: `setup:0`), rollout (in the middle of a step's
 rollout), train (after the optimizer step, before the weight sync), checkpoint-write (the
-step's metrics logged, its checkpoint's tensors written, no manifest yet). The step is the
+step's metrics logged, its checkpoint's tensors written, no manifest yet), tool-call (a task
+with a tool: as the step's first tool call starts). The step is the
 one being trained (rollout of step 3: `rollout:3`). In a run of several processes,
 `train:2@1` kills rank 1 alone.
 A real SIGKILL: no handler, no cleanup, exactly what a preempted or OOM-killed job sees.

@@ -26,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rollverify.infra.faults import kill_point
 from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.rollout.trajectory import Trajectory
 
@@ -39,6 +40,8 @@ class ToolOutput:
 
 class ToolRunner(Protocol):
     closing_token_id: int  # the token that ends a call: the engine stops at it
+    inline: bool  # run calls in the engine's thread, at once (a tool of microseconds, whose
+    # timing must not change which step a trajectory resumes at: a seeded run repeats)
 
     def run(self, trajectory: Trajectory) -> ToolOutput:
         """Run the call that ends `trajectory` (its last token is the closing marker)."""
@@ -51,6 +54,15 @@ class ToolStats:
     errors: int = 0
     timeouts: int = 0
     seconds: float = 0.0  # summed over calls (they overlap each other and the engine)
+
+    def since(self, earlier: ToolStats) -> ToolStats:
+        """What happened after `earlier` (a copy of these stats taken then)."""
+        return ToolStats(
+            self.calls - earlier.calls,
+            self.errors - earlier.errors,
+            self.timeouts - earlier.timeouts,
+            self.seconds - earlier.seconds,
+        )
 
 
 def calls_made(trajectory: Trajectory) -> int:
@@ -125,8 +137,12 @@ class ToolCallingEngine:
         return [t for t in paused if t.key not in keys] + answered
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.close()
         self.inner.shutdown()
+
+    def close(self) -> None:
+        """Stop the tool's worker threads, leaving the engine running (a shared one)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     # -- calls --------------------------------------------------------------------------------
 
@@ -143,9 +159,15 @@ class ToolCallingEngine:
 
     def _start(self, trajectory: Trajectory) -> None:
         trajectory.finish_reason = None  # it goes on after the output
-        self._running[trajectory.key] = (trajectory, self._pool.submit(self._timed, trajectory))
+        if self.runner.inline:
+            future: Future = Future()
+            future.set_result(self._timed(trajectory))
+        else:
+            future = self._pool.submit(self._timed, trajectory)
+        self._running[trajectory.key] = (trajectory, future)
 
     def _timed(self, trajectory: Trajectory) -> tuple[ToolOutput, float]:
+        kill_point("tool-call", self.inner.version + 1)  # tests: killed with a call pending
         started = time.perf_counter()
         output = self.runner.run(trajectory)
         return output, time.perf_counter() - started

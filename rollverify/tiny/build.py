@@ -2,6 +2,12 @@
 
     .venv/bin/python -m rollverify.tiny.build --out rollverify/assets/models/tiny-qwen3-chain
 
+and the chain_tool task's, whose demonstrations call the calculator at some steps
+(rollverify/tasks/chain_tool.py):
+
+    .venv/bin/python -m rollverify.tiny.build --task chain_tool --call-rate 0.3 \
+        --out rollverify/assets/models/tiny-qwen3-chain-tool
+
 Deterministic for a given seed on CPU. The shipped checkpoint (rollverify/assets/models/, the
 package's data: config model.path `models/tiny-qwen3-chain`) was made with the
 defaults below; build_info.json beside it records the settings, the losses and the base
@@ -19,15 +25,29 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 from trl import SFTConfig, SFTTrainer
 
-from rollverify.tasks.chain import ChainTaskConfig, chain_reward, sample_problem, sample_problems
-from rollverify.tiny.tokenizer import build_char_tokenizer
+from rollverify.config import load_config
+from rollverify.rollout.engines.hf_engine import HFEngine
+from rollverify.rollout.tool_calls import calls_made
+from rollverify.rollout.trajectory import Trajectory
+from rollverify.tasks.chain import (
+    ChainProblem,
+    ChainTaskConfig,
+    chain_reward,
+    sample_problem,
+    sample_problems,
+)
+from rollverify.tasks.chain_tool import ChainToolTask, solution_with_calls
+from rollverify.tiny.tokenizer import CHARACTERS, TOOL_CHARACTERS, build_char_tokenizer
+from rollverify.training.parts import with_tools
 
 
 @dataclass(frozen=True)
 class BuildConfig:
+    task: str = "chain"  # or chain_tool
+    call_rate: float = 0.3  # chain_tool: probability that a demonstrated step calls the tool
     seed: int = 0
     noise: float = 0.2  # probability of a slip per demonstrated step
     examples: int = 60_000
@@ -66,9 +86,38 @@ def build_model(config: BuildConfig, vocab_size: int, pad_id: int, eos_id: int) 
 def demonstrations(config: BuildConfig) -> Dataset:
     rng = random.Random(config.seed)
     problems = [sample_problem(rng) for _ in range(config.examples)]
-    return Dataset.from_list(
-        [{"prompt": p.prompt, "completion": p.solution(config.noise, rng)} for p in problems]
+
+    def solution(problem: ChainProblem) -> str:
+        if config.task == "chain_tool":
+            return solution_with_calls(problem, config.noise, config.call_rate, rng)
+        return problem.solution(config.noise, rng)
+
+    return Dataset.from_list([{"prompt": p.prompt, "completion": solution(p)} for p in problems])
+
+
+def tool_accuracy(model, tokenizer, count: int = 256, seed: int = 12345) -> tuple[float, float]:
+    """chain_tool: sampled accuracy on the held-out problems, the calculator answering calls
+    (the training run's engine and tool), and the calls per response."""
+    engine = HFEngine(
+        model,
+        slots=64,
+        max_new_tokens=320,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        seed=seed,
     )
+    task = ChainToolTask(tokenizer, ChainTaskConfig(), 0, count, seed)
+    config = load_config(overrides={"task.name": "chain_tool"})
+    problems = task.eval_problems()
+    trajectories = [Trajectory(p.prompt_ids, i, 0) for i, p in enumerate(problems)]
+    with with_tools(engine, task, config) as tools:
+        tools.submit(trajectories)
+        while tools.has_work:
+            tools.poll()
+    rewards = [
+        task.reward_tokens(t.token_ids.tolist(), problems[t.group_id].answer) for t in trajectories
+    ]
+    return sum(rewards) / count, sum(calls_made(t) for t in trajectories) / count
 
 
 @torch.no_grad()
@@ -107,7 +156,7 @@ def main() -> None:
     config = BuildConfig(**{k: getattr(args, k) for k in asdict(BuildConfig())})
     torch.set_num_threads(config.threads)
 
-    tokenizer = build_char_tokenizer()
+    tokenizer = build_char_tokenizer(TOOL_CHARACTERS if config.task == "chain_tool" else CHARACTERS)
     model = build_model(config, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     print(f"parameters: {sum(p.numel() for p in model.parameters()):,}")
     sft = SFTConfig(
@@ -136,23 +185,30 @@ def main() -> None:
     result = trainer.train()
     train_seconds = time.time() - start
     model.eval()
-    greedy, _ = sampled_accuracy(model, tokenizer, greedy=True)
-    sampled, lengths = sampled_accuracy(model, tokenizer)
-    median, p99 = lengths[len(lengths) // 2], lengths[int(0.99 * len(lengths))]
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(args.out)
+    tokenizer.save_pretrained(args.out)
     info = {
         "build": asdict(config),
         "train_loss": result.training_loss,
         "losses": [e["loss"] for e in trainer.state.log_history if "loss" in e],
         "train_seconds": round(train_seconds, 1),
-        "greedy_accuracy": greedy,
-        "sampled_accuracy": sampled,
-        "sampled_length_median": median,
-        "sampled_length_p99": p99,
-        "torch": torch.__version__,
     }
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(args.out)
-    tokenizer.save_pretrained(args.out)
+    if config.task == "chain_tool":  # as training loads it (the engine's attention)
+        saved = AutoModelForCausalLM.from_pretrained(args.out)
+        sampled, calls = tool_accuracy(saved, AutoTokenizer.from_pretrained(args.out))
+        info |= {"sampled_accuracy": sampled, "tool_calls_per_response": calls}
+    else:
+        greedy, _ = sampled_accuracy(model, tokenizer, greedy=True)
+        sampled, lengths = sampled_accuracy(model, tokenizer)
+        median, p99 = lengths[len(lengths) // 2], lengths[int(0.99 * len(lengths))]
+        info |= {
+            "greedy_accuracy": greedy,
+            "sampled_accuracy": sampled,
+            "sampled_length_median": median,
+            "sampled_length_p99": p99,
+        }
+    info["torch"] = torch.__version__
     (args.out / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
     print(json.dumps({k: v for k, v in info.items() if k != "losses"}, indent=2))
 

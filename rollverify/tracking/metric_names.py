@@ -43,6 +43,11 @@ EVAL_ACCURACY = "eval_accuracy"
 SYNC_LOGPROB_GAP = "sync_logprob_gap"
 MISMATCH_KL = "mismatch_kl"
 MISMATCH_ESS = "mismatch_ess"
+TOOL_CALLS = "tool_calls"
+TOOL_ERRORS = "tool_errors"
+TOOL_TIMEOUTS = "tool_timeouts"
+TOOL_SECONDS = "tool_seconds"
+TOOL_CALLS_MEAN = "tool_calls_mean"
 
 STEP = (
     REWARD_MEAN,
@@ -77,6 +82,11 @@ STEP = (
     SYNC_LOGPROB_GAP,
     MISMATCH_KL,
     MISMATCH_ESS,
+    TOOL_CALLS,
+    TOOL_ERRORS,
+    TOOL_TIMEOUTS,
+    TOOL_SECONDS,
+    TOOL_CALLS_MEAN,
 )
 
 # What a command shows live, per step: (metric, short label).

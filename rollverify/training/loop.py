@@ -45,6 +45,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,7 @@ from rollverify.rollout.dynamic_sampling import tie_filter
 from rollverify.rollout.engine_thread import EngineThread
 from rollverify.rollout.engines.protocol import RolloutEngine, probe_logprobs_of
 from rollverify.rollout.schedules import RolloutInterrupted, RolloutResult, RolloutState, collect
+from rollverify.rollout.tool_calls import ToolStats
 from rollverify.rollout.trajectory import PaddedTrajectories, Trajectory
 from rollverify.tasks.base import Task
 from rollverify.tasks.evaluation import Evaluation, evaluate_sets
@@ -132,6 +134,7 @@ class TrainingLoop:
         # A fixed token sequence to compare engine and trainer after each weight sync.
         self.probe = torch.cat([p.prompt_ids for p in task.eval_problems()[:8]])[:64]
         self.records = StepRecords(started=time.perf_counter())  # of the step in progress
+        self.tool_calls: ToolStats | None = None  # of the last rollout (a task with a tool)
         self.counters = RunCounters()  # the run's own running figures
         self.last_metrics: dict[str, float] = {}  # the last step's, as logged
         self.schedule = Schedule(config.train, start_step)  # when to evaluate, checkpoint, stop
@@ -186,7 +189,9 @@ class TrainingLoop:
         """TRL's rollout_func (its prompts are ignored: trl_adapter.py says why): rank 0 rolls
         out; every rank scores a part of the batch under the current policy (pi_old); rank 0
         filters and rewards it; every rank trains its slice."""
+        tools = self._tool_stats()  # the rollout's tool calls: what it adds to them
         result = self._collect() if self.world.main else None
+        self.tool_calls = None if tools is None else self._tool_stats().since(tools)
         trajectories = list(result.trajectories()) if result is not None else None
         if self.world.agree_on_stop(result is None):  # a stop paused it: its tokens are cached
             self.checkpoints.stop_here()
@@ -197,6 +202,11 @@ class TrainingLoop:
         self.records.scoring.add(used, scoring.seconds, forward_work(trajectories or []))
         batch = self.batch(result, trajectories, current) if self.world.main else None
         return self.world.share(batch)
+
+    def _tool_stats(self) -> ToolStats | None:
+        """A copy of the engine's tool-call counts (a task with a tool), else None."""
+        stats = getattr(self.engine, "tool_stats", None)
+        return None if stats is None else replace(stats)
 
     def _collect(self) -> RolloutResult | None:
         """B complete groups from the engine; None if a stop request paused the rollout."""
@@ -311,6 +321,7 @@ class TrainingLoop:
             cache_size=len(self.state.cache),
             engine_restarts=self.engine.stats.restarts,
             engine_steps=self._engine_steps(),
+            tool_calls=self.tool_calls,
         )
         output = rollout_output(result, keep, mask_dropped=self.method.sample_filter is not None)
         rewards = self.rewards.of_batch(output["completion_ids"], output["answer"])

@@ -13,8 +13,10 @@ from rollverify.config import RunConfig
 from rollverify.infra.hub import model_folder
 from rollverify.rollout.engines.hf_engine import HFEngine
 from rollverify.rollout.engines.protocol import RolloutEngine
+from rollverify.rollout.tool_calls import ToolCallingEngine
 from rollverify.tasks.base import Task
 from rollverify.tasks.chain import ChainTask, ChainTaskConfig
+from rollverify.tasks.chain_tool import ChainToolTask
 from rollverify.tasks.custom_reward import with_reward
 
 
@@ -25,8 +27,9 @@ def make_task(config: RunConfig, tokenizer) -> Task:
 
 def _base_task(config: RunConfig, tokenizer) -> Task:
     task = config.task
-    if task.name == "chain":
-        return ChainTask(
+    if task.name in ("chain", "chain_tool"):
+        kind = ChainToolTask if task.name == "chain_tool" else ChainTask
+        return kind(
             tokenizer,
             ChainTaskConfig(task.max_steps, task.alpha),
             seed=config.train.seed,
@@ -35,8 +38,11 @@ def _base_task(config: RunConfig, tokenizer) -> Task:
             eval_sets=task.eval_sets,
         )
     from rollverify.tasks.math_task import MathTask  # math-verify/sympy: import only if used
+    from rollverify.tasks.retool import ReToolTask
 
-    return MathTask(
+    tools = {"tool_timeout_s": task.tool_timeout_s, "tool_memory_mb": task.tool_memory_mb}
+    kind, extra = (ReToolTask, tools) if task.name == "retool" else (MathTask, {})
+    return kind(
         tokenizer,
         task.train_file,
         task.eval_file,
@@ -48,6 +54,7 @@ def _base_task(config: RunConfig, tokenizer) -> Task:
         answer_field=task.answer_field,
         prompt_template=task.prompt_template,
         max_prompt_tokens=config.max_prompt_tokens(),
+        **extra,
     )
 
 
@@ -107,6 +114,26 @@ def make_engine(config: RunConfig, model=None, tokenizer=None) -> RolloutEngine:
         seed=config.train.seed,
         dtype=getattr(torch, config.model.dtype),
     )
+
+
+@contextmanager
+def with_tools(engine: RolloutEngine | None, task: Task, config: RunConfig) -> Iterator:
+    """The engine, running the task's tool calls where it has a tool (tasks/chain_tool.py):
+    it stops at the call's closing marker, the call runs, its output is appended and the
+    trajectory goes on (rollout/tool_calls.py), up to task.max_tool_calls. Either engine (hf,
+    vLLM): both stop at the tokens in their stop_token_ids. The tool's threads end with the
+    run; the engine is left to its owner (a comparison shares it)."""
+    make_runner = getattr(task, "tool_runner", None)
+    if engine is None or make_runner is None:
+        yield engine
+        return
+    runner = make_runner()
+    engine.stop_token_ids = engine.stop_token_ids | {runner.closing_token_id}
+    tools = ToolCallingEngine(engine, runner, config.task.max_tool_calls)
+    try:
+        yield tools
+    finally:
+        tools.close()
 
 
 @contextmanager

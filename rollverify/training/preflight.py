@@ -348,8 +348,8 @@ def _estimate(config: RunConfig, result: Preflight) -> None:
 
 
 def _data_found(config: RunConfig) -> str:
-    if config.task.name == "chain":
-        return "chain task (generated)"
+    if not config.task.reads_math_data:
+        return f"{config.task.name} task (generated)"
     files = [
         config.task.train_file,
         *(config.task.eval_files or {"": config.task.eval_file}).values(),

@@ -13,6 +13,7 @@ import torch
 from rollverify.core.switching import AcceptanceMonitor
 from rollverify.cost.trace import EngineStep, TrainerStep, scoring_work
 from rollverify.rollout.schedules import RolloutResult
+from rollverify.rollout.tool_calls import ToolStats, calls_made
 from rollverify.rollout.trajectory import Trajectory
 from rollverify.tasks.evaluation import Evaluation
 from rollverify.tracking import metric_names as m
@@ -37,6 +38,7 @@ class BatchRecord:
     cache_size: int  # trajectories left in the cache
     engine_restarts: int
     engine_steps: list[EngineStep]  # the rollout's trace, priced after the update
+    tool_calls: ToolStats | None = None  # the rollout's (a task with a tool), else None
 
     @property
     def tokens_dropped(self) -> float:
@@ -255,6 +257,20 @@ def _batch_metrics(records: StepRecords) -> dict[str, float]:
         m.ENGINE_RESTARTS: float(batch.engine_restarts),
         m.REWARD_MEAN: records.reward_mean,
         m.ROLLOUT_SECONDS: result.seconds,
+    } | _tool_metrics(batch)
+
+
+def _tool_metrics(batch: BatchRecord) -> dict[str, float]:
+    """A task with a tool: the rollout's calls, and the calls per trained completion."""
+    if batch.tool_calls is None:
+        return {}
+    calls = batch.tool_calls
+    return {
+        m.TOOL_CALLS: float(calls.calls),
+        m.TOOL_ERRORS: float(calls.errors),
+        m.TOOL_TIMEOUTS: float(calls.timeouts),
+        m.TOOL_SECONDS: calls.seconds,
+        m.TOOL_CALLS_MEAN: sum(calls_made(t) for t in batch.trajectories) / len(batch.trajectories),
     }
 
 

@@ -39,7 +39,13 @@ from rollverify.training.checkpoint.run_state import config_changes, restore_loo
 from rollverify.training.distributed.world import World
 from rollverify.training.launch import launch
 from rollverify.training.loop import TrainingLoop
-from rollverify.training.parts import check_engine_fits, engine_running, make_engine, make_task
+from rollverify.training.parts import (
+    check_engine_fits,
+    engine_running,
+    make_engine,
+    make_task,
+    with_tools,
+)
 from rollverify.training.preflight import check_before_start, sharding_problems
 from rollverify.training.records import evaluation_metrics
 from rollverify.training.run_folder import find_run, is_finished, resumed_config
@@ -168,7 +174,10 @@ def run(plan: RunPlan) -> RunSummary:
         )
         if plan.checkpoint is not None:
             model.load_state_dict(plan.checkpoint.tensors["model"])
-        with _engine_for(plan, model, tokenizer) if world.main else nullcontext() as engine:
+        with (
+            _engine_for(plan, model, tokenizer) if world.main else nullcontext() as engine,
+            with_tools(engine, task, config) as engine,
+        ):
             if engine is not None:
                 engine.pause()  # a reused engine may hold another run's requests
                 engine.load_weights(WeightStream(model, config.model.dtype), version=plan.step)

@@ -42,8 +42,30 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    name: Literal["chain", "math"] = config_field(
-        "chain", "chain: the synthetic long-tail task; math: real math (data/math) on GPUs."
+    name: Literal["chain", "chain_tool", "math", "retool"] = config_field(
+        "chain",
+        "chain: the synthetic long-tail task; chain_tool: the chain task whose steps may call "
+        "a calculator (multi-turn: its model is models/tiny-qwen3-chain-tool, "
+        "experiments/chain-tool.yaml); math: real math (data/math) on GPUs; retool: math "
+        "with a Python interpreter the policy calls (the sandbox), on the math task's data "
+        "(experiments/qwen3-8b-retool.yaml).",
+    )
+    max_tool_calls: int = config_field(
+        8,
+        "Tasks with a tool (chain_tool, retool): calls one response may make; a response "
+        "that calls once more ends there, the call unanswered (verl's max turns).",
+        at_least_one,
+        ">= 1",
+    )
+    tool_timeout_s: float = config_field(
+        10.0,
+        "retool: wall seconds one call's code may run in the sandbox; then it is killed and "
+        "the policy reads a timeout error.",
+        positive,
+        "> 0",
+    )
+    tool_memory_mb: int = config_field(
+        1024, "retool: address space one call's code may take, in MiB.", at_least_one, ">= 1"
     )
     max_steps: int = config_field(
         32, "chain: longest chain; P(n) ~ n^-alpha over 1..max_steps.", at_least_one, ">= 1"
@@ -83,10 +105,11 @@ class TaskConfig:
         "boxed",
         "math: how a plain-text problem is asked. boxed: the problem, then 'Please reason step "
         "by step, and put your final answer within \\boxed{}.'; dapo: DAPO-Math's, whose "
-        "response ends with a line 'Answer: x' (the reward reads either); or a text of your "
-        "own holding {problem}. Chat-message prompts are used as they are.",
+        "response ends with a line 'Answer: x' (the reward reads either); retool: code in "
+        "<tool_call> ... </tool_call>, the answer boxed (task retool); or a text of your own "
+        "holding {problem}. Chat-message prompts are used as they are.",
         valid_template,
-        "boxed, dapo, or a text holding {problem}",
+        "boxed, dapo, retool, or a text holding {problem}",
     )
     eval_files: dict[str, str] = config_field(
         {},
@@ -137,3 +160,8 @@ class TaskConfig:
         is_reward_spec,
         "'module:function' or 'path/to/file.py:function', or null",
     )
+
+    @property
+    def reads_math_data(self) -> bool:
+        """math and retool train on problem files (the chain tasks generate theirs)."""
+        return self.name in ("math", "retool")

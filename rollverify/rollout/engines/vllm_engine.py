@@ -68,6 +68,9 @@ class VLLMEngine(CollectiveWeightSync):
         self.slots = settings.slots_per_engine * settings.engines
         self.max_new_tokens = max_new_tokens
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
+        # tokens a sequence also ends at, as at end-of-sequence ("stop"), kept as its last:
+        # a tool call's closing marker (rollout/tool_calls.py)
+        self.stop_token_ids: frozenset[int] = frozenset()
         self.version = version
         self.stats = EngineStats()
         self.seed = seed
@@ -246,6 +249,8 @@ class VLLMEngine(CollectiveWeightSync):
             self._inflight[request_id] = (trajectory, actor)
             self._load[actor] += 1
         sampling = self.sampling().vllm_params()
+        if self.stop_token_ids:
+            sampling["stop_token_ids"] = sorted(self.stop_token_ids)
         self._call("add", {a: (batch, sampling) for a, batch in batches.items()}, 60.0)
 
     def sampling(self) -> Sampling:

@@ -105,7 +105,8 @@ class VLLMSidecar:
         self, requests: list[tuple[str, list[int], int, int]], sampling: dict[str, Any]
     ) -> None:
         """Start (request_id, prompt token ids, max new tokens, sampling seed) requests, with
-        `sampling` (temperature, top_p, top_k: rollverify.core.sampling.Sampling.vllm_params)."""
+        `sampling` (temperature, top_p, top_k: rollverify.core.sampling.Sampling.vllm_params;
+        stop_token_ids where the engine has them)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind

@@ -1,0 +1,106 @@
+"""The retool task's interpreter: a call's code runs in the sandbox, its output comes back as
+tokens; the GPU recipe is checked here with --dry-run (its model and GPUs are not here)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from rollverify.config import load_config
+from rollverify.rollout.trajectory import Trajectory
+from rollverify.tasks.retool import CLOSE, PythonInterpreter, call_code, tool_token
+
+RECIPE = Path(__file__).parents[1] / "experiments" / "qwen3-8b-retool.yaml"
+TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+
+
+def byte_tokenizer(special: list[str]) -> PreTrainedTokenizerFast:
+    """Any text, one token per byte (as a BPE model's byte fallback), and `special` tokens."""
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    core = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(sorted(alphabet))}, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<eos>")
+    tokenizer.add_special_tokens({"additional_special_tokens": special})
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return byte_tokenizer(TOOL_TOKENS)
+
+
+def called(tokenizer, text: str) -> Trajectory:
+    """A trajectory whose response is `text`, ending at a call's closing token."""
+    ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"])
+    trajectory = Trajectory(torch.tensor([0]), 0, 0)
+    trajectory.extend(ids, torch.zeros(len(ids)), version=0)
+    return trajectory
+
+
+def test_the_code_of_the_last_call_is_run():
+    assert call_code("a <tool_call>x = 1</tool_call> b <tool_call>\nprint(2)\n</tool_call>") == (
+        "print(2)"
+    )
+    assert call_code("<tool_call>```python\nprint(3)\n```</tool_call>") == "print(3)"
+    assert call_code("no call </tool_call>") is None
+
+
+def test_a_call_runs_in_the_sandbox_and_its_output_comes_back_as_tokens(tokenizer):
+    interpreter = PythonInterpreter(tokenizer, timeout_s=5, memory_mb=256)
+    assert interpreter.closing_token_id == tokenizer.convert_tokens_to_ids(CLOSE)
+    text = "First 6 x 7: <tool_call>\nprint(6 * 7)\n</tool_call>"
+    output = interpreter.run(called(tokenizer, text))
+    assert tokenizer.decode(output.token_ids) == "<tool_response>\n42\n</tool_response>\n"
+    assert not output.error and not output.timed_out
+    # the output's ids are the tokenizer's own for that text: appended, nothing re-tokenized
+    assert output.token_ids == tokenizer("<tool_response>\n42\n</tool_response>\n")["input_ids"]
+
+    failed = interpreter.run(called(tokenizer, "<tool_call>1 / 0</tool_call>"))
+    assert failed.error and "ZeroDivisionError" in tokenizer.decode(failed.token_ids)
+    # (what the code cannot reach, the network and the user's files: tests/test_sandbox.py)
+
+
+def test_a_call_that_runs_too_long_is_cut_and_told(tokenizer):
+    interpreter = PythonInterpreter(tokenizer, timeout_s=1, memory_mb=256)
+    output = interpreter.run(called(tokenizer, "<tool_call>while True: pass</tool_call>"))
+    assert output.timed_out and "timed out after 1 s" in tokenizer.decode(output.token_ids)
+
+
+def test_a_tokenizer_without_a_tool_call_token_is_refused_naming_the_field():
+    plain = byte_tokenizer([])
+    with pytest.raises(ValueError, match="task.name: retool needs a tokenizer with </tool_call>"):
+        tool_token(plain, CLOSE)
+
+
+def test_the_gpu_recipe_loads_and_its_dry_run_names_what_is_missing_here(tmp_path):
+    config = load_config(RECIPE)
+    assert config.task.name == "retool" and config.task.prompt_template == "retool"
+    assert config.task.max_tool_calls >= 1 and config.model.path.startswith("Qwen/")
+    command = [sys.executable, "-m", "rvctl.app", "train", "--dry-run", "-c", str(RECIPE)]
+    result = subprocess.run(
+        [*command, "--output", str(tmp_path / "runs")], capture_output=True, text=True
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert any("train.sharding: fsdp needs GPUs" in line for line in errors), errors
+    assert not any(line.startswith("error: task.") for line in errors), "its data is shipped"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_task_asks_for_tool_calls_on_math_data_and_refuses_a_model_without_them(tokenizer):
+    from rollverify.training.parts import make_task
+
+    settings = {"task.name": "retool", "task.prompt_template": "retool"}
+    config = load_config(overrides=settings | {"task.eval_file": "data/math/aime24.json"})
+    task = make_task(config, tokenizer)
+    prompt = tokenizer.decode(task.next_group().prompt_ids)
+    assert "between <tool_call> and </tool_call>" in prompt and "\\boxed{}" in prompt
+    assert task.tool_runner().closing_token_id == tokenizer.convert_tokens_to_ids(CLOSE)
+    assert task.reward("so the answer is \\boxed{42}", "42") == 1.0  # math-verify's
+    with pytest.raises(ValueError, match="task.name: retool needs a tokenizer"):
+        make_task(config, byte_tokenizer([]))

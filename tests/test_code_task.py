@@ -1,0 +1,236 @@
+"""The code task's data and reward: HumanEval and {prompt, tests} files read into programs and
+tests, every reference solution run in the sandbox, and a reward a program cannot fake."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rollverify.tasks.data.code_problems import HUMANEVAL, load_code_set
+from rollverify.tasks.rewards.unit_tests import (
+    UnitTests,
+    extract_code,
+    run_unit_tests,
+    unit_tests_reward,
+)
+from tests.cli import run_rvctl
+
+ROOT = Path(__file__).resolve().parents[1]
+ADD = UnitTests(("assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5"))
+# MBPP's own names (text, code, test_list, test_setup_code); task 4's reference is wrong.
+MBPP = [
+    {
+        "task_id": 2,
+        "text": "Write a function to add two numbers.",
+        "code": "def add(a, b):\n    return a + b",
+        "test_list": ["assert add(1, 2) == 3", "assert add(2, 2) == 4"],
+        "test_setup_code": "",
+    },
+    {
+        "task_id": 3,
+        "text": "Write a function to find the square root.",
+        "code": "def root(x):\n    return math.sqrt(x)",
+        "test_list": ["assert root(4) == 2", "assert root(9) == 3"],
+        "test_setup_code": "import math",  # the solution needs it: the setup runs first
+    },
+    {
+        "task_id": 4,
+        "text": "Write a function that doubles a number.",
+        "code": "def double(x):\n    return x * x",
+        "test_list": ["assert double(2) == 4", "assert double(3) == 6", "assert double(0) == 0"],
+    },
+]
+
+
+@pytest.fixture
+def rvctl(monkeypatch, capsys):
+    """`rvctl ARGS` in this process (tests/cli.py), from the checkout's root."""
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        monkeypatch.chdir(ROOT)
+        return run_rvctl(list(args), monkeypatch, capsys)
+
+    return run
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+@pytest.fixture(scope="module")
+def humaneval():
+    return load_code_set(HUMANEVAL, solution_field="canonical_solution")
+
+
+def test_humaneval_loads_its_164_problems_as_prompt_plus_completion_then_check(humaneval):
+    assert (len(humaneval.problems), humaneval.skipped) == (164, 0)
+    first = humaneval.problems[0]
+    assert first.task_id == "HumanEval/0" and first.tests.prefix == first.prompt
+    assert first.prompt.startswith("from typing import List") and first.solution is not None
+    (test,) = first.tests.tests
+    assert "def check(candidate)" in test and test.rstrip().endswith("check(has_close_elements)")
+
+
+@pytest.mark.slow
+def test_every_humaneval_reference_solution_passes_in_the_sandbox(rvctl):
+    done = rvctl("data", "check", HUMANEVAL, "--solutions", "canonical_solution", "-f", "json")
+    assert done.returncode == 0, done.stderr
+    solutions = json.loads(done.stdout)["solutions"]
+    failing = {r["task_id"]: r["error"] for r in solutions["results"] if not r["ok"]}
+    assert failing == {}
+    assert (solutions["checked"], solutions["passed"], solutions["failed"]) == (164, 164, 0)
+
+
+def test_a_wrong_humaneval_completion_scores_zero_and_the_reference_one(humaneval):
+    problem = humaneval.problems[0]  # has_close_elements
+    assert unit_tests_reward(problem.solution, problem.tests) == 1.0
+    assert unit_tests_reward("    return False\n", problem.tests) == 0.0
+    wrong = run_unit_tests(humaneval.problems[1].solution, problem.tests)  # another's
+    assert not wrong.ok and wrong.error.startswith("test 1: ")
+
+
+def test_a_whole_function_in_a_fenced_block_after_the_prompt_scores_one(humaneval):
+    problem = humaneval.problems[2]  # truncate_number
+    response = (
+        "Here is the function:\n```python\ndef truncate_number(number: float) -> float:\n"
+        "    return number % 1.0\n```\nIt keeps the decimals."
+    )
+    assert unit_tests_reward(response, problem.tests) == 1.0
+    assert unit_tests_reward(response.replace("% 1.0", "// 1.0"), problem.tests) == 0.0
+
+
+def test_each_listed_test_is_counted_and_all_must_pass():
+    right = run_unit_tests("def add(a, b):\n    return a + b\n", ADD)
+    assert (right.passed, right.total, right.ok, right.error) == (3, 3, True, "")
+    wrong = run_unit_tests("def add(a, b):\n    return a * b\n", ADD)  # 2 * 2 == 2 + 2
+    assert (wrong.passed, wrong.total, wrong.ok) == (1, 3, False)
+    assert wrong.error == "test 1: AssertionError"
+    assert unit_tests_reward("def add(a, b):\n    return a * b\n", ADD) == 0.0
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "import sys\nsys.exit(0)\n",  # exit before the tests
+        "import os\nos._exit(0)\n",
+        "raise SystemExit(0)\n",
+        # a report of its own, then out before the harness's
+        "import os, sys\nsys.__stdout__.write('f00d 3 \\n')\nsys.__stdout__.flush()\nos._exit(0)\n",
+        "import builtins\nbuiltins.exec = lambda *a, **k: None\ndef add(a, b):\n    return 0\n",
+        "import builtins\nbuiltins.compile = lambda *a, **k: compile('pass', 'x', 'exec')\n",
+        "def add(a, b):\n    while True:\n        pass\n",  # a timeout
+    ],
+)
+def test_a_program_cannot_pass_by_exiting_printing_or_patching_builtins(program):
+    run = run_unit_tests(program, ADD, timeout_s=2)
+    assert not run.ok and run.error, run
+    assert unit_tests_reward(program, ADD, timeout_s=2) == 0.0
+
+
+def test_a_timeout_fails_and_says_so():
+    run = run_unit_tests("import time\ntime.sleep(30)\n", ADD, timeout_s=1)
+    assert (run.passed, run.ok, run.error) == (0, False, "timed out after 1 s")
+
+
+@pytest.mark.parametrize(
+    "response, code",
+    [
+        ("```python\ndef f():\n    return 1\n```", "def f():\n    return 1\n"),
+        ("first\n```py\nx = 1\n```\nthen\n```python\nx = 2\n```\n```bash\nls\n```", "x = 2\n"),
+        ("```\nx = 3\n```", "x = 3\n"),  # a bare fence
+        ("cut off:\n```python\nx = 4\n", "x = 4\n"),  # never closed: to the end
+        ("    return x + 1\n", "    return x + 1\n"),  # no fence: as it is, indent kept
+        ("```bash\nls\n```", "```bash\nls\n```"),  # no Python block: as it is
+    ],
+)
+def test_the_code_of_a_response_is_its_last_python_block_else_the_response(response, code):
+    assert extract_code(response) == code
+
+
+def test_mbpp_names_are_read_and_each_reference_solution_is_run(tmp_path, rvctl):
+    path = write_jsonl(tmp_path / "mbpp.jsonl", MBPP)
+    done = rvctl("data", "check", str(path), "--solutions", "code", "-f", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["fields"] == {"prompt": {"text": 3}, "tests": {"test_list": 3}}
+    solutions = report["solutions"]
+    assert (solutions["checked"], solutions["passed"], solutions["failed"]) == (3, 2, 1)
+    results = {r["task_id"]: (r["ok"], r["passed"], r["tests"]) for r in solutions["results"]}
+    assert results == {"2": (True, 2, 2), "3": (True, 2, 2), "4": (False, 2, 3)}
+    # in a log (stderr not a terminal): a line per solution
+    assert "solutions 3/3: " in done.stderr and "4 FAIL test 2: AssertionError" in done.stderr
+    table = rvctl("data", "check", str(path), "--solutions", "code")
+    assert table.returncode == 0 and "3 run, 2 pass, 1 fail" in table.stdout
+    assert "failing reference solutions" in table.stdout and "test 2:" in table.stdout
+
+
+def test_a_record_missing_a_field_is_skipped_with_its_reason(tmp_path, rvctl):
+    records = [
+        {"prompt": "Add.", "tests": ["assert add(1, 1) == 2"]},
+        {"prompt": "No tests here."},  # record 1
+        {"tests": "assert True"},  # record 2: no prompt
+        {"prompt": "Broken.", "tests": "assert (("},  # record 3
+        {"prompt": "Odd.", "tests": [1, 2]},  # record 4
+        {"prompt": "Several.", "tests": "assert 1 == 1\nassert 2 == 2"},  # one test
+    ]
+    path = write_jsonl(tmp_path / "code.jsonl", records)
+    done = rvctl("data", "check", str(path), "--task", "code", "-f", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["records"], report["usable"], report["skipped"]) == (6, 2, 4)
+    assert report["reasons"] == {
+        "no tests": 1,
+        "no prompt": 1,
+        "tests not Python": 1,
+        "bad tests": 1,
+    }
+    assert report["examples"] == {
+        "no tests": 1,
+        "no prompt": 2,
+        "tests not Python": 3,
+        "bad tests": 4,
+    }
+    assert [len(p.tests.tests) for p in load_code_set(path).problems] == [1, 1]
+
+
+def test_named_fields_are_dotted_paths(tmp_path, rvctl):
+    records = [{"q": {"text": "Add."}, "checks": {"asserts": ["assert add(1, 1) == 2"]}}]
+    path = write_jsonl(tmp_path / "nested.jsonl", records)
+    fields = ("--prompt-field", "q.text", "--tests-field", "checks.asserts", "-f", "json")
+    done = rvctl("data", "check", str(path), *fields)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["fields"] == {
+        "prompt": {"q.text": 1},
+        "tests": {"checks.asserts": 1},
+    }
+    unnamed = rvctl("data", "check", str(path), "--task", "code")  # defaults: nothing usable
+    assert unnamed.returncode == 2 and len(unnamed.stderr.splitlines()) == 1
+    assert "no prompt" in unnamed.stderr and "--prompt-field" in unnamed.stderr
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (
+            [HUMANEVAL, "--solutions", "solution"],
+            "solution field 'solution': no usable record of",
+        ),
+        ([HUMANEVAL, "--answer-field", "answer"], "--answer-field: math only"),
+        (["data/math/amc.json", "--task", "math", "--solutions", "x"], "code only"),
+        ([HUMANEVAL, "--workers", "0"], "--workers"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(rvctl, args, says):
+    done = rvctl("data", "check", *args)
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: ") and says in line and "Traceback" not in line
+
+
+def test_an_unknown_solutions_field_names_the_fields_there(rvctl):
+    done = rvctl("data", "check", HUMANEVAL, "--solutions", "solution")
+    assert "canonical_solution" in done.stderr  # among the record's fields, and as the fix

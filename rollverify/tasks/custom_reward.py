@@ -272,6 +272,8 @@ def _show(value: Any) -> str:
 class CustomRewardTask:
     """`task` with its reward replaced (rollverify.tasks.base.Task); all else is the task's."""
 
+    reward_workers = 1  # your function is called one at a time, whatever the task's own does
+
     def __init__(self, task: Task, reward: RewardFunction) -> None:
         self.task, self.custom_reward = task, reward
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.rollout.trajectory import Trajectory
-from rollverify.tasks.base import EvalProblem, Task
+from rollverify.tasks.base import EvalProblem, Task, score_all
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,12 @@ def evaluate_sets(
         engine.submit(trajectories)
         while engine.has_work:
             engine.poll()
-    rewards = [
-        task.reward_tokens(t.token_ids.tolist(), problems[-1 - t.group_id][1].answer)
-        for t in trajectories
-    ]
+    rewards = score_all(
+        task,
+        task.reward_tokens,
+        [t.token_ids.tolist() for t in trajectories],
+        [problems[-1 - t.group_id][1].answer for t in trajectories],
+    )
     per_problem: dict[str, list[list[float]]] = {name: [] for name in sets}
     for index, (name, _) in enumerate(problems):
         per_problem[name].append(rewards[index * samples : (index + 1) * samples])

@@ -348,7 +348,7 @@ def _estimate(config: RunConfig, result: Preflight) -> None:
 
 
 def _data_found(config: RunConfig) -> str:
-    if not config.task.reads_math_data:
+    if not config.task.reads_files:
         return f"{config.task.name} task (generated)"
     files = [
         config.task.train_file,

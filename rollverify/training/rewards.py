@@ -10,7 +10,7 @@ import torch
 
 from rollverify.config import RolloutConfig
 from rollverify.rollout.trajectory import Trajectory
-from rollverify.tasks.base import Task
+from rollverify.tasks.base import Task, score_all
 from rollverify.training.guards import require_finite
 
 
@@ -36,7 +36,7 @@ class Rewards:
     def of_task(self, completion_ids: list[list[int]], answers: list[str]) -> list[float]:
         """The task's verifier on completions decoded as TRL decodes them."""
         texts = self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-        return [self.task.reward(text, a) for text, a in zip(texts, answers, strict=True)]
+        return score_all(self.task, self.task.reward, texts, answers)
 
 
 def overlong_punishment(rollout: RolloutConfig) -> Callable[[list[list[int]]], list[float]] | None:

@@ -42,13 +42,15 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    name: Literal["chain", "chain_tool", "math", "retool"] = config_field(
+    name: Literal["chain", "chain_tool", "math", "retool", "code"] = config_field(
         "chain",
         "chain: the synthetic long-tail task; chain_tool: the chain task whose steps may call "
         "a calculator (multi-turn: its model is models/tiny-qwen3-chain-tool, "
         "experiments/chain-tool.yaml); math: real math (data/math) on GPUs; retool: math "
         "with a Python interpreter the policy calls (the sandbox), on the math task's data "
-        "(experiments/qwen3-8b-retool.yaml).",
+        "(experiments/qwen3-8b-retool.yaml); code: programs checked by unit tests in the "
+        "sandbox (train_file and eval_file: code problems, humaneval by its name; "
+        "experiments/qwen3-8b-code.yaml).",
     )
     max_tool_calls: int = config_field(
         8,
@@ -60,12 +62,24 @@ class TaskConfig:
     tool_timeout_s: float = config_field(
         10.0,
         "retool: wall seconds one call's code may run in the sandbox; then it is killed and "
-        "the policy reads a timeout error.",
+        "the policy reads a timeout error. code: the same for one program and its tests (a "
+        "timeout fails them).",
         positive,
         "> 0",
     )
     tool_memory_mb: int = config_field(
-        1024, "retool: address space one call's code may take, in MiB.", at_least_one, ">= 1"
+        1024,
+        "retool, code: address space one call's code (one program) may take, in MiB.",
+        at_least_one,
+        ">= 1",
+    )
+    tests_field: str | None = config_field(
+        None,
+        "code: the field of each record that holds its unit tests (a list of asserts, or "
+        "HumanEval's test code), dotted into nested records. null: the first a record has of "
+        "tests, test_list, test.",
+        _named,
+        "a field name (dots for nested records), or null",
     )
     max_steps: int = config_field(
         32, "chain: longest chain; P(n) ~ n^-alpha over 1..max_steps.", at_least_one, ">= 1"
@@ -162,6 +176,6 @@ class TaskConfig:
     )
 
     @property
-    def reads_math_data(self) -> bool:
-        """math and retool train on problem files (the chain tasks generate theirs)."""
-        return self.name in ("math", "retool")
+    def reads_files(self) -> bool:
+        """math, retool and code train on problem files (the chain tasks make theirs)."""
+        return self.name in ("math", "retool", "code")

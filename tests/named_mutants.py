@@ -831,7 +831,7 @@ MUTANTS = [
         "async-update-waits-for-an-event",
         "weights land at the first token boundary after they arrive, not at the next finish",
         "rollverify/rollout/engines/simulated.py",
-        "steps = self._steps_until_weights(self._steps_to_next_event())",
+        "steps = self._steps_until_arrival(self._steps_to_next_event())",
         "steps = self._steps_to_next_event()",
         (
             "tests/test_async_rollout.py::test_tokens_of_one_trajectory_carry_the_versions_that_sampled_them_across_an_update",

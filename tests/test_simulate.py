@@ -96,6 +96,7 @@ def test_the_cli_prints_the_cost_table_and_refuses_bad_input(monkeypatch, capsys
     expected = {"method", "context", "gpu", "gpu_days", "speedup_vs_grpo", "rollout_share"}
     expected |= {"slot_utilization", "tokens_generated", "tokens_regenerated", "switch_step"}
     expected |= {"truncated_share", "preemptions", "tokens_recomputed", "staleness_max"}
+    expected |= {"tool_calls"}
     assert set(rows[0]) == expected
     # stderr is a pipe here (a job's log): a plain line per simulation, as it finishes
     logged = [line for line in result.stderr.splitlines() if line.startswith("simulate ")]

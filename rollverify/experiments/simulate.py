@@ -26,6 +26,8 @@ What it cannot know is modeled, and each model is named here:
   acceptance^n of its older tokens, so a low acceptance at long contexts makes the longest
   trajectories regenerate much of themselves (see docs/cost-model.md).
 - **Prompts**: `prompt_tokens` each (default 256).
+- **Tool calls** (`--tool-calls`, off by default): where responses call a tool, how long it
+  takes and what it returns (rollverify/cost/tool_latency.py).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from rollverify.cost.costmodel import (
 )
 from rollverify.cost.costmodel.profile import Profile
 from rollverify.cost.kv_cache import BLOCK_SIZE
+from rollverify.cost.tool_latency import ToolCallModel
 from rollverify.cost.trace import scoring_work
 from rollverify.rollout.async_rollout import AsyncState, next_batch
 from rollverify.rollout.engines.simulated import SimulatedEngine, Sketch
@@ -182,6 +185,7 @@ class Settings:
     asyncs: tuple[int, ...] = ()  # staleness bounds eta of asynchronous runs to add
     keep_kv: bool = False  # asynchronous: keep the stale KV on a weight update (PipelineRL)
     async_verify: bool = False  # also asynchronous runs that verify before training
+    tool_calls: ToolCallModel | None = None  # multi-turn responses (None: no tool calls)
 
     def check(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -201,6 +205,12 @@ class Settings:
             raise ValueError("--acceptance: must be in [0, 1]")
         if any(eta < 0 for eta in self.asyncs):
             raise ValueError("--async: staleness bounds eta must be >= 0 (0 is synchronous)")
+        if self.tool_calls is not None:
+            self.tool_calls.check()
+            if self.asyncs:
+                raise ValueError(
+                    "--tool-calls: asynchronous runs take no tool calls yet; drop --async"
+                )
         self.lengths.check()
 
 
@@ -224,6 +234,7 @@ class Result:
     preemptions: int = 0  # rows the KV cache could not hold (recomputed when they return)
     tokens_recomputed: int = 0  # prompt + generated tokens those rows prefilled again
     staleness_max: int = 0  # the most versions a trained token lagged the policy training it
+    tool_calls: int = 0  # calls the responses made (--tool-calls)
     wall_seconds: float | None = None  # asynchronous: engines and trainer overlap (else the sum)
 
     @property
@@ -425,6 +436,7 @@ def _result(
         tokens_recomputed=stats.tokens_recomputed,
         staleness_max=staleness,
         wall_seconds=wall,
+        tool_calls=engine.calls_made,
     )
 
 
@@ -445,6 +457,7 @@ def _engine(config, settings, context, seed, pricing) -> SimulatedEngine:
         if settings.kv_cache
         else None,
         block_size=config.vllm.block_size or BLOCK_SIZE,
+        tool_calls=settings.tool_calls.sampler(seed) if settings.tool_calls else None,
     )
 
 
@@ -623,6 +636,7 @@ def rows(results: list[Result]) -> list[dict[str, Any]]:
                 "staleness_max": max(r.staleness_max for r in group),
                 "preemptions": round(statistics.fmean(r.preemptions for r in group)),
                 "tokens_recomputed": round(statistics.fmean(r.tokens_recomputed for r in group)),
+                "tool_calls": round(statistics.fmean(r.tool_calls for r in group)),
             }
         )
     for row in table:

@@ -28,12 +28,14 @@ HEADERS = {  # one-word headers for the rich table; json/csv/md keep the stable 
     "preemptions": "preempt.",
     "tokens_recomputed": "recomp.",
     "staleness_max": "stale",
+    "tool_calls": "calls",
 }
 LEGEND = (
     "gpu_days: modeled GPU-days on --gpu in the config's cost.layout; speedup: grpo's / the "
     "row's at the same context; rollout_share: rollout / total modeled time; preempt.: rows "
     "the KV cache could not hold, recomp.: tokens they prefilled again; stale: the most "
-    "versions a trained token lagged (async-eta<N>: at most N); not measured on "
+    "versions a trained token lagged (async-eta<N>: at most N); calls: tool calls made "
+    "(--tool-calls); not measured on "
     "a GPU: see docs/cost-model.md for every constant and what it leaves out"
 )
 
@@ -112,6 +114,14 @@ def simulate(
             help="Model the engines' KV-cache capacity and preemption (--no-kv-cache: unlimited)."
         ),
     ] = True,
+    tool_calls: Annotated[
+        str | None,
+        typer.Option(
+            help="Responses call a tool: PER_1K,MEDIAN_S,SIGMA,OUTPUT_TOKENS (calls per 1,000 "
+            "tokens, Poisson; lognormal latency in seconds; tokens each call returns), e.g. "
+            "2,1.0,1.0,64. Default: no calls."
+        ),
+    ] = None,
     workers: Annotated[
         int | None,
         typer.Option(
@@ -159,6 +169,7 @@ def simulate(
         asyncs=_numbers(async_eta, int, "--async"),
         keep_kv=keep_kv,
         async_verify=async_verify,
+        tool_calls=_tool_call_model(tool_calls) if tool_calls else None,
     )
     settings.check()
     check_fits(run_config, settings)
@@ -202,7 +213,10 @@ def simulate(
                 ),
                 workers=workers,
             )
-    print_split(rows(results), format, f"simulated, {settings.lengths.describe()}", HEADERS, 2)
+    described = settings.lengths.describe()
+    if settings.tool_calls is not None:
+        described += f"; tool calls: {settings.tool_calls.describe()}"
+    print_split(rows(results), format, f"simulated, {described}", HEADERS, 2)
     if format is Format.table:
         stderr.print(LEGEND)
 
@@ -215,3 +229,14 @@ def _length_model(text: str):
     if kind != "lognormal" or len(values) != 2 or values[0] <= 0 or values[1] < 0:
         raise ValueError(f"--lengths: {text!r}; write lognormal:MEDIAN,SIGMA (e.g. 1500,0.9)")
     return LengthModel(median=values[0], sigma=values[1])
+
+
+def _tool_call_model(text: str):
+    from rollverify.cost.tool_latency import ToolCallModel
+
+    values = _numbers(text, float, "--tool-calls")
+    if len(values) != 4 or values[3] != int(values[3]):
+        raise ValueError(
+            f"--tool-calls: {text!r}; write PER_1K,MEDIAN_S,SIGMA,OUTPUT_TOKENS (e.g. 2,1.0,1.0,64)"
+        )
+    return ToolCallModel(values[0], values[1], values[2], int(values[3]))

@@ -32,6 +32,7 @@ log-prob 0), as the tests that compare it with the hf engine need.
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -42,6 +43,7 @@ import torch
 
 from rollverify.cost.costmodel import StepCost
 from rollverify.cost.kv_cache import BLOCK_SIZE, BlockCount, PrefixCache, blocks_for
+from rollverify.cost.tool_latency import ToolCallSampler
 from rollverify.cost.trace import EngineStep
 from rollverify.rollout.engines.batching import DECODE_KEEP, padded_positions
 from rollverify.rollout.engines.protocol import EngineStats, QueuedSlots
@@ -56,6 +58,7 @@ class Sketch(Trajectory):
     scale a run flushes and truncates millions of them)."""
 
     length: int = 0
+    tool_outputs: list[tuple[int, int]] = field(default_factory=list)  # (after token, tokens)
     token_ids: torch.Tensor = field(default_factory=lambda: _NONE)
     behavior_logprobs: torch.Tensor = field(default_factory=lambda: _NONE)
     versions: torch.Tensor = field(default_factory=lambda: _NONE)
@@ -66,6 +69,12 @@ class Sketch(Trajectory):
 
     def __len__(self) -> int:
         return self.length
+
+    @property
+    def context_length(self) -> int:
+        """Prompt, generated tokens and the outputs of the calls among them."""
+        outputs = sum(tokens for after, tokens in self.tool_outputs if after <= self.length)
+        return self.prompt_ids.shape[0] + self.length + outputs
 
     def generate(self, count: int, version: int = 0) -> int:
         """`count` more tokens sampled at `version`; returns how many are regenerated ones."""
@@ -79,6 +88,8 @@ class Sketch(Trajectory):
 
     def _keep(self, kept: int) -> None:
         self.length = kept
+        # a call after a cut token goes when its tokens do (regenerated, they call again)
+        self.tool_outputs = [(after, n) for after, n in self.tool_outputs if after <= kept]
         if kept == 0:
             self.oldest_version = None
 
@@ -88,7 +99,9 @@ class _Row:
     trajectory: Trajectory
     admitted_at: int  # engine step of the prefill (its first token)
     base: int  # context at admission: prompt + tokens the trajectory had
-    target: int  # total generated tokens when it finishes
+    target: int  # generated tokens when it leaves the engine: at its end, or at a tool call
+    final: int = 0  # generated tokens when it is finished (0: target)
+    latency: float = 0.0  # seconds of the tool call it stops at (target < final)
 
 
 class SimulatedEngine(QueuedSlots):
@@ -103,6 +116,7 @@ class SimulatedEngine(QueuedSlots):
         version: int = 0,
         kv_tokens: int | None = None,
         block_size: int = BLOCK_SIZE,
+        tool_calls: ToolCallSampler | None = None,
     ) -> None:
         self.cost = cost  # each iteration's price: Pricing (a GPU), LinearStepCost (fitted)
         self.slots = slots
@@ -132,6 +146,13 @@ class SimulatedEngine(QueuedSlots):
         # weights on the way, in the order the trainer sent them: (at, version, seconds,
         # recompute_kv); a trainer slower than the engines can send the next before one lands
         self._pending: deque[tuple[float, int, float, bool]] = deque()
+        # tool calls (rollverify/cost/tool_latency.py): responses out of the engine until their
+        # call answers, a heap of (virtual time it answers, order, trajectory, output tokens)
+        self.tool_calls = tool_calls
+        self._tools: list[tuple[float, int, Trajectory, int]] = []
+        self._tool_order = itertools.count()
+        self.calls_made = 0
+        self.tool_wait_seconds = 0.0  # idle: every response was waiting for a tool
 
     # -- the engine interface -----------------------------------------------------------------
 
@@ -141,12 +162,22 @@ class SimulatedEngine(QueuedSlots):
     def shutdown(self) -> None:
         pass
 
+    @property
+    def has_work(self) -> bool:
+        return bool(self._rows or self._queue or self._tools)
+
     def poll(self) -> list[Trajectory]:
         while self._pending and self.clock >= self._pending[0][0]:
             self._load_in_flight()  # each in turn: one that arrived during another's sync too
+        self._answer_calls(until=self.clock)
+        if not self._rows and not self._queue and self._tools:  # all wait for a tool: idle
+            answered = self._tools[0][0]
+            self.tool_wait_seconds += answered - self.clock
+            self.clock = answered
+            self._answer_calls(until=answered)
         finished = []
         if self._rows:
-            steps = self._steps_until_weights(self._steps_to_next_event())
+            steps = self._steps_until_arrival(self._steps_to_next_event())
             full = self._first_step_over_cache(steps)
             if full is not None:
                 if full > self.step + 1:
@@ -159,7 +190,14 @@ class SimulatedEngine(QueuedSlots):
         return finished
 
     def pause(self) -> list[Trajectory]:
-        paused = [self._flush(row) for row in self._rows.values()] + list(self._queue)
+        # calls in flight are waited for and answered, as rollout/tool_calls.py does: the
+        # engine idles meanwhile
+        if self._tools:
+            last = max(answered for answered, *_ in self._tools)
+            self.tool_wait_seconds += max(0.0, last - self.clock)
+            self.clock = max(self.clock, last)
+        answered = self._answer_calls(until=self.clock, queue=False)
+        paused = [self._flush(row) for row in self._rows.values()] + list(self._queue) + answered
         self.stats.aborted += len(paused)
         self._rows, self._finishing, self._context0, self._stale = {}, [], 0, 0
         self._cached.free(self._blocks.blocks_at(self.step))
@@ -193,12 +231,15 @@ class SimulatedEngine(QueuedSlots):
         self._load_in_flight()
         return True
 
-    def _steps_until_weights(self, steps: int) -> int:
-        """At most `steps`, and no more than it takes the clock to reach weights on the way:
-        they land at the first token boundary after they arrive, not at the next event."""
-        if not self._pending:
+    def _steps_until_arrival(self, steps: int) -> int:
+        """At most `steps`, and no more than it takes the clock to reach weights on the way or
+        a tool's answer: they land at the first token boundary after they arrive, not at the
+        next event."""
+        arrivals = [self._pending[0][0]] if self._pending else []
+        arrivals += [self._tools[0][0]] if self._tools else []
+        if not arrivals:
             return steps
-        arrival = self._pending[0][0]
+        arrival = min(arrivals)
         rows = len(self._rows)
         context = self._context0 + rows * (self.step + 1)
         padded = self._padded() if self.cost.reads_padding else context
@@ -288,7 +329,7 @@ class SimulatedEngine(QueuedSlots):
             self._leave(row)
             # a row that ended inside the jump generated no tokens past its end
             self.stats.slot_steps_busy -= self.step - end
-            finished.append(self._flush(row, at=end))
+            finished += self._left(row, self._flush(row, at=end))
         return finished
 
     def _padded(self) -> int:
@@ -323,12 +364,11 @@ class SimulatedEngine(QueuedSlots):
         self.prefill_seconds += price
         finished = []
         for trajectory, context in zip(admitted, contexts, strict=True):
-            target = min(self.lengths(*trajectory.key), self.max_new_tokens)
-            row = _Row(trajectory, self.step, context, max(target, len(trajectory) + 1))
+            row = self._row(trajectory, context)
             end = self.step + row.target - len(trajectory) - 1  # the prefill made one token
             if end <= self.step:  # done at its prefill: its blocks go straight back
                 self._cached.free(blocks_for(context, self._blocks.block_size))
-                finished.append(self._flush(row, at=self.step))
+                finished += self._left(row, self._flush(row, at=self.step))
                 continue
             row_id = next(self._ids)
             self._rows[row_id] = row
@@ -431,6 +471,40 @@ class SimulatedEngine(QueuedSlots):
             self.stats.tokens_regenerated += trajectory.extend(
                 torch.zeros(count, dtype=torch.long), torch.zeros(count), self.version
             )
-        if len(trajectory) >= row.target:
-            trajectory.finish_reason = "length" if row.target >= self.max_new_tokens else "stop"
+        final = row.final or row.target
+        if len(trajectory) >= final:
+            trajectory.finish_reason = "length" if final >= self.max_new_tokens else "stop"
         return trajectory
+
+    # -- tool calls -----------------------------------------------------------------------------
+
+    def _row(self, trajectory: Trajectory, context: int) -> _Row:
+        """A row admitted now: it leaves at its end, or at its next tool call."""
+        final = max(min(self.lengths(*trajectory.key), self.max_new_tokens), len(trajectory) + 1)
+        calls = self.tool_calls(*trajectory.key, final) if self.tool_calls is not None else []
+        after, latency = next(((p, s) for p, s in calls if p > len(trajectory)), (final, 0.0))
+        return _Row(trajectory, self.step, context, after, final, latency)
+
+    def _left(self, row: _Row, trajectory: Trajectory) -> list[Trajectory]:
+        """A row out of the engine: finished, or off to its tool call (answered at virtual
+        time now + its latency, then queued again like a new request)."""
+        if trajectory.finished or row.target >= (row.final or row.target):
+            return [trajectory]
+        output = self.tool_calls.output_tokens if self.tool_calls is not None else 0
+        self.calls_made += 1
+        entry = (self.clock + row.latency, next(self._tool_order), trajectory, output)
+        heapq.heappush(self._tools, entry)
+        return []
+
+    def _answer_calls(self, until: float, queue: bool = True) -> list[Trajectory]:
+        """The calls answered by virtual time `until`: their output goes in, and the responses
+        back to the queue (or, `queue` False, to the caller)."""
+        answered = []
+        while self._tools and self._tools[0][0] <= until:
+            _, _, trajectory, output = heapq.heappop(self._tools)
+            if isinstance(trajectory, Sketch):
+                trajectory.tool_outputs.append((len(trajectory), output))
+            answered.append(trajectory)
+        if queue:
+            self._queue.extend(answered)
+        return answered

@@ -130,3 +130,15 @@ def pytest_collection_modifyitems(config, items):
             f"{imported_trainer[0]} imports {TRAINER}: the unit tier trains nothing "
             "(UNIT, tests/conftest.py)"
         )
+
+
+@pytest.fixture
+def rvctl(monkeypatch, capsys):
+    """`rvctl ARGS` in this process (tests/cli.py), from the checkout's root."""
+    from tests.cli import run_rvctl
+
+    def run(*args: str):
+        monkeypatch.chdir(HERE.parent)
+        return run_rvctl(list(args), monkeypatch, capsys)
+
+    return run

@@ -4,7 +4,6 @@ tests, every reference solution run in the sandbox, and a reward a program canno
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -43,17 +42,6 @@ MBPP = [
         "test_list": ["assert double(2) == 4", "assert double(3) == 6", "assert double(0) == 0"],
     },
 ]
-
-
-@pytest.fixture
-def rvctl(monkeypatch, capsys):
-    """`rvctl ARGS` in this process (tests/cli.py), from the checkout's root."""
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        monkeypatch.chdir(ROOT)
-        return run_rvctl(list(args), monkeypatch, capsys)
-
-    return run
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:
@@ -243,26 +231,15 @@ def test_an_unknown_solutions_field_names_the_fields_there(rvctl):
 def code_model(tmp_path_factory) -> Path:
     """A random tiny Qwen3 over bytes (it writes no working program: a reward of 0)."""
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
-    from tests.tiny import byte_tokenizer
+    from tests.tiny import byte_tokenizer, random_config
 
     folder = tmp_path_factory.mktemp("code-model")
     tokenizer = byte_tokenizer([])
     tokenizer.add_special_tokens({"pad_token": "<pad>"})
     torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=512,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    config = random_config(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     Qwen3ForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

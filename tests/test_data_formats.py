@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 from pathlib import Path
 
 import datasets
@@ -22,7 +21,6 @@ from rollverify.tasks.data.hub_data import HubData, parse
 from rollverify.tasks.data.math_problems import MATH_DATA_DIR, load_math_set
 from rollverify.tasks.math_task import MathTask, set_name
 from rollverify.tasks.rewards.math_answer import math_answer_reward
-from tests.cli import run_rvctl
 
 ROOT = Path(__file__).resolve().parents[1]
 FLAT = [
@@ -81,17 +79,6 @@ def write(path: Path, records: list[dict]) -> Path:
 
 def loaded(math_set) -> list[tuple]:
     return [(p.problem, p.answer) for p in math_set.problems]
-
-
-@pytest.fixture
-def rvctl(monkeypatch, capsys):
-    """`rvctl ARGS` in this process (tests/cli.py), from the checkout's root."""
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        monkeypatch.chdir(ROOT)
-        return run_rvctl(list(args), monkeypatch, capsys)
-
-    return run
 
 
 @pytest.mark.parametrize("name", ["list.json", "lines.json", "lines.jsonl", "t.parquet", "t.csv"])

@@ -11,11 +11,10 @@ from rollverify.rollout.trajectory import Trajectory
 VOCAB, PAD, EOS = 20, 0, 1
 
 
-def random_model(seed: int = 0, eos_bias: float = 0.0) -> Qwen3ForCausalLM:
-    """eos_bias shifts the EOS logit: negative makes long responses (a long tail)."""
-    torch.manual_seed(seed)
-    config = Qwen3Config(
-        vocab_size=VOCAB,
+def random_config(vocab_size: int, pad: int, eos: int, **more) -> Qwen3Config:
+    """The tiny random models' shape: 2 layers of width 32 (`more`: other Qwen3Config fields)."""
+    return Qwen3Config(
+        vocab_size=vocab_size,
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
@@ -23,10 +22,16 @@ def random_model(seed: int = 0, eos_bias: float = 0.0) -> Qwen3ForCausalLM:
         num_key_value_heads=2,
         head_dim=8,
         max_position_embeddings=512,
-        tie_word_embeddings=False,
-        pad_token_id=PAD,
-        eos_token_id=EOS,
+        pad_token_id=pad,
+        eos_token_id=eos,
+        **more,
     )
+
+
+def random_model(seed: int = 0, eos_bias: float = 0.0) -> Qwen3ForCausalLM:
+    """eos_bias shifts the EOS logit: negative makes long responses (a long tail)."""
+    torch.manual_seed(seed)
+    config = random_config(VOCAB, PAD, EOS, tie_word_embeddings=False)
     model = Qwen3ForCausalLM(config).eval()
     with torch.no_grad():
         model.lm_head.weight[EOS] *= 0

@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 
 from rollverify.config.math_prompts import PLACEHOLDER
-from rollverify.tasks.data.code_problems import CodeProblem, load_code_set
+from rollverify.tasks.data.code_problems import load_code_set
 from rollverify.tasks.data.math_problems import MathProblem
-from rollverify.tasks.math_task import MathTask, set_name
+from rollverify.tasks.math_task import MathTask
 from rollverify.tasks.rewards.unit_tests import UnitTests, unit_tests_reward
 
 
@@ -40,37 +40,37 @@ class CodeTask(MathTask):
         tests_field: str | None = None,
         prompt_template: str = PLACEHOLDER,
         max_prompt_tokens: int | None = None,
-        timeout_s: float = 10.0,
-        memory_mb: int = 1024,
+        tool_timeout_s: float = 10.0,
+        tool_memory_mb: int = 1024,
     ) -> None:
+        self.tests: dict[str, UnitTests] = {}
+        self.tests_field = tests_field
+        self.timeout_s, self.memory_mb = tool_timeout_s, tool_memory_mb  # a program's sandbox
+        self.reward_workers = os.cpu_count() or 1  # sandboxes at once, for a batch
         # the math templates' names ask for math answers: only a literal wraps a program's
         # prompt (the math task's helpers render it)
-        self.tokenizer = tokenizer
-        self.prompt_template = prompt_template if PLACEHOLDER in prompt_template else PLACEHOLDER
-        self.tests: dict[str, UnitTests] = {}
-        fields = {"prompt_field": prompt_field, "tests_field": tests_field}
-        self.train = self._keyed("train", load_code_set(train_file, **fields))
-        self.eval_files = eval_files or {set_name(eval_file): eval_file}
-        self.eval_sets_problems = {
-            name: self._keyed(f"eval/{name}", load_code_set(path, **fields))
-            for name, path in self.eval_files.items()
-        }
-        self.eval = next(iter(self.eval_sets_problems.values()))
-        self.seed, self.eval_size, self.eval_seed = seed, eval_size, eval_seed
-        self.max_prompt_tokens = max_prompt_tokens
-        self.next_group_id = 0
-        self.next_problem = 0
-        self.skipped = 0
-        self.timeout_s, self.memory_mb = timeout_s, memory_mb
-        self.reward_workers = os.cpu_count() or 1  # sandboxes at once, for a batch
+        super().__init__(
+            tokenizer,
+            train_file,
+            eval_file,
+            seed,
+            eval_size,
+            eval_seed,
+            eval_files=eval_files,
+            prompt_field=prompt_field,
+            prompt_template=prompt_template if PLACEHOLDER in prompt_template else PLACEHOLDER,
+            max_prompt_tokens=max_prompt_tokens,
+        )
 
-    def _keyed(self, prefix: str, code_set) -> list[MathProblem]:
-        """The set's problems as the math task holds them, each answer the key of its tests."""
+    def _problems(self, role: str, path: str) -> list[MathProblem]:
+        """The file's code problems as the math task holds them, each answer the key of its
+        tests (`<role>/<record index>`)."""
+        code_set = load_code_set(path, self.prompt_field, self.tests_field).require_usable()
         problems = []
-        for problem in code_set.require_usable().problems:
-            key = f"{prefix}/{problem.index}"
+        for problem in code_set.problems:
+            key = f"{role}/{problem.index}"
             self.tests[key] = problem.tests
-            problems.append(_as_math(problem, key))
+            problems.append(MathProblem(problem.prompt, key, problem.source, problem.index))
         return problems
 
     def reward(self, response: str, answer: str) -> float:
@@ -78,7 +78,3 @@ class CodeTask(MathTask):
         return unit_tests_reward(
             response, self.tests[answer], timeout_s=self.timeout_s, memory_mb=self.memory_mb
         )
-
-
-def _as_math(problem: CodeProblem, key: str) -> MathProblem:
-    return MathProblem(problem.prompt, key, problem.source, problem.index)

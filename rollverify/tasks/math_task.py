@@ -46,15 +46,11 @@ class MathTask:
     ) -> None:
         render_prompt(prompt_template, "")  # a bad template fails here, naming the field
         self.tokenizer, self.prompt_template = tokenizer, prompt_template
-        fields = {"prompt_field": prompt_field, "answer_field": answer_field}
-        # Each file refuses, in one line naming it and its most common reason, if none of its
-        # records is usable. Eval files use the fields where they have them, else the defaults
-        # (the shipped sets beside a training file of your own).
-        self.train = load_math_set(train_file, **fields).require_usable().problems
+        self.prompt_field, self.answer_field = prompt_field, answer_field
+        self.train = self._problems("train", train_file)
         self.eval_files = eval_files or {set_name(eval_file): eval_file}
         self.eval_sets_problems = {
-            name: load_math_set(path, **fields, defaults_if_absent=True).require_usable().problems
-            for name, path in self.eval_files.items()
+            name: self._problems(f"eval/{name}", path) for name, path in self.eval_files.items()
         }
         self.eval = next(iter(self.eval_sets_problems.values()))
         self.seed, self.eval_size, self.eval_seed = seed, eval_size, eval_seed
@@ -62,6 +58,15 @@ class MathTask:
         self.next_group_id = 0
         self.next_problem = 0  # drawn so far, the skipped ones included
         self.skipped = 0  # training prompts over max_prompt_tokens
+
+    def _problems(self, role: str, path: str) -> list[MathProblem]:
+        """The usable problems of the file for `role` ("train", "eval/<set>"). Each file
+        refuses, in one line naming it and its most common reason, if none of its records is
+        usable. Eval files use the fields where they have them, else the defaults (the shipped
+        sets beside a training file of your own)."""
+        fields = {"prompt_field": self.prompt_field, "answer_field": self.answer_field}
+        read = load_math_set(path, **fields, defaults_if_absent=role != "train")
+        return read.require_usable().problems
 
     def messages(self, problem: MathProblem) -> list[dict[str, str]]:
         """The chat messages of a problem: its own, or one user turn of the prompt template."""

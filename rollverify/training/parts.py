@@ -40,40 +40,24 @@ def _base_task(config: RunConfig, tokenizer) -> Task:
     from rollverify.tasks.math_task import MathTask  # math-verify/sympy: import only if used
     from rollverify.tasks.retool import ReToolTask
 
+    files = (tokenizer, task.train_file, task.eval_file)
+    common = {
+        "seed": config.train.seed,
+        "eval_size": task.eval_size,
+        "eval_seed": task.eval_seed,
+        "eval_files": task.eval_files,
+        "prompt_field": task.prompt_field,
+        "prompt_template": task.prompt_template,
+        "max_prompt_tokens": config.max_prompt_tokens(),
+    }
+    sandbox = {"tool_timeout_s": task.tool_timeout_s, "tool_memory_mb": task.tool_memory_mb}
     if task.name == "code":
         from rollverify.tasks.code_task import CodeTask
 
-        return CodeTask(
-            tokenizer,
-            task.train_file,
-            task.eval_file,
-            seed=config.train.seed,
-            eval_size=task.eval_size,
-            eval_seed=task.eval_seed,
-            eval_files=task.eval_files,
-            prompt_field=task.prompt_field,
-            tests_field=task.tests_field,
-            prompt_template=task.prompt_template,
-            max_prompt_tokens=config.max_prompt_tokens(),
-            timeout_s=task.tool_timeout_s,
-            memory_mb=task.tool_memory_mb,
-        )
-    tools = {"tool_timeout_s": task.tool_timeout_s, "tool_memory_mb": task.tool_memory_mb}
-    kind, extra = (ReToolTask, tools) if task.name == "retool" else (MathTask, {})
-    return kind(
-        tokenizer,
-        task.train_file,
-        task.eval_file,
-        seed=config.train.seed,
-        eval_size=task.eval_size,
-        eval_seed=task.eval_seed,
-        eval_files=task.eval_files,
-        prompt_field=task.prompt_field,
-        answer_field=task.answer_field,
-        prompt_template=task.prompt_template,
-        max_prompt_tokens=config.max_prompt_tokens(),
-        **extra,
-    )
+        return CodeTask(*files, **common, tests_field=task.tests_field, **sandbox)
+    if task.name == "retool":
+        return ReToolTask(*files, **common, answer_field=task.answer_field, **sandbox)
+    return MathTask(*files, **common, answer_field=task.answer_field)
 
 
 def vllm_settings(config: RunConfig):

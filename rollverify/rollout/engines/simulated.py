@@ -100,7 +100,7 @@ class _Row:
     admitted_at: int  # engine step of the prefill (its first token)
     base: int  # context at admission: prompt + tokens the trajectory had
     target: int  # generated tokens when it leaves the engine: at its end, or at a tool call
-    final: int = 0  # generated tokens when it is finished (0: target)
+    final: int  # generated tokens when it is finished
     latency: float = 0.0  # seconds of the tool call it stops at (target < final)
 
 
@@ -471,9 +471,8 @@ class SimulatedEngine(QueuedSlots):
             self.stats.tokens_regenerated += trajectory.extend(
                 torch.zeros(count, dtype=torch.long), torch.zeros(count), self.version
             )
-        final = row.final or row.target
-        if len(trajectory) >= final:
-            trajectory.finish_reason = "length" if final >= self.max_new_tokens else "stop"
+        if len(trajectory) >= row.final:
+            trajectory.finish_reason = "length" if row.final >= self.max_new_tokens else "stop"
         return trajectory
 
     # -- tool calls -----------------------------------------------------------------------------
@@ -488,7 +487,7 @@ class SimulatedEngine(QueuedSlots):
     def _left(self, row: _Row, trajectory: Trajectory) -> list[Trajectory]:
         """A row out of the engine: finished, or off to its tool call (answered at virtual
         time now + its latency, then queued again like a new request)."""
-        if trajectory.finished or row.target >= (row.final or row.target):
+        if row.target >= row.final:
             return [trajectory]
         output = self.tool_calls.output_tokens if self.tool_calls is not None else 0
         self.calls_made += 1

@@ -1,18 +1,21 @@
 """The retool task's interpreter: a call's code runs in the sandbox, its output comes back as
 tokens; the GPU recipe is checked here with --dry-run (its model and GPUs are not here)."""
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from rollverify.config import load_config
+from rollverify.core.methods import METHODS
 from rollverify.rollout.trajectory import Trajectory
 from rollverify.tasks.retool import CLOSE, PythonInterpreter, call_code, tool_token
 from tests.cli import run_rvctl
 from tests.tiny import byte_tokenizer
 
 RECIPE = Path(__file__).parents[1] / "experiments" / "qwen3-8b-retool.yaml"
+PARTIAL = [name for name, method in METHODS.items() if method.partial]
 TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
 
 
@@ -91,3 +94,49 @@ def test_the_task_asks_for_tool_calls_on_math_data_and_refuses_a_model_without_t
     assert task.reward("so the answer is \\boxed{42}", "42") == 1.0  # math-verify's
     with pytest.raises(ValueError, match="task.name: retool needs a tokenizer"):
         make_task(config, byte_tokenizer([]))
+
+
+# -- the retool task in training (a random model: plumbing, not learning) ---------------------
+
+
+@pytest.fixture(scope="module")
+def retool_model(tmp_path_factory) -> Path:
+    """A random byte model that opens and closes calls often and ends at varied lengths: its
+    calls' code is random bytes (the sandbox runs it and answers with the error), its answers
+    are never right (a reward of 0)."""
+    from tests.tiny import byte_model
+
+    odds = {"<eos>": 0.04, "<tool_call>": 0.05, "</tool_call>": 0.05}
+    return byte_model(tmp_path_factory.mktemp("retool-model"), TOOL_TOKENS, odds)
+
+
+def retool_config(tmp_path: Path, method: str, model: Path):
+    from tests.runs import tiny
+
+    problems = tmp_path / "sums.json"  # short: the byte model's context is 512 bytes
+    sums = [{"problem": f"{i}+{i}?", "answer": str(2 * i)} for i in range(4)]
+    problems.write_text(json.dumps(sums))
+    settings = {"task.name": "retool", "task.prompt_template": "retool", "model.path": str(model)}
+    settings |= {"task.train_file": str(problems), "task.eval_file": str(problems)}
+    settings |= {"task.eval_size": 2, "rollout.max_new_tokens": 48}
+    settings |= {"task.max_tool_calls": 2, "task.tool_timeout_s": 5, "task.tool_memory_mb": 256}
+    return tiny(tmp_path, method, **settings | {"train.steps": 2})
+
+
+@pytest.mark.parametrize("method", PARTIAL)
+def test_every_partial_method_trains_the_retool_task(tmp_path, retool_model, method):
+    from rollverify.cost.ledger import CostLedger
+    from rollverify.training.run import train
+    from tests.runs import history
+
+    summary = train(retool_config(tmp_path, method, retool_model))
+    metrics = history(summary)
+    assert sorted(metrics["reward_mean"]) == [1, 2]
+    assert set(metrics["reward_mean"].values()) == {0.0}, "random bytes are no answer"
+    assert sum(metrics["tool_calls"].values()) > 0, "the model calls"
+    assert sum(metrics["tool_errors"].values()) > 0, "its random code fails in the sandbox"
+    assert metrics["resumed"][2] > 0, "step 1 paused responses that step 2 trains"
+    ledger = CostLedger.from_dict(json.loads((Path(summary.run_dir) / "ledger.json").read_text()))
+    assert ledger.tool_cpu_seconds > 0, "the sandboxed programs' CPU time is counted"
+    # the engine waits for the sandbox at times: the tool phase, within the run's wall time
+    assert 0 < ledger.device_seconds["tool"] < ledger.wall_seconds

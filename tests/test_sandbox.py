@@ -13,7 +13,9 @@ import shutil
 import signal
 import socket
 import tempfile
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -80,6 +82,14 @@ def test_correct_code_returns_its_output_reads_stdin_and_exits_with_its_code():
     assert result.isolation == (AS_ROOT if os.geteuid() == 0 else IN_USER_NAMESPACE)
 
 
+def test_the_programs_cpu_time_comes_back_and_a_timeout_leaves_it_unread():
+    busy = "import time\nstart = time.process_time()\nwhile time.process_time() - start < 0.3: pass"
+    result = run_python(busy, timeout_s=10)
+    assert result.exit_code == 0 and 0.3 <= result.cpu_seconds <= result.seconds
+    assert run_python("import time\ntime.sleep(1)", timeout_s=10).cpu_seconds < 0.25
+    assert run_python("while True: pass", timeout_s=1).cpu_seconds is None
+
+
 def test_output_is_cut_at_max_output_bytes_and_bad_bytes_are_replaced():
     code = "import sys\nsys.stdout.buffer.write(b'\\xff' + b'a' * 999)"
     result = run_python(code, max_output_bytes=100)
@@ -121,6 +131,32 @@ time.sleep(1)
     result = run_python(code, timeout_s=10)
     assert 8 <= result.stdout.count("x") < PROCESS_LIMIT  # it forked, and was stopped
     assert processes_with(marker) == []
+
+
+@pytest.mark.skipif(_isolation() != AS_ROOT, reason="a uid of each run's own needs root")
+def test_a_fork_bomb_does_not_starve_a_concurrent_program(marker):
+    """Rewards are scored in parallel sandboxes: a program's fork bomb must not make another
+    program's fork fail (the process limit counts a uid's processes: one uid per run)."""
+    bomb = f"""
+import os, sys, time
+if sys.argv[-1] != "{marker}":
+    os.execv(sys.executable, [sys.executable, "-I", sys.argv[0], "{marker}"])
+for _ in range(8):
+    try:
+        os.fork()
+    except OSError:
+        pass
+time.sleep(4)
+"""
+    with ThreadPoolExecutor(1) as pool:
+        bombing = pool.submit(run_python, bomb, timeout_s=10)
+        deadline = time.monotonic() + 8
+        while len(processes_with(marker)) < PROCESS_LIMIT - 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(processes_with(marker)) >= PROCESS_LIMIT - 1, "the bomb is at its limit"
+        result = run_python(daemon_with(f"{marker}-beside"), timeout_s=10)
+        assert bombing.result().exit_code == 0
+    assert result.stdout == "started\n" and result.exit_code == 0, result
 
 
 def test_no_connection_to_this_machine_or_outside():
@@ -197,5 +233,5 @@ print(os.listdir({str(Path.home())!r}))
 
 def test_no_process_outlives_the_program(marker):
     result = run_python(daemon_with(marker), timeout_s=10)
-    assert result.stdout == "started\n" and result.exit_code == 0
+    assert result.stdout == "started\n" and result.exit_code == 0, result
     assert processes_with(marker) == []

@@ -120,3 +120,35 @@ def test_an_unanswered_call_from_a_checkpoint_runs_once_on_submit():
     (done,) = _run(engine)
     assert runner.ran[0] == ((0, 0), 2) and _outputs(done)[0] == OUTPUT[: len(_outputs(done)[0])]
     assert calls_made(done) == 1
+
+
+class BusyRunner(EchoRunner):
+    """Each call sleeps `seconds`, spins its thread `spin` CPU seconds and reports `elsewhere`
+    CPU seconds used in another process (as a sandboxed program's)."""
+
+    def __init__(self, seconds: float, spin: float, elsewhere: float) -> None:
+        super().__init__(seconds)
+        self.spin, self.elsewhere = spin, elsewhere
+
+    def run(self, trajectory: Trajectory) -> ToolOutput:
+        output = super().run(trajectory)
+        started = time.thread_time()
+        while time.thread_time() - started < self.spin:
+            pass
+        return ToolOutput(output.token_ids, cpu_seconds=self.elsewhere)
+
+
+def test_the_engines_wait_and_the_calls_cpu_time_are_counted():
+    """One trajectory: while its call runs the engine has nothing to decode, so it waits out
+    every call (the ledger's tool phase); the calls' CPU time is their threads' plus their
+    processes'."""
+    runner = BusyRunner(seconds=0.1, spin=0.05, elsewhere=0.5)
+    engine = _engine(random_model(eos_bias=-1.5), runner, max_tool_calls=4, slots=1)
+    engine.submit([Trajectory(prompts(1)[0], 0, 0)])
+    started = time.perf_counter()
+    _run(engine)
+    wall = time.perf_counter() - started
+    stats, calls = engine.tool_stats, len(runner.ran)
+    assert stats.calls == calls > 0
+    assert 0.15 * calls <= stats.waited <= wall  # sleep and spin, less the thread's start
+    assert 0.55 * calls <= stats.cpu_seconds <= (0.55 + 0.05) * calls

@@ -6,6 +6,7 @@ the `idle` phase. So the phases (idle included) always add up to wall seconds x 
 
     phase      occupies
     rollout    the engines (hf: the trainer process, which runs the engine)
+    tool       the engines, idle: every response in them waits for a tool call's answer
     eval       the engines (hf: the trainer)
     train      the trainer
     verify     the trainer (it scores the cache under the new policy)
@@ -17,6 +18,10 @@ its own, one device here) books a step at once (`add_overlapped_step`): the engi
 seconds as rollout, the trainer's phases as theirs, the rest of the step's wall times the
 devices held as idle; `overlap` keeps the wall seconds both were busy at once and each side's
 busy seconds, for the idle shares.
+
+Tool calls run on the host's CPUs, beside the engines: their CPU seconds (`tool_cpu_seconds`,
+the calls' threads and sandboxed programs) are not device time and are kept apart; the
+engines' wait for them, when nothing else is left to decode, is the `tool` phase.
 
 Engine start-up and model loading are not counted (once per run, not per step). Tokens: the
 engine generated them; trained ones are kept; discarded ones were truncated by verification
@@ -68,7 +73,7 @@ class DeviceLayout:
         return self.trainer + self.engines
 
     def occupied(self, phase: str) -> int:
-        if phase in ("rollout", "eval"):
+        if phase in ("rollout", "tool", "eval"):
             return self.engines or self.trainer
         if phase in ("train", "verify"):
             return self.trainer
@@ -85,6 +90,7 @@ class CostLedger:
         default_factory=lambda: dict.fromkeys((*PHASES, "idle", MEASURE), 0.0)
     )
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KINDS, 0))
+    tool_cpu_seconds: float = 0.0  # host CPU of the tool calls (not device time)
     modeled_gpus: int = 0  # GPUs of the modeled layout (0: nothing modeled)
     modeled_seconds: dict[str, float] = field(
         default_factory=lambda: dict.fromkeys(MODELED_PHASES, 0.0)
@@ -121,6 +127,9 @@ class CostLedger:
         self.device_seconds["idle"] += seconds * (self.layout.held - occupied)
         self.wall_seconds += seconds
 
+    def add_tool_cpu(self, seconds: float) -> None:
+        self.tool_cpu_seconds += seconds
+
     def add_measurement(self, seconds: float) -> None:
         """Trainer seconds spent scoring only to log a metric (not counted in the total)."""
         self.device_seconds[MEASURE] += seconds * self.layout.trainer
@@ -151,6 +160,7 @@ class CostLedger:
             m.COST_DEVICE_SECONDS: total,
             m.COST_GPU_DAYS: total / SECONDS_PER_DAY,
             m.COST_WALL_SECONDS: self.wall_seconds,
+            m.COST_TOOL_CPU_SECONDS: self.tool_cpu_seconds,
         }
         wall, engines, trainer, both = (self.overlap[k] for k in OVERLAP)
         if wall > 0:
@@ -177,6 +187,7 @@ class CostLedger:
             "wall_seconds": self.wall_seconds,
             "device_seconds": dict(self.device_seconds),
             "tokens": dict(self.tokens),
+            "tool_cpu_seconds": self.tool_cpu_seconds,
             "gpu_days": self.total_device_seconds / SECONDS_PER_DAY,
             "modeled_gpus": self.modeled_gpus,
             "modeled_seconds": dict(self.modeled_seconds),
@@ -192,6 +203,7 @@ class CostLedger:
         restored = CostLedger.from_dict(state)
         self.layout, self.wall_seconds = restored.layout, restored.wall_seconds
         self.device_seconds, self.tokens = restored.device_seconds, restored.tokens
+        self.tool_cpu_seconds = restored.tool_cpu_seconds
         self.modeled_gpus, self.modeled_seconds = restored.modeled_gpus, restored.modeled_seconds
         self.overlap = restored.overlap
 
@@ -203,6 +215,7 @@ class CostLedger:
             dict.fromkeys((*PHASES, "idle", MEASURE), 0.0)
             | {k: float(v) for k, v in data["device_seconds"].items()},
             {k: int(v) for k, v in data["tokens"].items()},
+            float(data.get("tool_cpu_seconds", 0.0)),  # (ledgers from before tools)
             int(data.get("modeled_gpus", 0)),  # ledgers written before the cost model: none
             dict.fromkeys(MODELED_PHASES, 0.0)
             | {k: float(v) for k, v in data.get("modeled_seconds", {}).items()},

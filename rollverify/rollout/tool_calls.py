@@ -22,8 +22,10 @@ its last call not run (verl's max turns).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 from rollverify.infra.faults import kill_point
@@ -36,6 +38,7 @@ class ToolOutput:
     token_ids: list[int]  # the output as the policy will read it, in its tokenizer's ids
     error: bool = False  # the call failed (an exception, a non-zero exit)
     timed_out: bool = False
+    cpu_seconds: float = 0.0  # what the call used in other processes (a sandbox's program)
 
 
 class ToolRunner(Protocol):
@@ -54,14 +57,13 @@ class ToolStats:
     errors: int = 0
     timeouts: int = 0
     seconds: float = 0.0  # summed over calls (they overlap each other and the engine)
+    cpu_seconds: float = 0.0  # the calls' CPU time: their threads' and their processes'
+    waited: float = 0.0  # wall seconds the engine had nothing to decode until a call answered
 
     def since(self, earlier: ToolStats) -> ToolStats:
         """What happened after `earlier` (a copy of these stats taken then)."""
         return ToolStats(
-            self.calls - earlier.calls,
-            self.errors - earlier.errors,
-            self.timeouts - earlier.timeouts,
-            self.seconds - earlier.seconds,
+            *(getattr(self, f.name) - getattr(earlier, f.name) for f in fields(ToolStats))
         )
 
 
@@ -114,7 +116,8 @@ class ToolCallingEngine:
             else:
                 finished.append(trajectory)
         if self._running and not self.inner.has_work:  # nothing to decode: wait for a call
-            wait([future for _, future in self._running.values()], return_when="FIRST_COMPLETED")
+            with self._waiting():
+                wait([f for _, f in self._running.values()], return_when="FIRST_COMPLETED")
         for key, (trajectory, future) in list(self._running.items()):
             if future.done():
                 del self._running[key]
@@ -130,8 +133,10 @@ class ToolCallingEngine:
             if self._calls(trajectory):
                 self._start(trajectory)
         answered = [trajectory for trajectory, _ in self._running.values()]
-        for trajectory, future in self._running.values():
-            self._answer(trajectory, future.result())  # kept: never lost, never run again
+        with self._waiting():
+            results = [future.result() for _, future in self._running.values()]
+        for trajectory, result in zip(answered, results, strict=True):
+            self._answer(trajectory, result)  # kept: never lost, never run again
         self._running.clear()
         keys = {t.key for t in answered}
         return [t for t in paused if t.key not in keys] + answered
@@ -166,21 +171,35 @@ class ToolCallingEngine:
             future = self._pool.submit(self._timed, trajectory)
         self._running[trajectory.key] = (trajectory, future)
 
-    def _timed(self, trajectory: Trajectory) -> tuple[ToolOutput, float]:
-        kill_point("tool-call", self.inner.version + 1)  # tests: killed with a call pending
+    @contextmanager
+    def _waiting(self) -> Iterator[None]:
+        """The engine idles in this block until calls answer: booked as the ledger's tool
+        phase (rollverify/cost/ledger.py)."""
         started = time.perf_counter()
-        output = self.runner.run(trajectory)
-        return output, time.perf_counter() - started
+        try:
+            yield
+        finally:
+            self.tool_stats.waited += time.perf_counter() - started
 
-    def _answer(self, trajectory: Trajectory, result: tuple[ToolOutput, float]) -> bool:
+    def _timed(self, trajectory: Trajectory) -> tuple[ToolOutput, float, float]:
+        """The call's output, wall seconds and CPU seconds (its thread's, and its processes'
+        as the runner reports them)."""
+        kill_point("tool-call", self.inner.version + 1)  # tests: killed with a call pending
+        started, cpu_started = time.perf_counter(), time.thread_time()
+        output = self.runner.run(trajectory)
+        cpu = time.thread_time() - cpu_started + output.cpu_seconds
+        return output, time.perf_counter() - started, cpu
+
+    def _answer(self, trajectory: Trajectory, result: tuple[ToolOutput, float, float]) -> bool:
         """Append the call's output (cut to the token budget); True if that used the budget
         up (the trajectory is finished, "length")."""
-        output, seconds = result
+        output, seconds, cpu_seconds = result
         stats = self.tool_stats
         stats.calls += 1
         stats.errors += output.error
         stats.timeouts += output.timed_out
         stats.seconds += seconds
+        stats.cpu_seconds += cpu_seconds
         room = self.inner.max_new_tokens - len(trajectory)
         trajectory.extend_tool_output(output.token_ids[:room], int(trajectory.versions[-1]))
         if len(trajectory) >= self.inner.max_new_tokens:

@@ -67,19 +67,23 @@ class PythonInterpreter:
         if code is None:
             return self._output("error: no <tool_call> before </tool_call>", error=True)
         result = run_python(code, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
-        if result.timed_out:
-            return self._output(f"error: timed out after {self.timeout_s:g} s", timed_out=True)
+        cpu = result.cpu_seconds if result.cpu_seconds is not None else result.seconds
+        if result.timed_out:  # killed with its CPU time unread: at most its wall time
+            told = f"error: timed out after {self.timeout_s:g} s"
+            return self._output(told, timed_out=True, cpu_seconds=cpu)
         printed = result.stdout
         if result.exit_code != 0:  # the traceback's end says what went wrong
             printed += result.stderr[-self.max_output_chars :]
-        return self._output(printed, error=result.exit_code != 0)
+        return self._output(printed, error=result.exit_code != 0, cpu_seconds=cpu)
 
-    def _output(self, printed: str, error: bool = False, timed_out: bool = False) -> ToolOutput:
+    def _output(
+        self, printed: str, error: bool = False, timed_out: bool = False, cpu_seconds: float = 0
+    ) -> ToolOutput:
         if len(printed) > self.max_output_chars:
             printed = printed[: self.max_output_chars] + "\n... (output cut)"
         text = f"<tool_response>\n{printed.rstrip()}\n</tool_response>\n"
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return ToolOutput(ids, error=error, timed_out=timed_out)
+        return ToolOutput(ids, error=error, timed_out=timed_out, cpu_seconds=cpu_seconds)
 
 
 class ReToolTask(MathTask):

@@ -1,7 +1,7 @@
 """Run model-written Python in a local sandbox: one subprocess, no Docker, no service.
 
     result = run_python("print(input()[::-1])", stdin="abc", timeout_s=5)
-    result.stdout == "cba\\n"; result.isolation == "namespaces+nobody" (as root)
+    result.stdout == "cba\\n"; result.isolation == "namespaces+own-uid" (as root)
 
 Threat model. The code is untrusted and may be hostile, but runs on a kernel we trust: it is
 model output to be scored, not an attacker with a kernel exploit. Contained, and how:
@@ -22,13 +22,15 @@ model output to be scored, not an attacker with a kernel exploit. Contained, and
   open files, RLIMIT_CORE is 0.
 - reading the user's files: the home directory, /root, /home, /tmp, /var/tmp, /dev/shm and /run
   are covered by empty read-only tmpfs mounts (only the interpreter's own folders are bound back,
-  read-only), and, as root, the program runs as nobody:nogroup.
-- privileges: as root, setresuid/setresgid to nobody, no supplementary groups; always an empty
+  read-only), and, as root, the program runs as a uid of its own, in group nogroup.
+- privileges: as root, setresuid/setresgid to an unused uid drawn for this run (so that
+  RLIMIT_NPROC, which counts a uid's processes, is not shared: one program's fork bomb does
+  not starve a concurrent one), group nogroup, no supplementary groups; always an empty
   capability bounding and inheritable set and no_new_privs (setuid binaries give nothing).
   Without root: a user namespace (`unshare --user --map-root-user`): the same mounts, the uid
   stays the caller's (root inside the namespace, without capabilities).
 
-The mechanism is chosen at call time, strongest first ("namespaces+nobody" as root,
+The mechanism is chosen at call time, strongest first ("namespaces+own-uid" as root,
 "namespaces+userns" otherwise) and recorded in SandboxResult.isolation. Where neither works
 run_python raises SandboxUnavailable unless allow_unisolated=True ("none": resource limits
 only, no network, process or file isolation).
@@ -36,8 +38,8 @@ only, no network, process or file isolation).
 Not contained: kernel exploits and container escapes; side channels (timing, cache, /proc
 and /sys statistics); reading world-readable files outside the hidden folders (/etc, /usr,
 /proc, /sys, a checkout such as /work with mode 0755, the interpreter's site-packages);
-filesystem unix sockets outside the hidden folders that allow others; RLIMIT_NPROC counts every
-process of the sandbox uid, so concurrent sandboxes as nobody share the 64; memory is address
+filesystem unix sockets outside the hidden folders that allow others; without root,
+RLIMIT_NPROC counts every process of the caller's uid (its own included); memory is address
 space, not resident memory (no cgroup); the tmpfs folder is memory, not disk. Python as the
 namespace's init would ignore signals without a handler, so the launcher stays init and the
 program is pid 2. multiprocessing's locks need a writable /dev/shm and fail here.
@@ -50,11 +52,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import grp
 import json
 import math
 import os
 import pwd
 import resource
+import secrets
 import shutil
 import signal
 import subprocess
@@ -64,7 +68,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-AS_ROOT = "namespaces+nobody"
+AS_ROOT = "namespaces+own-uid"
 IN_USER_NAMESPACE = "namespaces+userns"
 UNISOLATED = "none"
 
@@ -74,6 +78,7 @@ OUTPUTS = ("stdout", "stderr", "status", "log")  # files in run_python's tempora
 HIDDEN_FOLDERS = ("/root", "/home", "/tmp", "/var/tmp", "/dev/shm", "/run")
 PATH = "/usr/local/bin:/usr/bin:/bin"
 PROCESS_LIMIT = 64  # processes and threads of the sandbox uid
+OWN_UID_BASE, OWN_UID_RANGE = 0x60000000, 2**24  # as root, a run's uid: far above accounts
 OPEN_FILES_LIMIT = 64
 FILE_SIZE_LIMIT = 32 * 2**20
 FOLDER_SIZE = "64m"
@@ -107,6 +112,7 @@ class SandboxResult:
     seconds: float
     truncated: bool  # stdout or stderr was longer than max_output_bytes
     isolation: str  # AS_ROOT, IN_USER_NAMESPACE or UNISOLATED
+    cpu_seconds: float | None = None  # the program's user + system CPU (None: killed first)
 
 
 def run_python(
@@ -187,7 +193,7 @@ def _plan(isolation: str, folder: Path, fds: dict, timeout_s: float, memory_mb: 
         "work": work,
         "hide": hidden,
         "expose": _interpreter_folders(hidden),
-        "user": _nobody() if isolation == AS_ROOT else None,
+        "user": _own_user() if isolation == AS_ROOT else None,
         "limits": _limits(timeout_s, memory_mb),
         # the real path: the folders bound back are real paths, and a venv's link (say under
         # /tmp, which the sandbox covers) is not one of them
@@ -207,12 +213,22 @@ def _limits(timeout_s: float, memory_mb: int) -> dict[str, int]:
     }
 
 
-def _nobody() -> list[int]:
-    try:
-        entry = pwd.getpwnam("nobody")
-        return [entry.pw_uid, entry.pw_gid]
-    except KeyError:
-        return [65534, 65534]
+def _own_user() -> list[int]:
+    """A uid no account and no other sandbox uses (random, from a range above any system's
+    accounts: two of 16 concurrent runs share one with odds under 1e-5), group nogroup."""
+    while True:
+        uid = OWN_UID_BASE + secrets.randbelow(OWN_UID_RANGE)
+        with contextlib.suppress(KeyError):
+            pwd.getpwuid(uid)
+            continue
+        return [uid, _nogroup()]
+
+
+def _nogroup() -> int:
+    for name in ("nogroup", "nobody"):
+        with contextlib.suppress(KeyError):
+            return grp.getgrnam(name).gr_gid
+    return 65534
 
 
 def _hidden_folders() -> list[str]:
@@ -297,8 +313,9 @@ def _result(
 ) -> SandboxResult:
     stdout, stdout_cut = _read_capped(folder / "stdout", limit)
     stderr, stderr_cut = _read_capped(folder / "stderr", limit)
-    first_line = (folder / "status").read_text().split("\n", 1)[0]
+    first_line, _, rest = (folder / "status").read_text().partition("\n")
     how, _, detail = first_line.partition(" ")
+    cpu = rest.split()[1] if rest.startswith("cpu ") else None
     if how == "error":
         raise SandboxError(f"the program could not start in the sandbox: {detail}")
     if not how and not timed_out:
@@ -313,6 +330,7 @@ def _result(
         seconds=seconds,
         truncated=stdout_cut or stderr_cut,
         isolation=isolation,
+        cpu_seconds=None if cpu is None else float(cpu),
     )
 
 
@@ -336,11 +354,13 @@ def _launch(plan: dict) -> None:
     os.makedirs(plan["work"], exist_ok=True)
     script = Path(plan["work"], SCRIPT)
     script.write_bytes(code)
-    script.chmod(0o644)  # readable, not writable, by nobody
+    script.chmod(0o644)  # readable, not writable, by the program's uid
     program = os.fork()
     if program == 0:
         _exec_program(plan)
-    os.write(fds["status"], f"{_how_it_ended(_reap_until(program))}\n".encode())
+    ended = _how_it_ended(_reap_until(program))
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)  # the program and the orphans reaped
+    os.write(fds["status"], f"{ended}\ncpu {used.ru_utime + used.ru_stime:.6f}\n".encode())
 
 
 def _build_filesystem(plan: dict) -> None:

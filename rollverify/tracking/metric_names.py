@@ -47,6 +47,8 @@ TOOL_CALLS = "tool_calls"
 TOOL_ERRORS = "tool_errors"
 TOOL_TIMEOUTS = "tool_timeouts"
 TOOL_SECONDS = "tool_seconds"
+TOOL_CPU_SECONDS = "tool_cpu_seconds"
+TOOL_WAIT_SECONDS = "tool_wait_seconds"
 TOOL_CALLS_MEAN = "tool_calls_mean"
 
 STEP = (
@@ -86,6 +88,8 @@ STEP = (
     TOOL_ERRORS,
     TOOL_TIMEOUTS,
     TOOL_SECONDS,
+    TOOL_CPU_SECONDS,
+    TOOL_WAIT_SECONDS,
     TOOL_CALLS_MEAN,
 )
 
@@ -99,13 +103,14 @@ LIVE = (
 
 # The cost ledger's cumulative figures (rollverify/cost/ledger.py): its phases and token kinds
 # are part of their names, so they are written here and the ledger books by them.
-PHASES = ("rollout", "eval", "train", "verify", "sync", "checkpoint")
+PHASES = ("rollout", "tool", "eval", "train", "verify", "sync", "checkpoint")
 MEASURE = "measure"  # scoring for metrics only: kept apart, not a phase of the run's cost
 MODELED_PHASES = ("rollout", "eval", "train", "verify", "sync", MEASURE)
 TOKEN_KINDS = ("generated", "kept", "discarded", "regenerated")
 COST_DEVICE_SECONDS = "cost_device_seconds"
 COST_GPU_DAYS = "cost_gpu_days"
 COST_WALL_SECONDS = "cost_wall_seconds"
+COST_TOOL_CPU_SECONDS = "cost_tool_cpu_seconds"  # host CPU, not device time: kept apart
 COST_OVERLAP_SECONDS = "cost_overlap_seconds"
 COST_ENGINE_IDLE_SHARE = "cost_engine_idle_share"
 COST_TRAINER_IDLE_SHARE = "cost_trainer_idle_share"
@@ -182,6 +187,7 @@ def ledger_names() -> tuple[str, ...]:
         COST_DEVICE_SECONDS,
         COST_GPU_DAYS,
         COST_WALL_SECONDS,
+        COST_TOOL_CPU_SECONDS,
         COST_OVERLAP_SECONDS,
         COST_ENGINE_IDLE_SHARE,
         COST_TRAINER_IDLE_SHARE,

@@ -99,8 +99,13 @@ class Booking:
         if records.overlap is not None:  # the engine beside the trainer: booked at once
             phases = {"verify": scoring.verify_seconds, "train": records.train_seconds}
             ledger.add_overlapped_step(*records.overlap, phases | {"sync": sync.seconds})
-        elif batch is not None:
-            ledger.add_phase("rollout", rollout_seconds)
+        elif batch is not None:  # the engines' wait for tool calls: a phase of its own
+            tools = batch.tool_calls
+            waited = min(tools.waited, rollout_seconds) if tools is not None else 0.0
+            ledger.add_phase("rollout", rollout_seconds - waited)
+            ledger.add_phase("tool", waited)
+        if batch is not None and batch.tool_calls is not None:
+            ledger.add_tool_cpu(batch.tool_calls.cpu_seconds)
         if records.overlap is None:
             # Scoring under the current policy: the method's own cost if it acts on the scores,
             # else measurement for the logs, left out of the run's cost.

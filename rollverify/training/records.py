@@ -270,6 +270,8 @@ def _tool_metrics(batch: BatchRecord) -> dict[str, float]:
         m.TOOL_ERRORS: float(calls.errors),
         m.TOOL_TIMEOUTS: float(calls.timeouts),
         m.TOOL_SECONDS: calls.seconds,
+        m.TOOL_CPU_SECONDS: calls.cpu_seconds,
+        m.TOOL_WAIT_SECONDS: calls.waited,
         m.TOOL_CALLS_MEAN: sum(calls_made(t) for t in batch.trajectories) / len(batch.trajectories),
     }
 

@@ -238,7 +238,7 @@ def code_model(tmp_path_factory) -> Path:
     return byte_model(tmp_path_factory.mktemp("code-model"), [], {"<eos>": 0.04})
 
 
-def code_config(tmp_path: Path, method: str, model: Path):
+def code_config(tmp_path: Path, method: str, model: Path, **more):
     from tests.runs import tiny
 
     problems = tmp_path / "add.jsonl"
@@ -251,7 +251,8 @@ def code_config(tmp_path: Path, method: str, model: Path):
     )
     settings = {"task.name": "code", "task.train_file": str(problems)}
     settings |= {"task.eval_file": str(problems), "task.eval_size": 2, "model.path": str(model)}
-    return tiny(tmp_path, method, **settings | {"train.steps": 2, "rollout.max_new_tokens": 48})
+    settings |= {"train.steps": 2, "rollout.max_new_tokens": 48}
+    return tiny(tmp_path, method, **settings | more)
 
 
 def test_the_code_task_scores_a_batch_in_the_sandbox_in_parallel(tmp_path, code_model):
@@ -272,6 +273,30 @@ def test_the_code_task_scores_a_batch_in_the_sandbox_in_parallel(tmp_path, code_
     ids = [tokenizer(text)["input_ids"] for text in texts]
     rewards = Rewards(task, tokenizer, config.rollout).of_batch(ids, [group.answer] * 4)
     assert rewards == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_a_text_prompt_shows_its_first_tests_a_humaneval_prompt_none(tmp_path, code_model):
+    from transformers import AutoTokenizer
+
+    from rollverify.training.parts import make_task
+
+    mbpp = write_jsonl(tmp_path / "mbpp.jsonl", MBPP)
+    tokenizer = AutoTokenizer.from_pretrained(code_model)
+    settings = {"task.train_file": str(mbpp), "task.eval_file": HUMANEVAL}
+
+    def first_prompts(shown: int) -> tuple[str, str]:
+        config = code_config(tmp_path, "grpo", code_model, **settings)
+        config.task.tests_in_prompt = shown
+        task = make_task(config, tokenizer)
+        train = next(p for p in task.train if p.answer == "train/0").problem
+        return train, task.eval_sets_problems["humaneval"][0].problem
+
+    shown, humaneval = first_prompts(1)
+    text, first, second = MBPP[0]["text"], *MBPP[0]["test_list"]
+    assert shown == f"{text}\n\nYour code should pass these tests:\n{first}"
+    assert humaneval.startswith("from typing import List") and "should pass" not in humaneval
+    assert first_prompts(2)[0].endswith(f"{first}\n{second}")
+    assert first_prompts(0)[0] == text
 
 
 @pytest.mark.parametrize("method", PARTIAL)

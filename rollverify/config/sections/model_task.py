@@ -81,6 +81,15 @@ class TaskConfig:
         _named,
         "a field name (dots for nested records), or null",
     )
+    tests_in_prompt: int = config_field(
+        1,
+        "code: how many of a problem's tests its prompt shows after the text ('Your code "
+        "should pass these tests:'), as MBPP's evaluations do: a test names the function and "
+        "its arguments, which the text alone does not. The tests shown are still run. "
+        "HumanEval's prompt is the program's start: none is shown there.",
+        lambda x: x >= 0,
+        ">= 0",
+    )
     max_steps: int = config_field(
         32, "chain: longest chain; P(n) ~ n^-alpha over 1..max_steps.", at_least_one, ">= 1"
     )

@@ -1,13 +1,15 @@
 """The embedded tool task: demonstrations, the calculator, and runs that call it."""
 
+import os
 import random
 import signal
+import threading
 from pathlib import Path
 
 import pytest
 import torch
 
-from rollverify.config import ConfigError, load_config
+from rollverify.config import load_config
 from rollverify.core.methods import METHODS
 from rollverify.rollout.tool_calls import calls_made
 from rollverify.rollout.trajectory import Trajectory
@@ -16,6 +18,7 @@ from rollverify.tasks.chain_tool import CALL, Calculator, solution_with_calls
 from rollverify.tiny.tokenizer import TOOL_CHARACTERS, build_char_tokenizer
 from rollverify.training.checkpoint.files import latest
 from rollverify.training.run import resume, train
+from rollverify.training.stopping import RunInterrupted
 from tests.cli import run_cli
 from tests.runs import cached, history, tiny, tiny_file
 
@@ -58,9 +61,7 @@ def test_the_calculator_answers_the_step_its_call_closes(tokenizer):
     assert calculator.run(stray).token_ids == [] and calculator.run(stray).error
 
 
-def test_the_tool_task_is_refused_where_tools_do_not_run_yet():
-    with pytest.raises(ConfigError, match=r"rollout\.mode: task chain_tool calls a tool"):
-        load_config(overrides={"task.name": "chain_tool", "rollout.mode": "async"})
+def test_a_trajectory_without_tool_output_made_no_call():
     assert calls_made(Trajectory(torch.tensor([1]), 0, 0)) == 0
 
 
@@ -87,6 +88,15 @@ def test_every_partial_method_trains_the_tool_task(tmp_path, method):
     assert sorted(metrics["eval_accuracy"]) == [0, 3]
     resumed = metrics["resumed"]
     assert resumed[2] + resumed[3] > 0, "partial methods resume cached trajectories"
+
+
+def test_a_steps_tool_calls_are_its_rollouts_and_the_evaluations_are_apart(tmp_path):
+    """grpo trains every trajectory its rollout made, so the calls a step counts are those in
+    its batch (4 completions); the evaluation before step 1 calls too, counted apart."""
+    metrics = history(train(tiny(tmp_path, "grpo", **TOOL)))
+    for step in (1, 2, 3):
+        assert metrics["tool_calls"][step] == 4 * metrics["tool_calls_mean"][step], step
+    assert sum(metrics["tool_calls"].values()) > 0
 
 
 def test_rollverify_verifies_cached_trajectories_that_hold_tool_output(tmp_path):
@@ -139,3 +149,40 @@ def test_a_run_killed_with_a_tool_call_pending_resumes_to_the_run_that_never_sto
             assert torch.equal(ours.tensors[group][name], tensor), f"{group}.{name}"
     assert ours.state["cache"] == theirs.state["cache"]
     assert any(tool_outputs(t) for t in cached(run_dir)), "the cache holds tool output"
+
+
+@pytest.mark.parametrize("lockstep", [True, False])
+def test_asynchronous_training_runs_tool_calls_and_a_stop_loses_none(tmp_path, lockstep):
+    """rollout.mode async with the calculator: calls run between updates landing, a SIGTERM
+    after step 2 checkpoints the sequences in flight with their calls answered (a call
+    pending at the stop is waited for, never lost), and `resume` ends the run; in lock-step
+    where the run that never stopped ends, bit for bit."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers can only be set in the main thread")
+    settings = TOOL | {"rollout.mode": "async", "rollout.eta": 2, "rollout.lockstep": lockstep}
+    settings |= {"train.steps": 4, "train.checkpoint_every": 4}
+
+    def preempt(step: int, metrics: dict) -> None:
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(RunInterrupted) as stopped:
+        train(tiny(tmp_path / "stopped", "rollverify", **settings), on_step=preempt)
+    run_dir = Path(stopped.value.run_dir)
+    saved = latest(run_dir / "checkpoints")
+    groups = sorted(r["group_id"] for r in saved.state["cache"])
+    in_play = saved.state["rollout_counts"]["async"]["start_versions"]
+    assert groups and groups == sorted(2 * [int(g) for g in in_play]), "no member lost"
+    summary = resume(run_dir)
+    metrics = history(summary)
+    assert sorted(metrics["tool_calls"]) == [1, 2, 3, 4]
+    assert sum(metrics["tool_calls"].values()) > 0
+    assert max(metrics["staleness_max"].values()) <= 2
+    if lockstep:
+        reference = train(tiny(tmp_path / "reference", "rollverify", **settings))
+        ours, theirs = (latest(Path(r.run_dir) / "checkpoints") for r in (summary, reference))
+        assert ours.step == theirs.step == 4
+        for group in ("model", "cache"):
+            for name, tensor in theirs.tensors[group].items():
+                assert torch.equal(ours.tensors[group][name], tensor), f"{group}.{name}"
+        assert history(reference)["tool_calls"] == metrics["tool_calls"]

@@ -48,7 +48,6 @@ def check_links(config: RunConfig, problems: list[str]) -> None:
             f"{config.train.epsilon_high}"
         )
     check_async(config, problems)
-    check_tools(config, problems)
     check_passthrough(config, problems)
     correction = METHODS[config.train.method].correction
     if correction and config.train.ratio_denominator == "behavior":
@@ -117,17 +116,6 @@ def _unwritable(folder: Path) -> str | None:
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"no write permission on {existing}"
     return None
-
-
-def check_tools(config: RunConfig, problems: list[str]) -> None:
-    """A task with a tool trains synchronously (either schedule), for now."""
-    if config.task.name not in ("chain_tool", "retool"):
-        return
-    if config.rollout.mode != "sync":
-        problems.append(
-            f"rollout.mode: task {config.task.name} calls a tool, which asynchronous training "
-            "does not run yet; set rollout.mode sync"
-        )
 
 
 def check_async(config: RunConfig, problems: list[str]) -> None:

@@ -145,6 +145,17 @@ class ToolCallingEngine:
         self.close()
         self.inner.shutdown()
 
+    @contextmanager
+    def counted_apart(self) -> Iterator[ToolStats]:
+        """The block's calls counted in stats of their own (an evaluation's), not in
+        `tool_stats`, the rollouts'."""
+        kept = self.tool_stats
+        self.tool_stats = ToolStats()
+        try:
+            yield self.tool_stats
+        finally:
+            self.tool_stats = kept
+
     def close(self) -> None:
         """Stop the tool's worker threads, leaving the engine running (a shared one)."""
         self._pool.shutdown(wait=True, cancel_futures=True)

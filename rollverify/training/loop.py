@@ -45,6 +45,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,7 @@ class TrainingLoop:
         self.probe = torch.cat([p.prompt_ids for p in task.eval_problems()[:8]])[:64]
         self.records = StepRecords(started=time.perf_counter())  # of the step in progress
         self.tool_calls: ToolStats | None = None  # of the last rollout (a task with a tool)
+        self.tools_seen = ToolStats()  # the engine's tool counts when the last batch came
         self.counters = RunCounters()  # the run's own running figures
         self.last_metrics: dict[str, float] = {}  # the last step's, as logged
         self.schedule = Schedule(config.train, start_step)  # when to evaluate, checkpoint, stop
@@ -189,9 +191,8 @@ class TrainingLoop:
         """TRL's rollout_func (its prompts are ignored: trl_adapter.py says why): rank 0 rolls
         out; every rank scores a part of the batch under the current policy (pi_old); rank 0
         filters and rewards it; every rank trains its slice."""
-        tools = self._tool_stats()  # the rollout's tool calls: what it adds to them
         result = self._collect() if self.world.main else None
-        self.tool_calls = None if tools is None else self._tool_stats().since(tools)
+        self.tool_calls = self._tool_calls_since_last_batch()
         trajectories = list(result.trajectories()) if result is not None else None
         if self.world.agree_on_stop(result is None):  # a stop paused it: its tokens are cached
             self.checkpoints.stop_here()
@@ -203,10 +204,16 @@ class TrainingLoop:
         batch = self.batch(result, trajectories, current) if self.world.main else None
         return self.world.share(batch)
 
-    def _tool_stats(self) -> ToolStats | None:
-        """A copy of the engine's tool-call counts (a task with a tool), else None."""
+    def _tool_calls_since_last_batch(self) -> ToolStats | None:
+        """The calls the rollout made since the last batch (a task with a tool), else None:
+        in asynchronous training the engine also runs between batches; evaluations count
+        theirs apart (_evaluate)."""
         stats = getattr(self.engine, "tool_stats", None)
-        return None if stats is None else replace(stats)
+        if stats is None:
+            return None
+        now = replace(stats)
+        since, self.tools_seen = now.since(self.tools_seen), now
+        return since
 
     def _collect(self) -> RolloutResult | None:
         """B complete groups from the engine; None if a stop request paused the rollout."""
@@ -458,7 +465,8 @@ class TrainingLoop:
         return self._evaluate()
 
     def _evaluate(self) -> Evaluation:
-        with self.booking.phase("eval", self.version, self.engine):
+        counted_apart = getattr(self.engine, "counted_apart", nullcontext)  # its tool calls
+        with self.booking.phase("eval", self.version, self.engine), counted_apart():
             evaluation = evaluate_sets(
                 self.engine,
                 self.task,

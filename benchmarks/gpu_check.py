@@ -22,7 +22,8 @@ Weight sync is not timed here (it depends on the links between trainer and engin
 one GPU): the profile leaves `sync_per_byte` out and simulate prices sync with its roofline.
 
 On one H200 the whole check is sized to take a few minutes (the largest decode point holds
-64 rows x 8192 tokens of KV, ~38 GiB in bf16, beside the 16 GiB of weights). `--toy` runs a
+32 rows x 8192 tokens of KV, 38.6 GiB in bf16 at 147 KiB a token, beside the 16 GiB of
+weights and the prefill's activations). `--toy` runs a
 2-layer model at tiny sizes on any device (the test suite runs it on a CPU).
 """
 
@@ -62,7 +63,7 @@ TOY = dict(
     max_position_embeddings=2048,
 )
 # (grids: full size, toy size)
-DECODE_ROWS = ([1, 8, 32, 64], [1, 4, 8])
+DECODE_ROWS = ([1, 8, 24, 32], [1, 4, 8])  # (64 x 8192: 77 GiB of KV, out of memory)
 DECODE_CONTEXT = ([1024, 4096, 8192], [32, 128])
 # (toy: rows and tokens vary apart, and the largest prefill's FLOPs outweigh the CPU's call
 # overhead, so that the fit finds each term on a loaded CPU; 3 points, tokens growing with
@@ -124,7 +125,7 @@ def engine_points(model, toy: bool, device: str, repeats: int) -> list[tuple[lis
             for context in DECODE_CONTEXT[index]:
                 prompt = torch.randint(vocab, (rows, context), device=device)
                 cache = DynamicCache()
-                model(prompt, past_key_values=cache, use_cache=True)
+                model(prompt, past_key_values=cache, use_cache=True, logits_to_keep=1)
                 token = torch.randint(vocab, (rows, 1), device=device)
                 position = torch.full((rows, 1), context, device=device)
 
@@ -138,8 +139,8 @@ def engine_points(model, toy: bool, device: str, repeats: int) -> list[tuple[lis
         for rows, tokens in PREFILL[index]:
             prompt = torch.randint(vocab, (rows, tokens), device=device)
 
-            def prefill(prompt=prompt):
-                model(prompt, past_key_values=DynamicCache(), use_cache=True)
+            def prefill(prompt=prompt):  # the last position's logits, as an engine's prefill
+                model(prompt, past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
 
             seconds = timed(device, prefill, repeats)
             points.append(([0, 0, 0, 0, 1.0, rows, rows * tokens, 0], seconds))

@@ -19,20 +19,14 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rollverify.infra.paths import is_hub_data, locate
-from rollverify.tasks.data.math_problems import (
-    BAD_PROMPT,
-    EMPTY_PROMPT,
-    NO_PROMPT,
-    NOT_A_RECORD,
-    lookup,
-)
+from rollverify.tasks.data.math_problems import BAD_PROMPT, EMPTY_PROMPT, NO_PROMPT
+from rollverify.tasks.data.problem_set import ProblemSet, first_usable, lookup, sort_records
 from rollverify.tasks.data.records import read_records
 from rollverify.tasks.rewards.unit_tests import UnitTests
 
@@ -61,16 +55,10 @@ class CodeProblem:
 
 
 @dataclass(frozen=True)
-class CodeSet:
-    """The usable problems of one file, and how many records had to be skipped and why (the
-    same report as rollverify.tasks.data.math_problems.MathSet)."""
+class CodeSet(ProblemSet):
+    """The usable problems of one file, and how many records had to be skipped and why."""
 
-    name: str
     problems: list[CodeProblem]
-    skipped: int
-    file: str = ""
-    reasons: dict[str, int] = field(default_factory=dict)  # reason -> records, most first
-    examples: dict[str, int] = field(default_factory=dict)  # reason -> first record index
     prompt_fields: tuple[str, ...] = PROMPT_FIELDS  # the fields tried
     tests_fields: tuple[str, ...] = TESTS_FIELDS
     # "prompt"/"tests" -> field -> usable records that took it from that field
@@ -78,27 +66,15 @@ class CodeSet:
     columns: tuple[str, ...] = ()  # the top-level fields of its records
     solution_field: str | None = None
 
-    @property
-    def records(self) -> int:
-        return len(self.problems) + self.skipped
+    KIND: ClassVar[str] = "code problems"
+    CHECK: ClassVar[str] = "`rvctl data check FILE --task code`"
 
-    def require_usable(self) -> CodeSet:
-        """Itself, or a ValueError in one line naming the file and the most common reason."""
-        if self.problems:
-            return self
-        if not self.records:
-            raise ValueError(f"{self.file}: no usable problems: the file has no records")
-        reason, count = next(iter(self.reasons.items()))
-        hint = ""
+    def fields_tried(self, reason: str) -> str:
         if reason in (NO_PROMPT, EMPTY_PROMPT, BAD_PROMPT):
-            hint = f"; fields tried: {', '.join(self.prompt_fields)} (--prompt-field)"
-        elif reason in (NO_TESTS, EMPTY_TESTS, BAD_TESTS):
-            hint = f"; fields tried: {', '.join(self.tests_fields)} (--tests-field)"
-        raise ValueError(
-            f"{self.file}: no usable code problems in {self.records} records; most common "
-            f"reason: {reason} ({count} records, e.g. record {self.examples[reason]}){hint}; "
-            "`rvctl data check FILE --task code` lists every reason"
-        )
+            return f"; fields tried: {', '.join(self.prompt_fields)} (--prompt-field)"
+        if reason in (NO_TESTS, EMPTY_TESTS, BAD_TESTS):
+            return f"; fields tried: {', '.join(self.tests_fields)} (--tests-field)"
+        return ""
 
 
 def humaneval_file() -> Path:
@@ -125,30 +101,24 @@ def load_code_set(
     records = _read(path)
     prompt_fields = (prompt_field,) if prompt_field else PROMPT_FIELDS
     tests_fields = (tests_field,) if tests_field else TESTS_FIELDS
-    problems, reasons, examples = [], Counter(), {}
-    used = {"prompt": Counter(), "tests": Counter()}
-    for index, record in enumerate(records):
-        read, reason = _problem(record, prompt_fields, tests_fields)
-        if read is None:
-            reasons[reason] += 1
-            examples.setdefault(reason, index)
-            continue
-        prompt, tests, (prompt_from, tests_from) = read
-        used["prompt"][prompt_from] += 1
-        used["tests"][tests_from] += 1
+    read_ones = sort_records(
+        records, lambda record: _problem(record, prompt_fields, tests_fields), ("prompt", "tests")
+    )
+    problems = []
+    for index, record, (prompt, tests) in read_ones.usable:
         task_id = "" if record.get("task_id") is None else str(record["task_id"])
         solution = _text(lookup(record, solution_field)) if solution_field else None
         problems.append(CodeProblem(prompt, tests, name, index, task_id, solution))
     return CodeSet(
         name,
         problems,
-        sum(reasons.values()),
+        read_ones.skipped,
         str(path),
-        dict(reasons.most_common()),
-        examples,
+        read_ones.reasons,
+        read_ones.examples,
         prompt_fields,
         tests_fields,
-        {part: dict(counts.most_common()) for part, counts in used.items()},
+        read_ones.fields_used,
         tuple(dict.fromkeys(k for r in records if isinstance(r, dict) for k in r)),
         solution_field,
     )
@@ -177,15 +147,13 @@ def _read(path: str | Path) -> list[Any]:
     return read_records(path)
 
 
-def _problem(record: Any, prompt_fields, tests_fields):
-    """((prompt, UnitTests, (prompt field, tests field)), None) for a usable record, else
+def _problem(record: dict, prompt_fields, tests_fields):
+    """(((prompt, UnitTests), (prompt field, tests field)), None) for a usable record, else
     (None, reason)."""
-    if not isinstance(record, dict):
-        return None, NOT_A_RECORD
-    prompt, prompt_from, reason = _first(record, prompt_fields, _prompt, NO_PROMPT)
+    prompt, prompt_from, reason = first_usable(record, prompt_fields, _prompt, NO_PROMPT)
     if prompt is None:
         return None, reason
-    tests, tests_from, reason = _first(record, tests_fields, _tests, NO_TESTS)
+    tests, tests_from, reason = first_usable(record, tests_fields, _tests, NO_TESTS)
     if tests is None:
         return None, reason
     setup = next((s for name in SETUP_FIELDS if (s := lookup(record, name)) is not None), "")
@@ -193,31 +161,20 @@ def _problem(record: Any, prompt_fields, tests_fields):
     unit_tests, reason = _unit_tests(prompt, tests, setup, entry_point)
     if unit_tests is None:
         return None, reason
-    return (prompt, unit_tests, (prompt_from, tests_from)), None
+    return ((prompt, unit_tests), (prompt_from, tests_from)), None
 
 
-def _first(record: dict, fields, read, missing: str):
-    """(value, field, None) of the first field with a usable value; else (None, None, reason):
-    that of the first field that is there but unusable, else `missing`."""
-    reason = None
-    for name in fields:
-        value = lookup(record, name)
-        if value is None:
-            continue
-        usable, why = read(value)
-        if usable is not None:
-            return usable, name, None
-        reason = reason or why
-    return None, None, reason or missing
-
-
-def _prompt(value: Any) -> tuple[str | None, str]:
+def _prompt(value: Any, _: str) -> tuple[str | None, str]:
+    if value is None:
+        return None, NO_PROMPT
     if not isinstance(value, str):
         return None, BAD_PROMPT
     return (value, "") if value.strip() else (None, EMPTY_PROMPT)
 
 
-def _tests(value: Any) -> tuple[tuple[str, ...] | None, str]:
+def _tests(value: Any, _: str) -> tuple[tuple[str, ...] | None, str]:
+    if value is None:
+        return None, NO_TESTS
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(t, str) for t in items):
         return None, BAD_TESTS

@@ -19,21 +19,24 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rollverify.config.math_prompts import ANSWER_FIELDS, PROMPT_FIELDS
 from rollverify.infra.paths import ASSETS, HUB_DATA, is_hub_data, locate
+from rollverify.tasks.data.problem_set import (
+    ProblemSet,
+    first_usable,
+    lookup,
+    sort_records,
+)
 from rollverify.tasks.data.records import read_records
 
 MATH_DATA_DIR = ASSETS / "data" / "math"
 # A worked solution: only its "#### x" or last \boxed{x} is an answer, never the whole text.
 WORKED_FIELDS = frozenset({"solution"})
 
-NOT_A_RECORD = "not a record"  # a JSON list item that is not an object
 NO_PROMPT = "no prompt"  # none of the prompt fields is there (or it is null)
 EMPTY_PROMPT = "empty prompt"  # blank text, or chat messages without content
 BAD_PROMPT = "bad prompt"  # neither text nor a list of {role, content} messages
@@ -59,43 +62,21 @@ class MathProblem:
 
 
 @dataclass(frozen=True)
-class MathSet:
+class MathSet(ProblemSet):
     """The usable problems of one file, and how many records had to be skipped and why."""
 
-    name: str
     problems: list[MathProblem]
-    skipped: int
-    file: str = ""
-    reasons: dict[str, int] = field(default_factory=dict)  # reason -> records, most first
-    examples: dict[str, int] = field(default_factory=dict)  # reason -> first record index
     prompt_fields: tuple[str, ...] = PROMPT_FIELDS  # the fields tried
     answer_fields: tuple[str, ...] = ANSWER_FIELDS
     # "prompt"/"answer" -> field -> usable records that took it from that field
     fields_used: dict[str, dict[str, int]] = field(default_factory=dict)
 
-    @property
-    def records(self) -> int:
-        return len(self.problems) + self.skipped
-
-    def require_usable(self) -> MathSet:
-        """Itself, or a ValueError in one line naming the file and the most common reason."""
-        if self.problems:
-            return self
-        if not self.records:
-            raise ValueError(
-                f"{self.file or self.name}: no usable problems: the file has no records"
-            )
-        reason, count = next(iter(self.reasons.items()))
-        hint = ""
+    def fields_tried(self, reason: str) -> str:
         if reason in (NO_PROMPT, EMPTY_PROMPT, BAD_PROMPT):
-            hint = f"; fields tried: {', '.join(self.prompt_fields)} (task.prompt_field)"
-        elif reason in (NO_ANSWER, EMPTY_ANSWER, BAD_ANSWER):
-            hint = f"; fields tried: {', '.join(self.answer_fields)} (task.answer_field)"
-        raise ValueError(
-            f"{self.file or self.name}: no usable problems in {self.records} records; most "
-            f"common reason: {reason} ({count} records, e.g. record {self.examples[reason]})"
-            f"{hint}; `rvctl data check FILE` lists every reason"
-        )
+            return f"; fields tried: {', '.join(self.prompt_fields)} (task.prompt_field)"
+        if reason in (NO_ANSWER, EMPTY_ANSWER, BAD_ANSWER):
+            return f"; fields tried: {', '.join(self.answer_fields)} (task.answer_field)"
+        return ""
 
 
 def load_math_set(
@@ -125,28 +106,25 @@ def load_math_set(
         answer_field = answer_field if answer_field and present(answer_field) else None
     prompt_fields = (prompt_field,) if prompt_field else PROMPT_FIELDS
     answer_fields = (answer_field,) if answer_field else ANSWER_FIELDS
-    problems, reasons, examples = [], Counter(), {}
-    used = {"prompt": Counter(), "answer": Counter()}
-    for index, record in enumerate(records):
-        problem, reason = _problem(record, prompt_fields, answer_fields, bool(answer_field))
-        if problem is None:
-            reasons[reason] += 1
-            examples.setdefault(reason, index)
-            continue
-        (text, messages), answer, (prompt_from, answer_from) = problem
-        used["prompt"][prompt_from] += 1
-        used["answer"][answer_from] += 1
-        problems.append(MathProblem(text, answer, _name(path), index, messages))
+
+    def read(record: dict):
+        return _problem(record, prompt_fields, answer_fields, bool(answer_field))
+
+    read_ones = sort_records(records, read, ("prompt", "answer"))
+    problems = [
+        MathProblem(text, answer, _name(path), index, messages)
+        for index, _, ((text, messages), answer) in read_ones.usable
+    ]
     return MathSet(
         _name(path),
         problems,
-        sum(reasons.values()),
+        read_ones.skipped,
         str(path),
-        dict(reasons.most_common()),
-        examples,
+        read_ones.reasons,
+        read_ones.examples,
         prompt_fields,
         answer_fields,
-        {part: dict(counts.most_common()) for part, counts in used.items()},
+        read_ones.fields_used,
     )
 
 
@@ -168,49 +146,20 @@ def _name(path: str | Path) -> str:
     return path.name if path.is_dir() else path.stem
 
 
-def _problem(record: Any, prompt_fields, answer_fields, explicit: bool):
-    """(((text, messages), answer, (prompt field, answer field)), None) for a usable record,
+def _problem(record: dict, prompt_fields, answer_fields, explicit: bool):
+    """(((text, messages), answer), (prompt field, answer field)), None) for a usable record,
     else (None, reason)."""
-    if not isinstance(record, dict):
-        return None, NOT_A_RECORD
-    prompt, prompt_from, reason = _first(record, prompt_fields, lambda value, _: _prompt(value))
+    prompt, prompt_from, reason = first_usable(
+        record, prompt_fields, lambda value, _: _prompt(value), NO_PROMPT
+    )
     if prompt is None:
         return None, reason
-    answer, answer_from, reason = _first(
-        record, answer_fields, lambda value, name: _answer(value, name, explicit)
+    answer, answer_from, reason = first_usable(
+        record, answer_fields, lambda value, name: _answer(value, name, explicit), NO_ANSWER
     )
     if answer is None:
         return None, reason
-    return (prompt, answer, (prompt_from, answer_from)), None
-
-
-def _first(record: dict, fields, read: Callable[[Any, str], tuple[Any, str]]):
-    """(value, field, None) of the first field with a usable value; else (None, None, reason):
-    the reason of the first field that is there but unusable, else that of a missing one."""
-    reason = None
-    for name in fields:
-        value, why = read(lookup(record, name), name)
-        if value is not None:
-            return value, name, None
-        if reason is None or reason in (NO_PROMPT, NO_ANSWER):
-            reason = why
-    return None, None, reason
-
-
-def lookup(record: Any, path: str) -> Any:
-    """The value at a dotted path (reward_model.ground_truth, prompt.0.content); None if absent.
-    A key that holds the dots itself is taken first."""
-    if isinstance(record, dict) and path in record:
-        return record[path]
-    node = record
-    for part in path.split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
+    return ((prompt, answer), (prompt_from, answer_from)), None
 
 
 def _prompt(value: Any) -> tuple[tuple[str, tuple | None] | None, str]:

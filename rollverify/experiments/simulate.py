@@ -149,8 +149,11 @@ class LengthSampler:
         self.rng = np.random.default_rng(seed)
         self.table = np.zeros((0, group_size), dtype=np.int64 if not model.moves else np.float64)
         self.group_median: dict[int, float] = {}  # the median each group was drawn at
+        self.moves = model.moves  # (asked at every admission)
 
     def __call__(self, group_id: int, sample_index: int) -> int:
+        if not self.moves and group_id < len(self.table):  # the usual case, at every admission
+            return int(min(max(int(self.table[group_id, sample_index]), 1), self.budget))
         model = self.model
         while group_id >= len(self.table):
             shape = (4096, self.group_size)

@@ -63,9 +63,11 @@ class Sketch(Trajectory):
     behavior_logprobs: torch.Tensor = field(default_factory=lambda: _NONE)
     versions: torch.Tensor = field(default_factory=lambda: _NONE)
     oldest_version: int | None = None  # of its first token (None: no tokens)
+    # the prompt's tokens, read once: context_length is asked at every admission and preemption
+    prompt_tokens: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
-        pass  # no tensors to check
+        self.prompt_tokens = self.prompt_ids.shape[0]  # (no tensors to check)
 
     def __len__(self) -> int:
         return self.length
@@ -73,8 +75,10 @@ class Sketch(Trajectory):
     @property
     def context_length(self) -> int:
         """Prompt, generated tokens and the outputs of the calls among them."""
+        if not self.tool_outputs:
+            return self.prompt_tokens + self.length
         outputs = sum(tokens for after, tokens in self.tool_outputs if after <= self.length)
-        return self.prompt_ids.shape[0] + self.length + outputs
+        return self.prompt_tokens + self.length + outputs
 
     def generate(self, count: int, version: int = 0) -> int:
         """`count` more tokens sampled at `version`; returns how many are regenerated ones."""
@@ -347,10 +351,9 @@ class SimulatedEngine(QueuedSlots):
         free = self.slots - len(self._rows)
         if not self._queue or not self._admissible(free):
             return []
-        admitted, cached = self._fitting(min(free, len(self._queue)))
+        admitted, cached, contexts = self._fitting(min(free, len(self._queue)))
         if not admitted:
             return []
-        contexts = [t.context_length for t in admitted]
         step = EngineStep(
             0,
             0,
@@ -425,16 +428,19 @@ class SimulatedEngine(QueuedSlots):
         need = blocks_for(head.context_length, self._blocks.block_size)
         return self._blocks.blocks_at(self.step + 1) + need <= self.kv_blocks
 
-    def _fitting(self, most: int) -> tuple[list[Trajectory], list[int]]:
+    def _fitting(self, most: int) -> tuple[list[Trajectory], list[int], list[int]]:
         """Up to `most` queued trajectories, first come first served, as long as their blocks
         fit beside the running rows' (the first that does not fit waits, and all behind it);
-        with each, the tokens of its prefix still cached (a preempted row's: not recomputed)."""
+        with each, the tokens of its prefix still cached (a preempted row's: not recomputed),
+        and its context."""
         if self.kv_blocks is None:
-            return [self._queue.popleft() for _ in range(most)], [0] * most
+            admitted = [self._queue.popleft() for _ in range(most)]
+            return admitted, [0] * most, [t.context_length for t in admitted]
         size = self._blocks.block_size
         held = self._blocks.blocks_at(self.step)
         admitted: list[Trajectory] = []
         cached: list[int] = []
+        contexts: list[int] = []
         while self._queue and len(admitted) < most:
             context = self._queue[0].context_length
             if held + blocks_for(context, size) > self.kv_blocks and (admitted or self._rows):
@@ -447,7 +453,8 @@ class SimulatedEngine(QueuedSlots):
                 self.stats.tokens_recomputed += context - found
             admitted.append(trajectory)
             cached.append(found)
-        return admitted, cached
+            contexts.append(context)
+        return admitted, cached, contexts
 
     def _leave(self, row: _Row, free: bool = True) -> None:
         """The row stops holding blocks; `free`: they go to the end of vLLM's free queue (a
@@ -480,7 +487,9 @@ class SimulatedEngine(QueuedSlots):
     def _row(self, trajectory: Trajectory, context: int) -> _Row:
         """A row admitted now: it leaves at its end, or at its next tool call."""
         final = max(min(self.lengths(*trajectory.key), self.max_new_tokens), len(trajectory) + 1)
-        calls = self.tool_calls(*trajectory.key, final) if self.tool_calls is not None else []
+        if self.tool_calls is None:  # (the usual case, at every admission)
+            return _Row(trajectory, self.step, context, final, final)
+        calls = self.tool_calls(*trajectory.key, final)
         after, latency = next(((p, s) for p, s in calls if p > len(trajectory)), (final, 0.0))
         return _Row(trajectory, self.step, context, after, final, latency)
 

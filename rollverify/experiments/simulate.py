@@ -189,6 +189,9 @@ class Settings:
     keep_kv: bool = False  # asynchronous: keep the stale KV on a weight update (PipelineRL)
     async_verify: bool = False  # also asynchronous runs that verify before training
     tool_calls: ToolCallModel | None = None  # multi-turn responses (None: no tool calls)
+    # a full KV cache stepped exactly, one preemption at a time (slow at the paper's scale),
+    # or by the fast model (SimulatedEngine, exact=False; docs/cost-model.md: the gap)
+    exact: bool = False
 
     def check(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -461,6 +464,7 @@ def _engine(config, settings, context, seed, pricing) -> SimulatedEngine:
         else None,
         block_size=config.vllm.block_size or BLOCK_SIZE,
         tool_calls=settings.tool_calls.sampler(seed) if settings.tool_calls else None,
+        exact=settings.exact,
     )
 
 

@@ -1111,8 +1111,8 @@ MUTANTS = [
         "fast-cache-finishes-free-nothing",
         "a window counts the blocks its finishing rows give back",
         "rollverify/rollout/engines/full_cache.py",
-        "gone = sum(blocks_for(offset + t, size) for end, offset in leaving if end < t)",
-        "gone = 0",
+        "held = (np.array(free) + gone.sum(axis=1)).tolist()",
+        "held = free",
         (
             "tests/test_fast_full_cache.py::test_the_fast_model_costs_what_the_exact_one_does_where_the_cache_overflows",
         ),

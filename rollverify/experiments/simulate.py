@@ -564,8 +564,9 @@ def _truncate_to_acceptance(settings: Settings, step: int, trajectories: list) -
     return kept
 
 
-def _work(trajectories: list) -> tuple[int, int]:
-    return scoring_work([len(t.prompt_ids) for t in trajectories], [len(t) for t in trajectories])
+def _work(trajectories: list[Sketch]) -> tuple[int, int]:
+    prompts = [t.prompt_tokens for t in trajectories]  # (len() of a tensor: 1,024 per step)
+    return scoring_work(prompts, [t.length for t in trajectories])
 
 
 def simulate(

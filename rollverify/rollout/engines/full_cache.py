@@ -17,6 +17,10 @@ tests/test_kv_cache.py holds it to the exact model; docs/cost-model.md gives the
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
+
 from rollverify.cost.kv_cache import blocks_for
 
 
@@ -47,11 +51,15 @@ class FastFullCache:
             row = self._rows.get(row_id)
             if row is not None:
                 leaving.append((end, row.base - row.admitted_at))
-        peaks = []
-        for t in sorted({end for end, _ in leaving} | {until}):
-            gone = sum(blocks_for(offset + t, size) for end, offset in leaving if end < t)
-            peaks.append((t, self.kv_blocks - self._blocks.blocks_at(t) + gone))
-        return peaks
+        if not leaving:
+            return [(until, self.kv_blocks - self._blocks.blocks_at(until))]
+        ends, offsets = np.array(leaving).T
+        steps = np.unique(np.append(ends, until))
+        # the blocks rows that left before each peak held then [peaks, rows], summed
+        gone = (ends < steps[:, None]) * -(-(offsets + steps[:, None]) // size)
+        free = [self.kv_blocks - self._blocks.blocks_at(t) for t in steps.tolist()]
+        held = (np.array(free) + gone.sum(axis=1)).tolist()
+        return list(zip(steps.tolist(), held, strict=True))
 
     def _preempt_window(self, at: int) -> bool:
         """The fast model of _preempt: preempt the newest rows until the rest fit through the
@@ -74,12 +82,35 @@ class FastFullCache:
         self._hold, self._saturated = until, True
         return True
 
+    def _survivors(self, most: int, peaks: list[tuple[int, int]]) -> int:
+        """How many of the queue's head rows (at most `most`) to admit at a window's start:
+        the longest run that fits now (first come, first served) and at each of the window's
+        peaks (`_window_free`) as its rows grow."""
+        size = self._blocks.block_size
+        held = self._blocks.blocks_at(self.step)
+        contexts = []
+        for trajectory in itertools.islice(self._queue, most):
+            context = trajectory.context_length
+            if held + blocks_for(context, size) > self.kv_blocks and (contexts or self._rows):
+                break
+            held += blocks_for(context, size)
+            contexts.append(context)
+        if not contexts:
+            return 0
+        # blocks each would hold at each peak [rows, peaks], summed down the queue (numpy: a
+        # window holds tens of peaks and the head hundreds of rows)
+        grown = np.array([t - self.step for t, _ in peaks])
+        held_at = (-(-(np.array(contexts)[:, None] + grown) // size)).cumsum(axis=0)
+        fits = (held_at <= np.array([free for _, free in peaks])).all(axis=1)
+        return len(contexts) if fits.all() else int(fits.argmin())
+
     def _cycle(self, most: int, admitted: list[int]) -> tuple[int, int]:
         """Rows the window's churn admits and preempts, and the context priced for each (the
         queue head's: the rows that cycle are alike). Exactly, a full cache refills to the
         brim at each finish, and each block its rows grow by until the next is taken from the
         newest rows, preempted: as many blocks cycle as the rows grow over the window. None
         while free slots (`most`) or the queue run out; `admitted`: the contexts just admitted."""
+        most -= len(admitted)
         if most <= 0 or not self._queue:
             return 0, 0
         size = self._blocks.block_size

@@ -292,14 +292,16 @@ class SimulatedEngine(FastFullCache, QueuedSlots):
         done = bisect.bisect_right(self._finishing, (self.step, float("inf")))
         ending = self._finishing[:done]
         del self._finishing[:done]
+        offsets = []  # of the rows finishing: their blocks leave the count in one go
         for end, row_id in ending:
             if row_id not in self._rows:
                 continue  # preempted: it finishes under a new id
             row = self._rows.pop(row_id)
-            self._leave(row)
+            offsets.append(self._leave(row, count=False))
             # a row that ended inside the jump generated no tokens past its end
             self.stats.slot_steps_busy -= self.step - end
             finished += self._left(row, self._flush(row, at=end))
+        self._blocks.add_many(offsets, sign=-1)
         return finished
 
     def _padded(self) -> int:
@@ -318,15 +320,15 @@ class SimulatedEngine(FastFullCache, QueuedSlots):
         if not self._queue or not self._admissible(free) or self.step < self._hold:
             return []
         cycled = context = 0  # rows the fast model admits and preempts at once, their context
-        if self._saturated:
+        if self._saturated and self._rows:
             until = self._window_end()
             peaks = self._window_free(until)
             if min(f for _, f in peaks) < 0:  # the rows alone overflow the window
                 self._preempt_window(at=self.step + 1)
                 return []
-            window = (until, peaks)
-            admitted, cached, contexts = self._fitting(min(free, len(self._queue)), window)
-            cycled, context = self._cycle(min(free, len(self._queue)) - len(admitted), contexts)
+            admitted, cached, contexts = self._fitting(self._survivors(free, peaks))
+            self._hold = until  # the window fits: nothing to check or admit before its end
+            cycled, context = self._cycle(min(free, len(self._queue)), contexts)
         else:
             admitted, cached, contexts = self._fitting(min(free, len(self._queue)))
         if not admitted and not cycled:
@@ -345,6 +347,7 @@ class SimulatedEngine(FastFullCache, QueuedSlots):
         self.clock += price
         self.prefill_seconds += price
         finished = []
+        offsets = []  # of the rows admitted: their blocks are counted in one go
         for trajectory, context in zip(admitted, contexts, strict=True):
             row = self._row(trajectory, context)
             end = self.step + row.target - len(trajectory) - 1  # the prefill made one token
@@ -355,8 +358,9 @@ class SimulatedEngine(FastFullCache, QueuedSlots):
             row_id = next(self._ids)
             self._rows[row_id] = row
             self._context0 += row.base - row.admitted_at
-            self._blocks.add(row.base - row.admitted_at)
+            offsets.append(row.base - row.admitted_at)
             bisect.insort(self._finishing, (end, row_id))
+        self._blocks.add_many(offsets)
         self.stats.tokens_prefilled += step.prefill_tokens
         return finished
 
@@ -415,14 +419,11 @@ class SimulatedEngine(FastFullCache, QueuedSlots):
         need = blocks_for(head.context_length, self._blocks.block_size)
         return self._blocks.blocks_at(self.step + 1) + need <= self.kv_blocks
 
-    def _fitting(
-        self, most: int, window: tuple[int, list[tuple[int, int]]] | None = None
-    ) -> tuple[list[Trajectory], list[int], list[int]]:
+    def _fitting(self, most: int) -> tuple[list[Trajectory], list[int], list[int]]:
         """Up to `most` queued trajectories, first come first served, as long as their blocks
         fit beside the running rows' (the first that does not fit waits, and all behind it);
         with each, the tokens of its prefix still cached (a preempted row's: not recomputed),
-        and its context. `window` (the fast model: its end and free blocks at its peaks,
-        _window_free): they must fit until its end too, as they grow."""
+        and its context."""
         if self.kv_blocks is None:
             admitted = [self._queue.popleft() for _ in range(most)]
             return admitted, [0] * most, [t.context_length for t in admitted]
@@ -431,16 +432,10 @@ class SimulatedEngine(FastFullCache, QueuedSlots):
         admitted: list[Trajectory] = []
         cached: list[int] = []
         contexts: list[int] = []
-        until, peaks = window or (0, [])
         while self._queue and len(admitted) < most:
             context = self._queue[0].context_length
             if held + blocks_for(context, size) > self.kv_blocks and (admitted or self._rows):
                 break
-            if window:
-                left = [f - blocks_for(context + t - self.step, size) for t, f in peaks]
-                if min(left) < 0:
-                    break  # fits now, not through the window: the fast model cycles it
-                peaks = [(t, f) for (t, _), f in zip(peaks, left, strict=True)]
             trajectory = self._queue.popleft()
             hits = self._cached.hits(id(trajectory), held)
             held += blocks_for(context, size)
@@ -450,18 +445,19 @@ class SimulatedEngine(FastFullCache, QueuedSlots):
             admitted.append(trajectory)
             cached.append(found)
             contexts.append(context)
-        if window:
-            self._hold = until  # the window fits: nothing to check or admit before its end
         return admitted, cached, contexts
 
-    def _leave(self, row: _Row, free: bool = True) -> None:
+    def _leave(self, row: _Row, free: bool = True, count: bool = True) -> int:
         """The row stops holding blocks; `free`: they go to the end of vLLM's free queue (a
-        preempted row's go there through PrefixCache.keep, which remembers them)."""
+        preempted row's go there through PrefixCache.keep, which remembers them); `count`
+        False: the caller takes them off the block count (returned: the row's offset)."""
         offset = row.base - row.admitted_at
         self._context0 -= offset
-        self._blocks.remove(offset)
+        if count:
+            self._blocks.remove(offset)
         if free:
             self._cached.free(blocks_for(offset + self.step, self._blocks.block_size))
+        return offset
 
     def _flush(self, row: _Row, at: int | None = None) -> Trajectory:
         """Give the row's trajectory the tokens it generated up to step `at` (default: now),

@@ -480,7 +480,8 @@ class SimulatedEngine(FastFullCache, QueuedSlots):
 
     def _row(self, trajectory: Trajectory, context: int) -> _Row:
         """A row admitted now: it leaves at its end, or at its next tool call."""
-        final = max(min(self.lengths(*trajectory.key), self.max_new_tokens), len(trajectory) + 1)
+        drawn = self.lengths(trajectory.group_id, trajectory.sample_index)
+        final = max(min(drawn, self.max_new_tokens), len(trajectory) + 1)
         if self.tool_calls is None:  # (the usual case, at every admission)
             return _Row(trajectory, self.step, context, final, final)
         calls = self.tool_calls(*trajectory.key, final)

@@ -20,9 +20,10 @@ class Sketch(Trajectory):
 
     length: int = 0
     tool_outputs: list[tuple[int, int]] = field(default_factory=list)  # (after token, tokens)
-    token_ids: torch.Tensor = field(default_factory=lambda: _NONE)
-    behavior_logprobs: torch.Tensor = field(default_factory=lambda: _NONE)
-    versions: torch.Tensor = field(default_factory=lambda: _NONE)
+    # one shared empty tensor, a plain default (no factory: 1,024 Sketches are made per step)
+    token_ids: torch.Tensor = _NONE
+    behavior_logprobs: torch.Tensor = _NONE
+    versions: torch.Tensor = _NONE
     oldest_version: int | None = None  # of its first token (None: no tokens)
     # the prompt's tokens, read once: context_length is asked at every admission and preemption
     prompt_tokens: int = field(init=False, repr=False, compare=False, default=0)

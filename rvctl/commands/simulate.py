@@ -126,7 +126,7 @@ def simulate(
         bool,
         typer.Option(
             help="Step a full KV cache exactly, one preemption at a time (slow at scale; "
-            "default: the fast model, within ~2% of it: docs/cost-model.md)."
+            "default: a fast model within ~2% of it; --async runs are always exact)."
         ),
     ] = False,
     workers: Annotated[

@@ -228,7 +228,7 @@ MUTANTS = [
     Mutant(
         "sketch-no-regeneration",
         "the simulator counts tokens generated again after a truncation",
-        "rollverify/rollout/engines/simulated.py",
+        "rollverify/rollout/engines/sketch.py",
         "            self.oldest_version = version\n        return self._regenerated(start)",
         "            self.oldest_version = version\n        return 0",
         (
@@ -1069,5 +1069,52 @@ MUTANTS = [
         "            with_tools(engine, task, config) as engine,",
         "            nullcontext(engine) as engine,",
         ("tests/test_chain_tool.py::test_every_partial_method_trains_the_tool_task[rollverify]",),
+    ),
+    Mutant(
+        "fast-cache-no-cycling",
+        "the fast model prices the rows a full cache admits and preempts again at each finish",
+        "rollverify/rollout/engines/full_cache.py",
+        "        cycled = grown // blocks_for(context, size)",
+        "        cycled = 0",
+        (
+            "tests/test_fast_full_cache.py::test_the_fast_model_costs_what_the_exact_one_does_where_the_cache_overflows",
+        ),
+    ),
+    Mutant(
+        "fast-cache-no-window",
+        "the fast model preempts at once what its window needs, not what the next step needs",
+        "rollverify/rollout/engines/full_cache.py",
+        "        until = max(at, self._window_end())",
+        "        until = at",
+        ("tests/test_fast_full_cache.py::test_the_fast_model_takes_a_window_per_event_not_a_step",),
+    ),
+    Mutant(
+        "fast-cache-admits-inside-the-window",
+        "the fast model admits no one before its window's end",
+        "rollverify/rollout/engines/simulated.py",
+        "self._hold = until  # the window fits: nothing to check or admit before its end",
+        "pass",
+        (
+            "tests/test_fast_full_cache.py::test_the_fast_model_costs_what_the_exact_one_does_where_the_cache_overflows",
+            "tests/test_fast_full_cache.py::test_the_fast_model_takes_a_window_per_event_not_a_step",
+        ),
+    ),
+    Mutant(
+        "fast-cache-never-used",
+        "rvctl simulate takes the fast model unless --exact",
+        "rollverify/rollout/engines/simulated.py",
+        "if self._preempt(at=full) if self.exact else self._preempt_window(at=full):",
+        "if self._preempt(at=full):",
+        ("tests/test_fast_full_cache.py::test_the_fast_model_takes_a_window_per_event_not_a_step",),
+    ),
+    Mutant(
+        "fast-cache-finishes-free-nothing",
+        "a window counts the blocks its finishing rows give back",
+        "rollverify/rollout/engines/full_cache.py",
+        "held = (np.array(free) + gone.sum(axis=1)).tolist()",
+        "held = free",
+        (
+            "tests/test_fast_full_cache.py::test_the_fast_model_costs_what_the_exact_one_does_where_the_cache_overflows",
+        ),
     ),
 ]

@@ -19,6 +19,8 @@ so the simulated engine can jump from event to event."""
 from __future__ import annotations
 
 import heapq
+import operator
+from collections import Counter
 from dataclasses import dataclass
 
 from rollverify.config.model_shape import ModelShape
@@ -91,14 +93,29 @@ class BlockCount:
     def add(self, offset: int) -> None:
         self.rows += 1
         self.offsets += offset
-        pads = self._pads[offset % self.block_size]
-        self.padding = [p + d for p, d in zip(self.padding, pads, strict=True)]
+        # (map over operator.add: twice as fast as a comprehension, and this runs at every
+        # admission)
+        self.padding = list(map(operator.add, self.padding, self._pads[offset % self.block_size]))
+
+    def add_many(self, offsets: list[int], sign: int = 1) -> None:
+        """add (or with sign -1, remove) each of `offsets`: one pass over the padding per
+        residue, not per row (an admission or a jump's finishes move hundreds at paper scale)."""
+        if len(offsets) < 4:
+            for offset in offsets:
+                (self.add if sign > 0 else self.remove)(offset)
+            return
+        self.rows += sign * len(offsets)
+        self.offsets += sign * sum(offsets)
+        padding = self.padding
+        for residue, count in Counter(o % self.block_size for o in offsets).items():
+            step = sign * count
+            padding = [p + step * d for p, d in zip(padding, self._pads[residue], strict=True)]
+        self.padding = padding
 
     def remove(self, offset: int) -> None:
         self.rows -= 1
         self.offsets -= offset
-        pads = self._pads[offset % self.block_size]
-        self.padding = [p - d for p, d in zip(self.padding, pads, strict=True)]
+        self.padding = list(map(operator.sub, self.padding, self._pads[offset % self.block_size]))
 
     def clear(self) -> None:
         self.rows, self.offsets = 0, 0
@@ -115,6 +132,8 @@ class BlockCount:
         Blocks held only grow with the step, so a bisection finds it."""
         if self.blocks_at(last) <= blocks:
             return None
+        if self.blocks_at(first) > blocks:  # a full cache's usual answer: no bisection
+            return first
         low, high = first, last  # blocks_at(high) > blocks
         while low < high:
             middle = (low + high) // 2

@@ -122,6 +122,13 @@ def simulate(
             "2,1.0,1.0,64. Default: no calls."
         ),
     ] = None,
+    exact: Annotated[
+        bool,
+        typer.Option(
+            help="Step a full KV cache exactly, one preemption at a time (slow at scale; "
+            "default: a fast model within ~2% of it; --async runs are always exact)."
+        ),
+    ] = False,
     workers: Annotated[
         int | None,
         typer.Option(
@@ -170,6 +177,7 @@ def simulate(
         keep_kv=keep_kv,
         async_verify=async_verify,
         tool_calls=_tool_call_model(tool_calls) if tool_calls else None,
+        exact=exact,
     )
     settings.check()
     check_fits(run_config, settings)

@@ -37,7 +37,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -46,52 +46,10 @@ from rollverify.cost.kv_cache import BLOCK_SIZE, BlockCount, PrefixCache, blocks
 from rollverify.cost.tool_latency import ToolCallSampler
 from rollverify.cost.trace import EngineStep
 from rollverify.rollout.engines.batching import DECODE_KEEP, padded_positions
+from rollverify.rollout.engines.full_cache import FastFullCache
 from rollverify.rollout.engines.protocol import EngineStats, QueuedSlots
+from rollverify.rollout.engines.sketch import Sketch
 from rollverify.rollout.trajectory import Trajectory
-
-_NONE = torch.empty(0)  # a Sketch's tensors: never read, never written
-
-
-@dataclass
-class Sketch(Trajectory):
-    """A trajectory that holds how many tokens it has, not the tokens (no tensor work: at paper
-    scale a run flushes and truncates millions of them)."""
-
-    length: int = 0
-    tool_outputs: list[tuple[int, int]] = field(default_factory=list)  # (after token, tokens)
-    token_ids: torch.Tensor = field(default_factory=lambda: _NONE)
-    behavior_logprobs: torch.Tensor = field(default_factory=lambda: _NONE)
-    versions: torch.Tensor = field(default_factory=lambda: _NONE)
-    oldest_version: int | None = None  # of its first token (None: no tokens)
-
-    def __post_init__(self) -> None:
-        pass  # no tensors to check
-
-    def __len__(self) -> int:
-        return self.length
-
-    @property
-    def context_length(self) -> int:
-        """Prompt, generated tokens and the outputs of the calls among them."""
-        outputs = sum(tokens for after, tokens in self.tool_outputs if after <= self.length)
-        return self.prompt_ids.shape[0] + self.length + outputs
-
-    def generate(self, count: int, version: int = 0) -> int:
-        """`count` more tokens sampled at `version`; returns how many are regenerated ones."""
-        start, self.length = self.length, self.length + count
-        if count and self.oldest_version is None:
-            self.oldest_version = version
-        return self._regenerated(start)
-
-    def _append(self, token_ids, logprobs, versions, policy: bool = True) -> None:
-        self.length += token_ids.shape[0]
-
-    def _keep(self, kept: int) -> None:
-        self.length = kept
-        # a call after a cut token goes when its tokens do (regenerated, they call again)
-        self.tool_outputs = [(after, n) for after, n in self.tool_outputs if after <= kept]
-        if kept == 0:
-            self.oldest_version = None
 
 
 @dataclass
@@ -104,7 +62,9 @@ class _Row:
     latency: float = 0.0  # seconds of the tool call it stops at (target < final)
 
 
-class SimulatedEngine(QueuedSlots):
+class SimulatedEngine(FastFullCache, QueuedSlots):
+    # (the fast model of a full cache lives in full_cache.py: this file stays readable)
+
     def __init__(
         self,
         cost: StepCost,
@@ -117,6 +77,7 @@ class SimulatedEngine(QueuedSlots):
         kv_tokens: int | None = None,
         block_size: int = BLOCK_SIZE,
         tool_calls: ToolCallSampler | None = None,
+        exact: bool = True,
     ) -> None:
         self.cost = cost  # each iteration's price: Pricing (a GPU), LinearStepCost (fitted)
         self.slots = slots
@@ -153,6 +114,12 @@ class SimulatedEngine(QueuedSlots):
         self._tool_order = itertools.count()
         self.calls_made = 0
         self.tool_wait_seconds = 0.0  # idle: every response was waiting for a tool
+        # A full cache, exactly (the default) or by the fast model (exact=False, see
+        # _preempt_window; tool calls are always exact): until step `_hold` a window fits, so
+        # no cache check and no admission; `_saturated` since a window preempted
+        self.exact = exact or tool_calls is not None
+        self._hold = 0
+        self._saturated = False
 
     # -- the engine interface -----------------------------------------------------------------
 
@@ -178,11 +145,11 @@ class SimulatedEngine(QueuedSlots):
         finished = []
         if self._rows:
             steps = self._steps_until_arrival(self._steps_to_next_event())
-            full = self._first_step_over_cache(steps)
+            full = None if self.step < self._hold else self._first_step_over_cache(steps)
             if full is not None:
                 if full > self.step + 1:
                     finished += self._decode(full - self.step - 1)
-                if self._preempt(at=full):
+                if self._preempt(at=full) if self.exact else self._preempt_window(at=full):
                     return finished  # vLLM admits nothing in a step that preempted
                 return finished + self._admit()
             finished += self._decode(steps)
@@ -200,6 +167,7 @@ class SimulatedEngine(QueuedSlots):
         paused = [self._flush(row) for row in self._rows.values()] + list(self._queue) + answered
         self.stats.aborted += len(paused)
         self._rows, self._finishing, self._context0, self._stale = {}, [], 0, 0
+        self._hold, self._saturated = 0, False
         self._cached.free(self._blocks.blocks_at(self.step))
         self._cached.reset()  # the weights change next: what the cache holds is stale
         self._blocks.clear()
@@ -304,6 +272,8 @@ class SimulatedEngine(QueuedSlots):
         the queue would be admitted after this step's decode (as the hf engine does). A queue
         whose first trajectory does not fit the KV cache waits for a finish: decoding only
         takes blocks, finishing gives them back."""
+        if self.step < self._hold:  # the fast model's window: nothing happens before its end
+            return self._hold - self.step
         free = self.slots - len(self._rows)
         if self._queue and self._admissible(free) and self._head_fits():
             return 1
@@ -322,14 +292,16 @@ class SimulatedEngine(QueuedSlots):
         done = bisect.bisect_right(self._finishing, (self.step, float("inf")))
         ending = self._finishing[:done]
         del self._finishing[:done]
+        offsets = []  # of the rows finishing: their blocks leave the count in one go
         for end, row_id in ending:
             if row_id not in self._rows:
                 continue  # preempted: it finishes under a new id
             row = self._rows.pop(row_id)
-            self._leave(row)
+            offsets.append(self._leave(row, count=False))
             # a row that ended inside the jump generated no tokens past its end
             self.stats.slot_steps_busy -= self.step - end
             finished += self._left(row, self._flush(row, at=end))
+        self._blocks.add_many(offsets, sign=-1)
         return finished
 
     def _padded(self) -> int:
@@ -345,24 +317,37 @@ class SimulatedEngine(QueuedSlots):
 
     def _admit(self) -> list[Trajectory]:
         free = self.slots - len(self._rows)
-        if not self._queue or not self._admissible(free):
+        if not self._queue or not self._admissible(free) or self.step < self._hold:
             return []
-        admitted, cached = self._fitting(min(free, len(self._queue)))
-        if not admitted:
+        cycled = context = 0  # rows the fast model admits and preempts at once, their context
+        if self._saturated and self._rows:
+            until = self._window_end()
+            peaks = self._window_free(until)
+            if min(f for _, f in peaks) < 0:  # the rows alone overflow the window
+                self._preempt_window(at=self.step + 1)
+                return []
+            admitted, cached, contexts = self._fitting(self._survivors(free, peaks))
+            self._hold = until  # the window fits: nothing to check or admit before its end
+            cycled, context = self._cycle(min(free, len(self._queue)), contexts)
+        else:
+            admitted, cached, contexts = self._fitting(min(free, len(self._queue)))
+        if not admitted and not cycled:
             return []
-        contexts = [t.context_length for t in admitted]
         step = EngineStep(
             0,
             0,
-            len(admitted),
-            sum(contexts) - sum(cached),
-            sum(n * (n + 1) // 2 - h * (h + 1) // 2 for n, h in zip(contexts, cached, strict=True)),
-            prefill_padded=padded_positions(contexts),  # grouped as the hf engine does
+            len(admitted) + cycled,
+            sum(contexts) - sum(cached) + cycled * context,
+            sum(n * (n + 1) // 2 - h * (h + 1) // 2 for n, h in zip(contexts, cached, strict=True))
+            + cycled * context * (context + 1) // 2,
+            # grouped as the hf engine does (cycled rows: one group of their own)
+            prefill_padded=padded_positions(contexts) + cycled * context,
         )
         price = self.cost.iteration(step)
         self.clock += price
         self.prefill_seconds += price
         finished = []
+        offsets = []  # of the rows admitted: their blocks are counted in one go
         for trajectory, context in zip(admitted, contexts, strict=True):
             row = self._row(trajectory, context)
             end = self.step + row.target - len(trajectory) - 1  # the prefill made one token
@@ -373,8 +358,9 @@ class SimulatedEngine(QueuedSlots):
             row_id = next(self._ids)
             self._rows[row_id] = row
             self._context0 += row.base - row.admitted_at
-            self._blocks.add(row.base - row.admitted_at)
+            offsets.append(row.base - row.admitted_at)
             bisect.insort(self._finishing, (end, row_id))
+        self._blocks.add_many(offsets)
         self.stats.tokens_prefilled += step.prefill_tokens
         return finished
 
@@ -393,30 +379,38 @@ class SimulatedEngine(QueuedSlots):
         if rows finishing before `at` already made room."""
         preempted = []
         while self._blocks.blocks_at(at) > self.kv_blocks:
-            if len(self._rows) == 1:
-                raise ValueError(
-                    "vllm: one sequence needs more KV cache than the engines have; raise "
-                    "vllm.gpu_memory_utilization or vllm.tensor_parallel_size, or lower the "
-                    "context"
-                )
-            row_id = next(reversed(self._rows))  # the newest (ids rise): vLLM pops the end
-            # of its running list
-            row = self._rows.pop(row_id)
-            self._leave(row, free=False)
-            trajectory = self._flush(row)
-            self._cached.keep(
-                id(trajectory), row.base - row.admitted_at + self.step, self._blocks.block_size
-            )
-            self.stats.preemptions += 1
-            preempted.append(trajectory)
+            preempted.append(self._preempt_newest()[1])
         if not preempted:
             return False
+        self._requeue(preempted)
+        return True
+
+    def _preempt_newest(self) -> tuple[_Row, Trajectory]:
+        """Recompute mode: the newest row's KV is dropped (its prefix stays cached until the
+        free queue reaches it) and its trajectory keeps the tokens it made."""
+        if len(self._rows) == 1:
+            raise ValueError(
+                "vllm: one sequence needs more KV cache than the engines have; raise "
+                "vllm.gpu_memory_utilization or vllm.tensor_parallel_size, or lower the context"
+            )
+        row_id = next(reversed(self._rows))  # the newest (ids rise): vLLM pops the end
+        # of its running list
+        row = self._rows.pop(row_id)
+        self._leave(row, free=False)
+        trajectory = self._flush(row)
+        self._cached.keep(
+            id(trajectory), row.base - row.admitted_at + self.step, self._blocks.block_size
+        )
+        self.stats.preemptions += 1
+        return row, trajectory
+
+    def _requeue(self, preempted: list[Trajectory]) -> None:
+        """Preempted rows (newest first) back to the queue's front."""
         self._queue.extendleft(preempted)  # the last preempted (the oldest of them) first
         self._stale += len(preempted)  # their entries in _finishing, dropped when they come up
         if self._stale > len(self._rows):  # or now, once they outnumber the live ones
             self._finishing = [(end, i) for end, i in self._finishing if i in self._rows]
             self._stale = 0
-        return True
 
     def _head_fits(self) -> bool:
         if self.kv_blocks is None:
@@ -425,16 +419,19 @@ class SimulatedEngine(QueuedSlots):
         need = blocks_for(head.context_length, self._blocks.block_size)
         return self._blocks.blocks_at(self.step + 1) + need <= self.kv_blocks
 
-    def _fitting(self, most: int) -> tuple[list[Trajectory], list[int]]:
+    def _fitting(self, most: int) -> tuple[list[Trajectory], list[int], list[int]]:
         """Up to `most` queued trajectories, first come first served, as long as their blocks
         fit beside the running rows' (the first that does not fit waits, and all behind it);
-        with each, the tokens of its prefix still cached (a preempted row's: not recomputed)."""
+        with each, the tokens of its prefix still cached (a preempted row's: not recomputed),
+        and its context."""
         if self.kv_blocks is None:
-            return [self._queue.popleft() for _ in range(most)], [0] * most
+            admitted = [self._queue.popleft() for _ in range(most)]
+            return admitted, [0] * most, [t.context_length for t in admitted]
         size = self._blocks.block_size
         held = self._blocks.blocks_at(self.step)
         admitted: list[Trajectory] = []
         cached: list[int] = []
+        contexts: list[int] = []
         while self._queue and len(admitted) < most:
             context = self._queue[0].context_length
             if held + blocks_for(context, size) > self.kv_blocks and (admitted or self._rows):
@@ -447,16 +444,20 @@ class SimulatedEngine(QueuedSlots):
                 self.stats.tokens_recomputed += context - found
             admitted.append(trajectory)
             cached.append(found)
-        return admitted, cached
+            contexts.append(context)
+        return admitted, cached, contexts
 
-    def _leave(self, row: _Row, free: bool = True) -> None:
+    def _leave(self, row: _Row, free: bool = True, count: bool = True) -> int:
         """The row stops holding blocks; `free`: they go to the end of vLLM's free queue (a
-        preempted row's go there through PrefixCache.keep, which remembers them)."""
+        preempted row's go there through PrefixCache.keep, which remembers them); `count`
+        False: the caller takes them off the block count (returned: the row's offset)."""
         offset = row.base - row.admitted_at
         self._context0 -= offset
-        self._blocks.remove(offset)
+        if count:
+            self._blocks.remove(offset)
         if free:
             self._cached.free(blocks_for(offset + self.step, self._blocks.block_size))
+        return offset
 
     def _flush(self, row: _Row, at: int | None = None) -> Trajectory:
         """Give the row's trajectory the tokens it generated up to step `at` (default: now),
@@ -479,8 +480,11 @@ class SimulatedEngine(QueuedSlots):
 
     def _row(self, trajectory: Trajectory, context: int) -> _Row:
         """A row admitted now: it leaves at its end, or at its next tool call."""
-        final = max(min(self.lengths(*trajectory.key), self.max_new_tokens), len(trajectory) + 1)
-        calls = self.tool_calls(*trajectory.key, final) if self.tool_calls is not None else []
+        drawn = self.lengths(trajectory.group_id, trajectory.sample_index)
+        final = max(min(drawn, self.max_new_tokens), len(trajectory) + 1)
+        if self.tool_calls is None:  # (the usual case, at every admission)
+            return _Row(trajectory, self.step, context, final, final)
+        calls = self.tool_calls(*trajectory.key, final)
         after, latency = next(((p, s) for p, s in calls if p > len(trajectory)), (final, 0.0))
         return _Row(trajectory, self.step, context, after, final, latency)
 

@@ -1,6 +1,6 @@
 """How long `rvctl simulate` takes, against an earlier revision, side by side in one run: the
-same command in a worktree of `--baseline` and in this checkout (the fast model of a full KV
-cache, the default, and `--exact`), one after another, each timed as a whole process; whether
+same command in a worktree of `--baseline` and in this checkout (exact, the default, and the
+fast model of a full KV cache, `--fast`), one after another, each timed as a whole process; whether
 the exact table equals the baseline's; how far the fast table is from the exact one. Prints
 one JSON object (and writes it to `--out`).
 
@@ -66,8 +66,8 @@ def main() -> None:
             if not (old / CONFIG).is_file():  # before the recipes moved to the top level
                 old_config = "rollverify/assets/" + CONFIG
             before, old_rows = timed(old, ["-c", old_config, *common])
-            exact, exact_rows = timed(ROOT, ["-c", CONFIG, *common, "--exact"])
-            after, new_rows = timed(ROOT, ["-c", CONFIG, *common])
+            exact, exact_rows = timed(ROOT, ["-c", CONFIG, *common])
+            after, new_rows = timed(ROOT, ["-c", CONFIG, *common, "--fast"])
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT)
     report = {

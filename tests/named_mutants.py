@@ -1101,7 +1101,7 @@ MUTANTS = [
     ),
     Mutant(
         "fast-cache-never-used",
-        "rvctl simulate takes the fast model unless --exact",
+        "rvctl simulate --fast takes the fast model",
         "rollverify/rollout/engines/simulated.py",
         "if self._preempt(at=full) if self.exact else self._preempt_window(at=full):",
         "if self._preempt(at=full):",

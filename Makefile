@@ -6,7 +6,7 @@ STAMP := $(VENV)/.setup-done
 # Never a bare torch (it pulls a multi-GB CUDA build): the CPU wheel, pinned, goes in first.
 TORCH_CPU := torch==2.13.0
 
-.PHONY: setup demo test test-fast test-unit lint format bench mutants mutation clean
+.PHONY: setup demo test test-all test-fast test-unit lint format bench mutants mutation clean
 
 setup: $(STAMP)
 
@@ -33,7 +33,12 @@ demo: setup
 # Two workers: the slow tests (vLLM sidecar, Ray sweeps) mostly wait on their subprocesses.
 # Whole files per worker, so a module's shared engine or reference run is made once.
 # (xdist_group marks are not honoured with pytest 9.2 + xdist 3.8: measured.)
+# Every test but the matrix tier (a task x every partial method, docs/testing.md): 10 minutes.
 test: setup
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not matrix"
+
+# Every test.
+test-all: setup
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # The inner loop: every test but those marked slow (vLLM, Ray, long runs; docs/testing.md).

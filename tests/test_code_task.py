@@ -19,7 +19,13 @@ from rollverify.tasks.rewards.unit_tests import (
 from tests.cli import run_rvctl
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTIAL = [name for name, method in METHODS.items() if method.partial]
+# every partial method; make test trains partial and rollverify, the rest are the matrix tier
+# (docs/testing.md: the tool task, tests/test_chain_tool.py, trains every one in make test)
+PARTIAL = [
+    name if name in ("partial", "rollverify") else pytest.param(name, marks=pytest.mark.matrix)
+    for name, method in METHODS.items()
+    if method.partial
+]
 ADD = UnitTests(("assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5"))
 # MBPP's own names (text, code, test_list, test_setup_code); task 4's reference is wrong.
 MBPP = [

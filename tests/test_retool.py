@@ -15,7 +15,13 @@ from tests.cli import run_rvctl
 from tests.tiny import byte_tokenizer
 
 RECIPE = Path(__file__).parents[1] / "experiments" / "qwen3-8b-retool.yaml"
-PARTIAL = [name for name, method in METHODS.items() if method.partial]
+# every partial method; make test trains partial and rollverify, the rest are the matrix tier
+# (docs/testing.md: the tool task, tests/test_chain_tool.py, trains every one in make test)
+PARTIAL = [
+    name if name in ("partial", "rollverify") else pytest.param(name, marks=pytest.mark.matrix)
+    for name, method in METHODS.items()
+    if method.partial
+]
 TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
 
 

@@ -146,7 +146,7 @@ for _ in range(8):
         os.fork()
     except OSError:
         pass
-time.sleep(4)
+time.sleep(2)
 """
     with ThreadPoolExecutor(1) as pool:
         bombing = pool.submit(run_python, bomb, timeout_s=10)

@@ -68,7 +68,13 @@ def test_a_trajectory_without_tool_output_made_no_call():
 # -- training on it: the shipped tool model (rollverify/tiny/build.py --task chain_tool) --------
 
 TOOL = {"model.path": "models/tiny-qwen3-chain-tool", "task.name": "chain_tool"}
-PARTIAL = [name for name, method in METHODS.items() if method.partial]
+# every partial method; make test trains partial and rollverify, the rest are the matrix tier
+# (docs/testing.md; make test trains every method on the chain task, tests/test_train.py)
+PARTIAL = [
+    name if name in ("partial", "rollverify") else pytest.param(name, marks=pytest.mark.matrix)
+    for name, method in METHODS.items()
+    if method.partial
+]
 
 
 def tool_outputs(trajectory) -> int:

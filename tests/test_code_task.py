@@ -20,7 +20,7 @@ from tests.cli import run_rvctl
 
 ROOT = Path(__file__).resolve().parents[1]
 # every partial method; make test trains partial and rollverify, the rest are the matrix tier
-# (docs/testing.md: the tool task, tests/test_chain_tool.py, trains every one in make test)
+# (docs/testing.md; make test trains every method on the chain task, tests/test_train.py)
 PARTIAL = [
     name if name in ("partial", "rollverify") else pytest.param(name, marks=pytest.mark.matrix)
     for name, method in METHODS.items()

@@ -16,7 +16,7 @@ from tests.tiny import byte_tokenizer
 
 RECIPE = Path(__file__).parents[1] / "experiments" / "qwen3-8b-retool.yaml"
 # every partial method; make test trains partial and rollverify, the rest are the matrix tier
-# (docs/testing.md: the tool task, tests/test_chain_tool.py, trains every one in make test)
+# (docs/testing.md; make test trains every method on the chain task, tests/test_train.py)
 PARTIAL = [
     name if name in ("partial", "rollverify") else pytest.param(name, marks=pytest.mark.matrix)
     for name, method in METHODS.items()

@@ -128,3 +128,46 @@ def cached(run_dir: str | Path, step: int | None = None) -> TrajectoryCache:
 def unfinished(cache: TrajectoryCache) -> list:
     """Trajectories waiting to resume (not those waiting for their group)."""
     return [t for t in cache if not t.finished]
+
+
+def stopped_after(config: RunConfig, step: int) -> Path:
+    """`config` trained until a SIGTERM as step `step` ends (a preemption): the stopped run's
+    folder. Signal handlers need the main thread: elsewhere the test is skipped."""
+    import os
+    import signal
+    import threading
+
+    import pytest
+
+    from rollverify.training.run import train
+    from rollverify.training.stopping import RunInterrupted
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers can only be set in the main thread")
+
+    def preempt(at: int, metrics: dict) -> None:
+        if at == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(RunInterrupted) as stopped:
+        train(config, on_step=preempt)
+    return Path(stopped.value.run_dir)
+
+
+def groups_in_play(checkpoint, group_size: int) -> list[int]:
+    """An asynchronous run's checkpoint: the groups it holds trajectories of, after checking
+    that each group still in play has all its members there (none lost)."""
+    groups = sorted(r["group_id"] for r in checkpoint.state["cache"])
+    in_play = checkpoint.state["rollout_counts"]["async"]["start_versions"]
+    assert groups == sorted(group_size * [int(g) for g in in_play]), "a member was lost"
+    return groups
+
+
+def assert_same_weights_and_cache(ours, theirs) -> None:
+    """Two checkpoints' weights and cached trajectories, bit for bit."""
+    import torch
+
+    for group in ("model", "cache"):
+        for name, tensor in theirs.tensors[group].items():
+            assert torch.equal(ours.tensors[group][name], tensor), f"{group}.{name}"
+    assert ours.state["cache"] == theirs.state["cache"]

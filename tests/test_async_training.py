@@ -7,9 +7,7 @@ bit for bit."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import threading
 from pathlib import Path
 
 import pytest
@@ -24,9 +22,15 @@ from rollverify.rollout.schedules import PromptGroup
 from rollverify.training.checkpoint.files import folder_for, latest
 from rollverify.training.checkpoint.files import load as load_checkpoint
 from rollverify.training.run import resume, train
-from rollverify.training.stopping import RunInterrupted
 from tests.cli import run_cli
-from tests.runs import history, tiny, tiny_file
+from tests.runs import (
+    assert_same_weights_and_cache,
+    groups_in_play,
+    history,
+    stopped_after,
+    tiny,
+    tiny_file,
+)
 from tests.tiny import EOS, PAD, prompts, random_model
 
 
@@ -257,30 +261,16 @@ def test_a_stop_keeps_the_sequences_in_flight_and_resume_continues_them(tmp_path
     """SIGTERM after step 2: the run stops at its next safe point with the engine's sequences
     in its checkpoint, and `resume` ends the run; in lock-step where the run that never
     stopped ends, bit for bit."""
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signal handlers can only be set in the main thread")
     settings = {"rollout.mode": "async", "rollout.eta": 2, "rollout.lockstep": lockstep}
     settings |= {"train.steps": 4, "train.checkpoint_every": 4}
-
-    def preempt(step: int, metrics: dict) -> None:
-        if step == 2:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    with pytest.raises(RunInterrupted) as stopped:
-        train(tiny(tmp_path / "stopped", "rollverify", **settings), on_step=preempt)
-    run_dir = Path(stopped.value.run_dir)
+    run_dir = stopped_after(tiny(tmp_path / "stopped", "rollverify", **settings), step=2)
     saved = latest(run_dir / "checkpoints")
     assert saved.step in (2, 3) and len(saved.state["cache"]) > 0
-    groups = sorted(r["group_id"] for r in saved.state["cache"])
-    in_play = saved.state["rollout_counts"]["async"]["start_versions"]
-    assert groups == sorted(2 * [int(g) for g in in_play])
+    groups_in_play(saved, group_size=2)
     assert resume(run_dir).steps == 4
     if lockstep:
         reference = train(tiny(tmp_path / "reference", "rollverify", **settings))
-        ours, theirs = latest(run_dir / "checkpoints"), final_checkpoint(reference)
-        for group in ("model", "cache"):
-            for name, tensor in theirs.tensors[group].items():
-                assert torch.equal(ours.tensors[group][name], tensor), f"{group}.{name}"
+        assert_same_weights_and_cache(latest(run_dir / "checkpoints"), final_checkpoint(reference))
 
 
 def test_a_peer_correction_trains_asynchronously_too(tmp_path):

@@ -1,9 +1,7 @@
 """The embedded tool task: demonstrations, the calculator, and runs that call it."""
 
-import os
 import random
 import signal
-import threading
 from pathlib import Path
 
 import pytest
@@ -18,9 +16,16 @@ from rollverify.tasks.chain_tool import CALL, Calculator, solution_with_calls
 from rollverify.tiny.tokenizer import TOOL_CHARACTERS, build_char_tokenizer
 from rollverify.training.checkpoint.files import latest
 from rollverify.training.run import resume, train
-from rollverify.training.stopping import RunInterrupted
 from tests.cli import run_cli
-from tests.runs import cached, history, tiny, tiny_file
+from tests.runs import (
+    assert_same_weights_and_cache,
+    cached,
+    groups_in_play,
+    history,
+    stopped_after,
+    tiny,
+    tiny_file,
+)
 
 
 @pytest.fixture(scope="module")
@@ -150,35 +155,20 @@ def test_a_run_killed_with_a_tool_call_pending_resumes_to_the_run_that_never_sto
     assert final.returncode == 0, final.stderr[-2000:]
     ours, theirs = (latest(Path(d) / "checkpoints") for d in (run_dir, whole.run_dir))
     assert ours.step == theirs.step == 3
-    for group in ("model", "cache"):
-        for name, tensor in theirs.tensors[group].items():
-            assert torch.equal(ours.tensors[group][name], tensor), f"{group}.{name}"
-    assert ours.state["cache"] == theirs.state["cache"]
+    assert_same_weights_and_cache(ours, theirs)
     assert any(tool_outputs(t) for t in cached(run_dir)), "the cache holds tool output"
 
 
 @pytest.mark.parametrize("lockstep", [True, False])
 def test_asynchronous_training_runs_tool_calls_and_a_stop_loses_none(tmp_path, lockstep):
     """rollout.mode async with the calculator: calls run between updates landing, a SIGTERM
-    after step 2 checkpoints the sequences in flight with their calls answered (a call
-    pending at the stop is waited for, never lost), and `resume` ends the run; in lock-step
-    where the run that never stopped ends, bit for bit."""
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signal handlers can only be set in the main thread")
+    after step 2 checkpoints the sequences in flight with their calls answered (the engine's
+    pause waits for a pending call: tests/test_tool_calls.py), and `resume` ends the run; in
+    lock-step where the run that never stopped ends, bit for bit."""
     settings = TOOL | {"rollout.mode": "async", "rollout.eta": 2, "rollout.lockstep": lockstep}
     settings |= {"train.steps": 4, "train.checkpoint_every": 4}
-
-    def preempt(step: int, metrics: dict) -> None:
-        if step == 2:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    with pytest.raises(RunInterrupted) as stopped:
-        train(tiny(tmp_path / "stopped", "rollverify", **settings), on_step=preempt)
-    run_dir = Path(stopped.value.run_dir)
-    saved = latest(run_dir / "checkpoints")
-    groups = sorted(r["group_id"] for r in saved.state["cache"])
-    in_play = saved.state["rollout_counts"]["async"]["start_versions"]
-    assert groups and groups == sorted(2 * [int(g) for g in in_play]), "no member lost"
+    run_dir = stopped_after(tiny(tmp_path / "stopped", "rollverify", **settings), step=2)
+    assert groups_in_play(latest(run_dir / "checkpoints"), group_size=2)
     summary = resume(run_dir)
     metrics = history(summary)
     assert sorted(metrics["tool_calls"]) == [1, 2, 3, 4]
@@ -188,7 +178,5 @@ def test_asynchronous_training_runs_tool_calls_and_a_stop_loses_none(tmp_path, l
         reference = train(tiny(tmp_path / "reference", "rollverify", **settings))
         ours, theirs = (latest(Path(r.run_dir) / "checkpoints") for r in (summary, reference))
         assert ours.step == theirs.step == 4
-        for group in ("model", "cache"):
-            for name, tensor in theirs.tensors[group].items():
-                assert torch.equal(ours.tensors[group][name], tensor), f"{group}.{name}"
+        assert_same_weights_and_cache(ours, theirs)
         assert history(reference)["tool_calls"] == metrics["tool_calls"]

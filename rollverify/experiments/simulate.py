@@ -32,6 +32,7 @@ What it cannot know is modeled, and each model is named here:
 
 from __future__ import annotations
 
+import gc
 import math
 import multiprocessing
 import statistics
@@ -63,6 +64,7 @@ from rollverify.cost.tool_latency import ToolCallModel
 from rollverify.cost.trace import scoring_work
 from rollverify.rollout.async_rollout import AsyncState, next_batch
 from rollverify.rollout.engines.simulated import SimulatedEngine, Sketch
+from rollverify.rollout.engines.simulated_compiled import CompiledSimulatedEngine
 from rollverify.rollout.schedules import PromptGroup, RolloutState, collect
 from rollverify.rollout.trajectory import Trajectory
 
@@ -154,6 +156,41 @@ class LengthSampler:
     def __call__(self, group_id: int, sample_index: int) -> int:
         if not self.moves and group_id < len(self.table):  # the usual case, at every admission
             return int(min(max(int(self.table[group_id, sample_index]), 1), self.budget))
+        self._draw_through(group_id)
+        if self.moves:
+            self.keep([group_id])
+            median = self.group_median[group_id]
+            drawn = math.ceil(
+                median * math.exp(self.model.sigma * self.table[group_id, sample_index])
+            )
+        else:
+            drawn = int(self.table[group_id, sample_index])
+        return int(min(max(drawn, 1), self.budget))
+
+    def peek(self, group_ids: np.ndarray, sample_indices: np.ndarray) -> list[int]:
+        """What `self` returns for each, fixing no group's median (engines/simulated_compiled.py
+        asks at submission, then `keep`s the groups it admitted)."""
+        self._draw_through(int(group_ids.max(initial=0)))
+        if not self.moves:  # (lists: a group's 8 draws are cheaper so than through numpy's clip)
+            budget = self.budget
+            return [min(max(n, 1), budget) for n in self.table[group_ids, sample_indices].tolist()]
+        now = self.model.median_at(self.step, self.steps)
+        pairs = zip(group_ids.tolist(), sample_indices.tolist(), strict=True)
+        return [self._moved(self.group_median.get(g, now), g, i) for g, i in pairs]
+
+    def _moved(self, median: float, group_id: int, sample_index: int) -> int:
+        """A moving median's draw: the group's standard normal at `median`, cut."""
+        drawn = math.ceil(median * math.exp(self.model.sigma * self.table[group_id, sample_index]))
+        return int(min(max(drawn, 1), self.budget))
+
+    def keep(self, group_ids: list[int]) -> None:
+        """A moving median is fixed for a group at its first admission: now's, for these."""
+        if self.moves:
+            now = self.model.median_at(self.step, self.steps)
+            for group_id in group_ids:
+                self.group_median.setdefault(group_id, now)
+
+    def _draw_through(self, group_id: int) -> None:
         model = self.model
         while group_id >= len(self.table):
             shape = (4096, self.group_size)
@@ -164,12 +201,6 @@ class LengthSampler:
             else:
                 block = np.ceil(self.rng.lognormal(math.log(model.median), model.sigma, shape))
             self.table = np.concatenate([self.table, block.astype(self.table.dtype)])
-        if model.moves:
-            median = self.group_median.setdefault(group_id, model.median_at(self.step, self.steps))
-            drawn = math.ceil(median * math.exp(model.sigma * self.table[group_id, sample_index]))
-        else:
-            drawn = int(self.table[group_id, sample_index])
-        return int(min(max(drawn, 1), self.budget))
 
 
 @dataclass(frozen=True)
@@ -189,10 +220,9 @@ class Settings:
     keep_kv: bool = False  # asynchronous: keep the stale KV on a weight update (PipelineRL)
     async_verify: bool = False  # also asynchronous runs that verify before training
     tool_calls: ToolCallModel | None = None  # multi-turn responses (None: no tool calls)
-    # a full KV cache stepped exactly, one preemption at a time (slow at the paper's scale),
-    # or by the fast model (SimulatedEngine, exact=False; docs/cost-model.md: the gap, which
-    # favours partial rollout by 1-2%: so it is not the default)
-    exact: bool = True
+    # the engine compiled (engines/simulated_compiled.py) where it applies: the same table as
+    # the Python one's (False: the Python engine always, the reference)
+    compiled: bool = True
 
     def check(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -349,9 +379,7 @@ def simulate_async(
         GPUS[settings.gpu],
         Layout.of(config),
     )
-    # a full cache stepped exactly: the fast model was up to 3.5% off here, both ways (held to
-    # the exact one for synchronous schedules only, tests/test_fast_full_cache.py)
-    engine = _engine(config, settings, context, seed, pricing, exact=True)
+    engine = _engine(config, settings, context, seed, pricing, in_flight=True)
     lengths = engine.lengths
     source, state = _Prompts(settings.prompt_tokens), AsyncState()
     seconds = dict.fromkeys(("rollout", "train", "verify", "sync"), 0.0)
@@ -454,9 +482,12 @@ def _oldest(trajectory: Trajectory, default: int) -> int:
     return default if oldest is None else oldest
 
 
-def _engine(config, settings, context, seed, pricing, exact: bool = False) -> SimulatedEngine:
-    return SimulatedEngine(
-        settings.profile.step_cost() if settings.profile else pricing,
+def _engine(
+    config, settings, context, seed, pricing, in_flight: bool = False
+) -> SimulatedEngine | CompiledSimulatedEngine:
+    """The run's engine: compiled, unless it needs the Python engine's other parts (tool
+    calls, weights loaded in flight, a fitted profile's prices)."""
+    common = dict(
         slots=config.rollout.slots,
         max_new_tokens=context,
         lengths=settings.lengths.sampler(config.rollout.group_size, context, seed, settings.steps),
@@ -466,8 +497,13 @@ def _engine(config, settings, context, seed, pricing, exact: bool = False) -> Si
         if settings.kv_cache
         else None,
         block_size=config.vllm.block_size or BLOCK_SIZE,
+    )
+    if settings.compiled and not (in_flight or settings.tool_calls or settings.profile):
+        return CompiledSimulatedEngine(pricing, **common)
+    return SimulatedEngine(
+        settings.profile.step_cost() if settings.profile else pricing,
         tool_calls=settings.tool_calls.sampler(seed) if settings.tool_calls else None,
-        exact=settings.exact or exact,
+        **common,
     )
 
 
@@ -616,9 +652,15 @@ def _jobs(settings: Settings) -> Iterator[_Job]:
 
 def _run(config: RunConfig, settings: Settings, job: _Job) -> Result:
     method, context, seed, eta, verify = job
-    if method == "async":
-        return simulate_async(config, settings, eta, context, seed, verify)
-    return simulate_one(config, settings, method, context, seed)
+    # A run makes millions of short-lived objects: the garbage collector's passes over
+    # everything imported before (torch's objects) took a third of its time.
+    gc.freeze()
+    try:
+        if method == "async":
+            return simulate_async(config, settings, eta, context, seed, verify)
+        return simulate_one(config, settings, method, context, seed)
+    finally:
+        gc.unfreeze()
 
 
 def rows(results: list[Result]) -> list[dict[str, Any]]:

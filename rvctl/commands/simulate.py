@@ -122,12 +122,11 @@ def simulate(
             "2,1.0,1.0,64. Default: no calls."
         ),
     ] = None,
-    fast: Annotated[
+    reference: Annotated[
         bool,
         typer.Option(
-            help="Price a full KV cache with the fast model, not step by step: ~3x faster at "
-            "the paper's scale, within ~2% of the exact model but partial rollout 1-2% "
-            "cheaper (docs/cost-model.md); --async and --tool-calls runs stay exact."
+            help="Run the exact model in Python (rollverify/rollout/engines/simulated.py), not "
+            "compiled: the same table, ~5x slower; for checking the compiled engine."
         ),
     ] = False,
     workers: Annotated[
@@ -178,7 +177,7 @@ def simulate(
         keep_kv=keep_kv,
         async_verify=async_verify,
         tool_calls=_tool_call_model(tool_calls) if tool_calls else None,
-        exact=not fast,
+        compiled=not reference,
     )
     settings.check()
     check_fits(run_config, settings)

@@ -46,7 +46,6 @@ from rollverify.cost.kv_cache import BLOCK_SIZE, BlockCount, PrefixCache, blocks
 from rollverify.cost.tool_latency import ToolCallSampler
 from rollverify.cost.trace import EngineStep
 from rollverify.rollout.engines.batching import DECODE_KEEP, padded_positions
-from rollverify.rollout.engines.full_cache import FastFullCache
 from rollverify.rollout.engines.protocol import EngineStats, QueuedSlots
 from rollverify.rollout.engines.sketch import Sketch
 from rollverify.rollout.trajectory import Trajectory
@@ -62,8 +61,8 @@ class _Row:
     latency: float = 0.0  # seconds of the tool call it stops at (target < final)
 
 
-class SimulatedEngine(FastFullCache, QueuedSlots):
-    # (the fast model of a full cache lives in full_cache.py: this file stays readable)
+class SimulatedEngine(QueuedSlots):
+    # (rvctl simulate runs this model compiled where it can: engines/simulated_compiled.py)
 
     def __init__(
         self,
@@ -77,7 +76,6 @@ class SimulatedEngine(FastFullCache, QueuedSlots):
         kv_tokens: int | None = None,
         block_size: int = BLOCK_SIZE,
         tool_calls: ToolCallSampler | None = None,
-        exact: bool = True,
     ) -> None:
         self.cost = cost  # each iteration's price: Pricing (a GPU), LinearStepCost (fitted)
         self.slots = slots
@@ -114,12 +112,6 @@ class SimulatedEngine(FastFullCache, QueuedSlots):
         self._tool_order = itertools.count()
         self.calls_made = 0
         self.tool_wait_seconds = 0.0  # idle: every response was waiting for a tool
-        # A full cache, exactly (the default) or by the fast model (exact=False, see
-        # _preempt_window; tool calls are always exact): until step `_hold` a window fits, so
-        # no cache check and no admission; `_saturated` since a window preempted
-        self.exact = exact or tool_calls is not None
-        self._hold = 0
-        self._saturated = False
 
     # -- the engine interface -----------------------------------------------------------------
 
@@ -145,11 +137,11 @@ class SimulatedEngine(FastFullCache, QueuedSlots):
         finished = []
         if self._rows:
             steps = self._steps_until_arrival(self._steps_to_next_event())
-            full = None if self.step < self._hold else self._first_step_over_cache(steps)
+            full = self._first_step_over_cache(steps)
             if full is not None:
                 if full > self.step + 1:
                     finished += self._decode(full - self.step - 1)
-                if self._preempt(at=full) if self.exact else self._preempt_window(at=full):
+                if self._preempt(at=full):
                     return finished  # vLLM admits nothing in a step that preempted
                 return finished + self._admit()
             finished += self._decode(steps)
@@ -167,7 +159,6 @@ class SimulatedEngine(FastFullCache, QueuedSlots):
         paused = [self._flush(row) for row in self._rows.values()] + list(self._queue) + answered
         self.stats.aborted += len(paused)
         self._rows, self._finishing, self._context0, self._stale = {}, [], 0, 0
-        self._hold, self._saturated = 0, False
         self._cached.free(self._blocks.blocks_at(self.step))
         self._cached.reset()  # the weights change next: what the cache holds is stale
         self._blocks.clear()
@@ -272,8 +263,6 @@ class SimulatedEngine(FastFullCache, QueuedSlots):
         the queue would be admitted after this step's decode (as the hf engine does). A queue
         whose first trajectory does not fit the KV cache waits for a finish: decoding only
         takes blocks, finishing gives them back."""
-        if self.step < self._hold:  # the fast model's window: nothing happens before its end
-            return self._hold - self.step
         free = self.slots - len(self._rows)
         if self._queue and self._admissible(free) and self._head_fits():
             return 1
@@ -317,31 +306,18 @@ class SimulatedEngine(FastFullCache, QueuedSlots):
 
     def _admit(self) -> list[Trajectory]:
         free = self.slots - len(self._rows)
-        if not self._queue or not self._admissible(free) or self.step < self._hold:
+        if not self._queue or not self._admissible(free):
             return []
-        cycled = context = 0  # rows the fast model admits and preempts at once, their context
-        if self._saturated and self._rows:
-            until = self._window_end()
-            peaks = self._window_free(until)
-            if min(f for _, f in peaks) < 0:  # the rows alone overflow the window
-                self._preempt_window(at=self.step + 1)
-                return []
-            admitted, cached, contexts = self._fitting(self._survivors(free, peaks))
-            self._hold = until  # the window fits: nothing to check or admit before its end
-            cycled, context = self._cycle(min(free, len(self._queue)), contexts)
-        else:
-            admitted, cached, contexts = self._fitting(min(free, len(self._queue)))
-        if not admitted and not cycled:
+        admitted, cached, contexts = self._fitting(min(free, len(self._queue)))
+        if not admitted:
             return []
         step = EngineStep(
             0,
             0,
-            len(admitted) + cycled,
-            sum(contexts) - sum(cached) + cycled * context,
-            sum(n * (n + 1) // 2 - h * (h + 1) // 2 for n, h in zip(contexts, cached, strict=True))
-            + cycled * context * (context + 1) // 2,
-            # grouped as the hf engine does (cycled rows: one group of their own)
-            prefill_padded=padded_positions(contexts) + cycled * context,
+            len(admitted),
+            sum(contexts) - sum(cached),
+            sum(n * (n + 1) // 2 - h * (h + 1) // 2 for n, h in zip(contexts, cached, strict=True)),
+            prefill_padded=padded_positions(contexts),  # grouped as the hf engine does
         )
         price = self.cost.iteration(step)
         self.clock += price

@@ -1,0 +1,277 @@
+"""SimulatedEngine's exact model, compiled: what `rvctl simulate` runs when nothing needs the
+Python engine's other parts (tool calls, weights loaded in flight, a fitted CPU profile, the
+fast model of a full cache). Same events, same table: engines/simulated_kernel.py does the
+work on arrays; this class is the engine interface around it, and moves each Sketch's counts
+in (submit) and out (finish, pause)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from rollverify.cost.costmodel import Pricing
+from rollverify.cost.kv_cache import BLOCK_SIZE
+from rollverify.cost.trace import EngineStep
+from rollverify.rollout.engines import simulated_kernel as kernel
+from rollverify.rollout.engines.protocol import EngineStats
+from rollverify.rollout.engines.sketch import Sketch
+from rollverify.rollout.trajectory import Trajectory
+
+_STATS = {  # EngineStats field: its counter in the kernel's integers
+    "decode_steps": kernel.DECODE_STEPS,
+    "slot_steps_busy": kernel.SLOT_STEPS_BUSY,
+    "tokens_generated": kernel.GENERATED,
+    "tokens_regenerated": kernel.REGENERATED,
+    "tokens_prefilled": kernel.PREFILLED,
+    "aborted": kernel.ABORTED,
+    "preemptions": kernel.PREEMPTIONS,
+    "tokens_recomputed": kernel.RECOMPUTED,
+}
+_REASONS = {kernel.STOP: "stop", kernel.LENGTH_CUT: "length"}
+
+
+class CompiledSimulatedEngine:
+    """SimulatedEngine (exact, no tool calls, weights loaded between steps) for Sketches, priced
+    by a GPU's Pricing. `lengths` may have `peek(group_id, sample_index)`, a draw that fixes
+    nothing (LengthSampler: a moving median is fixed at a group's first admission, as the
+    reference asks `lengths` then); it is then called for real as each trajectory leaves."""
+
+    def __init__(
+        self,
+        cost: Pricing,
+        slots: int,
+        max_new_tokens: int,
+        lengths: Callable[[int, int], int],
+        admit_batch: int | None = None,
+        finishes_per_poll: int = 1,
+        version: int = 0,
+        kv_tokens: int | None = None,
+        block_size: int = BLOCK_SIZE,
+    ) -> None:
+        self.cost = cost
+        self.slots = slots
+        self.max_new_tokens = max_new_tokens
+        self.temperature, self.top_p, self.top_k = 1.0, 1.0, 0
+        self.lengths = lengths
+        self.finishes_per_poll = finishes_per_poll
+        self.kv_blocks = None if kv_tokens is None else kv_tokens // block_size
+        self.idle_seconds = 0.0  # (weights are loaded between steps: never waited for)
+        self.calls_made = 0
+        self.tool_wait_seconds = 0.0
+        self._prices = kernel.price_terms(cost)
+        self._arrays = kernel.empty_state(slots, block_size, max_new_tokens)
+        ints = self._arrays["ints"]
+        ints[kernel.SLOTS], ints[kernel.MAX_NEW], ints[kernel.BLOCK] = (
+            slots,
+            max_new_tokens,
+            block_size,
+        )
+        ints[kernel.KV_BLOCKS] = kernel.NO_LIMIT if self.kv_blocks is None else self.kv_blocks
+        ints[kernel.CACHE_BLOCKS] = ints[kernel.FREED] = self.kv_blocks or 0
+        ints[kernel.ADMIT_BATCH] = admit_batch or max(1, slots // 8)
+        ints[kernel.FINISHES_PER_POLL] = finishes_per_poll
+        ints[kernel.VERSION] = version
+        ints[kernel.Q_HEAD] = ints[kernel.Q_TAIL] = 2 * slots  # room to put rows before it
+        self._inside: list[Sketch] = []  # by slot: the trajectories in the engine this step
+        self._running = self._waiting = 0
+        self._groups: dict[int, int] = {}  # group id: its index in the kernel's `members`
+        self._room(slots=0, waiting=0)
+
+    # -- state the schedules read ---------------------------------------------------------------
+
+    @property
+    def _ints(self) -> np.ndarray:
+        return self._arrays["ints"]
+
+    @property
+    def version(self) -> int:
+        return int(self._ints[kernel.VERSION])
+
+    @property
+    def step(self) -> int:
+        return int(self._ints[kernel.STEP])
+
+    @property
+    def clock(self) -> float:
+        return float(self._arrays["floats"][kernel.CLOCK])
+
+    @property
+    def prefill_seconds(self) -> float:
+        return float(self._arrays["floats"][kernel.PREFILL_SECONDS])
+
+    @property
+    def stats(self) -> EngineStats:
+        return EngineStats(**{name: int(self._ints[i]) for name, i in _STATS.items()})
+
+    def reset_stats(self) -> None:
+        self._ints[list(_STATS.values())] = 0
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._running or self._waiting)
+
+    def idle_slots(self) -> int:
+        return max(0, self.slots - self._running - self._waiting)
+
+    def _counted(self) -> None:
+        """The rows running and waiting, as Python ints (asked after every poll), from the
+        kernel's."""
+        ints = self._ints
+        self._running = ints.item(kernel.ROWS)
+        self._waiting = ints.item(kernel.Q_TAIL) - ints.item(kernel.Q_HEAD)
+
+    # -- the engine interface -----------------------------------------------------------------
+
+    def start(self) -> dict:
+        return {"seconds": 0.0}
+
+    def shutdown(self) -> None:
+        pass
+
+    def submit(self, trajectories: list[Trajectory]) -> None:
+        count, groups = len(trajectories), self._groups
+        entering = np.array(
+            [  # kernel.IN's columns (DRAWN to come), then the group id and sample index
+                (
+                    t.length,
+                    t.high_water,
+                    t.prompt_tokens,
+                    _version(t.oldest_version),
+                    0,
+                    groups.setdefault(t.group_id, len(groups)),
+                    t.group_id,
+                    t.sample_index,
+                )
+                for t in map(_checked, trajectories)
+            ],  # fmt: skip
+            dtype=np.int64,
+        ).reshape(count, len(kernel.IN) + 2)
+        entering[:, kernel.IN.index(kernel.DRAWN)] = self._draws(entering[:, -2], entering[:, -1])
+        self._room(len(self._inside) + count, self._waiting + count, groups=len(groups))
+        a = self._arrays
+        kernel.submit(a["ints"], a["trajs"], a["queue"], a["members"], len(self._inside), entering)
+        self._inside += trajectories
+        self._waiting += count
+
+    def _draws(self, groups: np.ndarray, samples: np.ndarray) -> list[int]:
+        """Each one's length as `lengths` draws it (the reference asks at every admission: the
+        same answer, but a moving median is fixed then; `_out` fixes it)."""
+        if hasattr(self.lengths, "peek"):
+            return self.lengths.peek(groups, samples)
+        return [self.lengths(g, i) for g, i in zip(groups.tolist(), samples.tolist(), strict=True)]
+
+    def poll(self) -> list[Trajectory]:
+        while True:
+            count = kernel.run_polls(*self._args)
+            if count != kernel.GROW:
+                break
+            self._room(slots=len(self._inside), waiting=self._waiting)
+        self._counted()
+        return self._out(self._arrays["out"][:count])
+
+    def pause(self) -> list[Trajectory]:
+        arrays = self._arrays
+        self._room(slots=len(self._inside), waiting=self._waiting, out=len(self._inside))
+        count = kernel.pause(
+            arrays["ints"], arrays["trajs"], arrays["queue"], arrays["run"], arrays["ends"],
+            arrays["spans"], arrays["nodes"], arrays["padding"], arrays["out"],
+        )  # fmt: skip
+        paused = self._out(arrays["out"][:count])
+        self._counted()
+        self._emptied()
+        return paused
+
+    def load_weights(self, named_tensors: Iterable, version: int) -> None:
+        if self.has_work:
+            raise RuntimeError("pause the engine before loading weights: in-flight KV is stale")
+        self._emptied()
+        self._ints[kernel.VERSION] = version
+
+    def probe_logprobs(self, token_ids: list[int]) -> torch.Tensor:
+        return torch.zeros(1, max(0, len(token_ids) - 1))  # no model: nothing to disagree with
+
+    def take_trace(self) -> list[EngineStep]:
+        return []  # the clock is the price: nothing to trace
+
+    def sampling_state(self) -> torch.Tensor:
+        return torch.tensor([self.step])
+
+    def load_sampling_state(self, state: torch.Tensor) -> None:
+        pass  # lengths come from `lengths`, not from a random stream
+
+    @contextmanager
+    def seeded(self, seed: int) -> Iterator[None]:
+        yield
+
+    # -- in and out of the arrays ---------------------------------------------------------------
+
+    def _out(self, rows: np.ndarray) -> list[Sketch]:
+        """Trajectories leaving the engine get their counts back (rows: kernel.OUT's)."""
+        leaving, admitted = [], []
+        for slot, length, high_water, oldest, reason, final in rows.tolist():
+            sketch = self._inside[slot]
+            sketch.length, sketch.high_water = length, high_water
+            sketch.oldest_version = None if oldest == -1 else oldest
+            if reason:
+                sketch.finish_reason = _REASONS[reason]
+            if final:
+                admitted.append(sketch.group_id)
+            leaving.append(sketch)
+        if admitted and hasattr(self.lengths, "keep"):  # their draws are fixed now, as there
+            self.lengths.keep(admitted)
+        return leaving
+
+    def _emptied(self) -> None:
+        """Every trajectory is out: the slots start again, with no claims on the prefix cache
+        (PrefixCache.reset: the weights change next, and what it holds is stale)."""
+        self._arrays["trajs"][: len(self._inside), kernel.CLAIMED] = 0
+        self._inside = []
+        self._arrays["members"][: len(self._groups)] = 0
+        self._groups = {}
+        self._ints[kernel.Q_HEAD] = self._ints[kernel.Q_TAIL] = 2 * self.slots
+
+    def _room(self, slots: int, waiting: int, out: int = 0, groups: int = 0) -> None:
+        """Arrays large enough for `slots` trajectories, `waiting` queued with a poll's
+        preemptions before them, the heap's next poll, `out` leaving at once and `groups`."""
+        a, ints = self._arrays, self._ints
+        a["trajs"] = _at_least(a["trajs"], slots)
+        a["out"] = _at_least(a["out"], out)
+        a["members"] = _at_least(a["members"], groups)
+        a["heap"] = _at_least(a["heap"], int(ints[kernel.H_SIZE]) + self.slots + 1)
+        if a["nodes"].shape[0] - ints[kernel.ENTRIES] <= self.slots:
+            a["nodes"] = kernel.more_nodes(ints, a["nodes"], a["nodes"].shape[0])
+        head, tail = int(ints[kernel.Q_HEAD]), int(ints[kernel.Q_TAIL])
+        if head < self.slots or a["queue"].shape[0] < head + waiting + 1:
+            queue = np.zeros(2 * (2 * self.slots + waiting) + 64, dtype=np.int64)
+            queue[2 * self.slots : 2 * self.slots + tail - head] = a["queue"][head:tail]
+            a["queue"] = queue
+            ints[kernel.Q_HEAD], ints[kernel.Q_TAIL] = 2 * self.slots, 2 * self.slots + tail - head
+        names = ("ints", "floats", "trajs", "queue", "run", "ends", "spans", "nodes", "padding")
+        self._args = (  # run_polls's
+            *(a[name] for name in names), a["pads"], a["heap"], self._prices, a["members"],
+            a["out"], a["admitted"],
+        )  # fmt: skip
+
+
+def _checked(trajectory: Trajectory) -> Sketch:
+    if type(trajectory) is not Sketch or trajectory.tool_outputs:
+        raise TypeError("the compiled simulated engine takes Sketches without tool calls")
+    if trajectory.finished:
+        raise ValueError(f"trajectory {trajectory.key} is finished; submit unfinished ones")
+    return trajectory
+
+
+def _version(version: int | None) -> int:
+    return -1 if version is None else version  # (the kernel's: no tokens yet)
+
+
+def _at_least(array: np.ndarray, rows: int) -> np.ndarray:
+    """`array`, or a copy twice as long as asked, its rows first, if it has fewer than `rows`."""
+    if array.shape[0] >= rows:
+        return array
+    grown = np.zeros((2 * rows + 64, *array.shape[1:]), dtype=array.dtype)
+    grown[: array.shape[0]] = array
+    return grown

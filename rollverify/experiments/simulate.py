@@ -292,7 +292,7 @@ class Result:
 @dataclass(frozen=True)
 class _SketchGroup(PromptGroup):
     def samples(self, group_size: int) -> list[Trajectory]:
-        return [Sketch(self.prompt_ids, self.group_id, i) for i in range(group_size)]
+        return Sketch.group(self.prompt_ids, self.group_id, group_size)
 
 
 class _Prompts:

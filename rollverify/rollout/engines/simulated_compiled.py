@@ -1,8 +1,8 @@
-"""SimulatedEngine's exact model, compiled: what `rvctl simulate` runs when nothing needs the
-Python engine's other parts (tool calls, weights loaded in flight, a fitted CPU profile, the
-fast model of a full cache). Same events, same table: engines/simulated_kernel.py does the
-work on arrays; this class is the engine interface around it, and moves each Sketch's counts
-in (submit) and out (finish, pause)."""
+"""SimulatedEngine's model, compiled: what `rvctl simulate` runs when nothing needs the Python
+engine's other parts (tool calls, weights loaded in flight, a fitted CPU profile's prices).
+Same events, same table: engines/simulated_kernel.py does the work on arrays; this class is
+the engine interface around it, and moves each Sketch's counts in (submit) and out (finish,
+pause)."""
 
 from __future__ import annotations
 
@@ -132,6 +132,11 @@ class CompiledSimulatedEngine:
         pass
 
     def submit(self, trajectories: list[Trajectory]) -> None:
+        if not all(type(t) is Sketch and not t.tool_outputs for t in trajectories):
+            raise TypeError("the compiled simulated engine takes Sketches without tool calls")
+        finished = [t.key for t in trajectories if t.finish_reason is not None]
+        if finished:
+            raise ValueError(f"trajectory {finished[0]} is finished; submit unfinished ones")
         count, groups = len(trajectories), self._groups
         entering = np.array(
             [  # kernel.IN's columns (DRAWN to come), then the group id and sample index
@@ -145,7 +150,7 @@ class CompiledSimulatedEngine:
                     t.group_id,
                     t.sample_index,
                 )
-                for t in map(_checked, trajectories)
+                for t in trajectories
             ],  # fmt: skip
             dtype=np.int64,
         ).reshape(count, len(kernel.IN) + 2)
@@ -254,14 +259,6 @@ class CompiledSimulatedEngine:
             *(a[name] for name in names), a["pads"], a["heap"], self._prices, a["members"],
             a["out"], a["admitted"],
         )  # fmt: skip
-
-
-def _checked(trajectory: Trajectory) -> Sketch:
-    if type(trajectory) is not Sketch or trajectory.tool_outputs:
-        raise TypeError("the compiled simulated engine takes Sketches without tool calls")
-    if trajectory.finished:
-        raise ValueError(f"trajectory {trajectory.key} is finished; submit unfinished ones")
-    return trajectory
 
 
 def _version(version: int | None) -> int:

@@ -1074,7 +1074,7 @@ MUTANTS = [
         "compiled-returns-late",
         "the compiled engine hands finished trajectories back when their group may be complete",
         "rollverify/rollout/engines/simulated_kernel.py",
-        "        if count and (I[WAKE] or idle):",
+        "        if count and (ints[WAKE] or idle):",
         "        if count and idle:",
         (
             "tests/test_simulated_compiled.py::test_the_compiled_engine_gives_the_python_engines_results",
@@ -1084,8 +1084,8 @@ MUTANTS = [
         "compiled-stale-finishes-kept",
         "the compiled engine drops preempted rows' finishes when the reference does",
         "rollverify/rollout/engines/simulated_kernel.py",
-        "    I[STALE] += preempted  # their entries in `ends`, dropped when they come up",
-        "    I[STALE] += 0",
+        "    ints[STALE] += preempted  # their entries in `ends`, dropped when they come up",
+        "    ints[STALE] += 0",
         ("tests/test_simulated_compiled.py::test_random_small_engines_give_the_same_rollouts",),
     ),
     Mutant(

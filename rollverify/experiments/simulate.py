@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import gc
 import math
-import multiprocessing
 import statistics
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -62,6 +61,7 @@ from rollverify.cost.costmodel.profile import Profile
 from rollverify.cost.kv_cache import BLOCK_SIZE
 from rollverify.cost.tool_latency import ToolCallModel
 from rollverify.cost.trace import scoring_work
+from rollverify.experiments.workers import worker_context
 from rollverify.rollout.async_rollout import AsyncState, next_batch
 from rollverify.rollout.engines.simulated import SimulatedEngine, Sketch
 from rollverify.rollout.engines.simulated_compiled import CompiledSimulatedEngine
@@ -626,10 +626,8 @@ def simulate(
             results.append(_run(config, settings, job))
             on_result(results[-1])
         return results
-    # spawn, not fork: a forked child of a process whose torch already ran OpenMP can hang
-    context = multiprocessing.get_context("spawn")
     done: list[Result | None] = [None] * len(jobs)
-    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
+    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=worker_context()) as pool:
         futures = {pool.submit(_run, config, settings, job): i for i, job in enumerate(jobs)}
         for future in as_completed(futures):
             done[futures[future]] = future.result()

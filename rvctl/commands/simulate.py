@@ -140,6 +140,10 @@ def simulate(
     format: FormatOption = Format.table,
 ) -> None:
     """Simulate grpo, partial rollout and RollVerify at scale; print modeled GPU-days."""
+    from rollverify.experiments.workers import worker_context
+
+    if workers is None or workers > 1:
+        worker_context()  # its server imports the simulator while this process does
     from rollverify.config import load_config, parse_settings
     from rollverify.cost.costmodel.profile import Profile
     from rollverify.experiments.simulate import (

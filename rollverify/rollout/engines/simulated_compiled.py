@@ -12,7 +12,8 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from rollverify.cost.costmodel import Pricing
+from rollverify.config.model_shape import ModelShape
+from rollverify.cost.costmodel import GPUS, Layout, Pricing
 from rollverify.cost.kv_cache import BLOCK_SIZE
 from rollverify.cost.trace import EngineStep
 from rollverify.rollout.engines import simulated_kernel as kernel
@@ -282,3 +283,20 @@ def _at_least(array: np.ndarray, rows: int) -> np.ndarray:
     grown = np.zeros((2 * rows + 64, *array.shape[1:]), dtype=array.dtype)
     grown[: array.shape[0]] = array
     return grown
+
+
+def compile_kernel() -> None:
+    """Run the kernel once on a tiny engine: numba compiles it and caches it (make setup, so
+    that no run or test pays the ~10 s)."""
+    shape = ModelShape(1000, 1000, layers=2, hidden=16, heads=2, kv_heads=1, head_dim=8)
+    tiny = Pricing(shape, GPUS["h100"], Layout("disaggregated", 1))  # the same types as any
+    engine = CompiledSimulatedEngine(tiny, 2, 8, lambda group, index: 4, kv_tokens=64)
+    engine.submit([Sketch(torch.zeros(3, dtype=torch.long), 0, i) for i in range(3)])
+    while engine.has_work:
+        engine.poll()
+    engine.submit([Sketch(torch.zeros(3, dtype=torch.long), 1, 0)])
+    engine.pause()
+
+
+if __name__ == "__main__":
+    compile_kernel()

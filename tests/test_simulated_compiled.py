@@ -135,7 +135,7 @@ def test_the_kernels_prices_are_the_cost_models():
             tokens = rng.randint(0, 10**6)
             attended = tokens * rng.randint(0, 70000)
             admitted = EngineStep(0, 0, rng.randint(1, 256), tokens, attended)
-            assert kernel.prefill(terms, 0, tokens, attended) == pricing.iteration(admitted)
+            assert kernel.prefill(terms, tokens, attended) == pricing.iteration(admitted)
 
 
 def test_it_refuses_what_only_the_python_engine_does():

@@ -61,7 +61,36 @@ class _Row:
     latency: float = 0.0  # seconds of the tool call it stops at (target < final)
 
 
-class SimulatedEngine(QueuedSlots):
+class NoModel:
+    """The engine interface's parts that a model would do, on an engine without one (the
+    simulated engines: SimulatedEngine, simulated_compiled.CompiledSimulatedEngine)."""
+
+    step: int
+
+    def start(self) -> dict:
+        return {"seconds": 0.0}
+
+    def shutdown(self) -> None:
+        pass
+
+    def probe_logprobs(self, token_ids: list[int]) -> torch.Tensor:
+        return torch.zeros(1, max(0, len(token_ids) - 1))  # no model: nothing to disagree with
+
+    def take_trace(self) -> list[EngineStep]:
+        return []  # the clock is the price: nothing to trace
+
+    def sampling_state(self) -> torch.Tensor:
+        return torch.tensor([self.step])
+
+    def load_sampling_state(self, state: torch.Tensor) -> None:
+        pass  # lengths come from `lengths`, not from a random stream
+
+    @contextmanager
+    def seeded(self, seed: int) -> Iterator[None]:
+        yield
+
+
+class SimulatedEngine(NoModel, QueuedSlots):
     # (rvctl simulate runs this model compiled where it can: engines/simulated_compiled.py)
 
     def __init__(
@@ -114,12 +143,6 @@ class SimulatedEngine(QueuedSlots):
         self.tool_wait_seconds = 0.0  # idle: every response was waiting for a tool
 
     # -- the engine interface -----------------------------------------------------------------
-
-    def start(self) -> dict:
-        return {"seconds": 0.0}
-
-    def shutdown(self) -> None:
-        pass
 
     @property
     def has_work(self) -> bool:
@@ -237,24 +260,8 @@ class SimulatedEngine(QueuedSlots):
         self._cached.reset()  # cached prefixes hold the old weights' KV
         self.version = version
 
-    def probe_logprobs(self, token_ids: list[int]) -> torch.Tensor:
-        return torch.zeros(1, max(0, len(token_ids) - 1))  # no model: nothing to disagree with
-
-    def take_trace(self) -> list[EngineStep]:
-        return []  # the clock is the price: nothing to trace
-
     def reset_stats(self) -> None:
         self.stats = EngineStats()
-
-    def sampling_state(self) -> torch.Tensor:
-        return torch.tensor([self.step])
-
-    def load_sampling_state(self, state: torch.Tensor) -> None:
-        pass  # lengths come from `lengths`, not from a random stream
-
-    @contextmanager
-    def seeded(self, seed: int) -> Iterator[None]:
-        yield
 
     # -- events -------------------------------------------------------------------------------
 

@@ -6,8 +6,7 @@ pause)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
@@ -15,9 +14,9 @@ import torch
 from rollverify.config.model_shape import ModelShape
 from rollverify.cost.costmodel import GPUS, Layout, Pricing
 from rollverify.cost.kv_cache import BLOCK_SIZE
-from rollverify.cost.trace import EngineStep
 from rollverify.rollout.engines import simulated_kernel as kernel
 from rollverify.rollout.engines.protocol import EngineStats
+from rollverify.rollout.engines.simulated import NoModel
 from rollverify.rollout.engines.sketch import Sketch
 from rollverify.rollout.trajectory import Trajectory
 
@@ -34,7 +33,7 @@ _STATS = {  # EngineStats field: its counter in the kernel's integers
 _REASONS = {kernel.STOP: "stop", kernel.LENGTH_CUT: "length"}
 
 
-class CompiledSimulatedEngine:
+class CompiledSimulatedEngine(NoModel):
     """SimulatedEngine (exact, no tool calls, weights loaded between steps) for Sketches, priced
     by a GPU's Pricing. `lengths` may have `peek(group_id, sample_index)`, a draw that fixes
     nothing (LengthSampler: a moving median is fixed at a group's first admission, as the
@@ -127,12 +126,6 @@ class CompiledSimulatedEngine:
 
     # -- the engine interface -----------------------------------------------------------------
 
-    def start(self) -> dict:
-        return {"seconds": 0.0}
-
-    def shutdown(self) -> None:
-        pass
-
     def submit(self, trajectories: list[Trajectory]) -> None:
         if not all(type(t) is Sketch and not t.tool_outputs for t in trajectories):
             raise TypeError("the compiled simulated engine takes Sketches without tool calls")
@@ -205,22 +198,6 @@ class CompiledSimulatedEngine:
             raise RuntimeError("pause the engine before loading weights: in-flight KV is stale")
         self._emptied()
         self._ints[kernel.VERSION] = version
-
-    def probe_logprobs(self, token_ids: list[int]) -> torch.Tensor:
-        return torch.zeros(1, max(0, len(token_ids) - 1))  # no model: nothing to disagree with
-
-    def take_trace(self) -> list[EngineStep]:
-        return []  # the clock is the price: nothing to trace
-
-    def sampling_state(self) -> torch.Tensor:
-        return torch.tensor([self.step])
-
-    def load_sampling_state(self, state: torch.Tensor) -> None:
-        pass  # lengths come from `lengths`, not from a random stream
-
-    @contextmanager
-    def seeded(self, seed: int) -> Iterator[None]:
-        yield
 
     # -- in and out of the arrays ---------------------------------------------------------------
 

@@ -116,7 +116,7 @@ def decode_run(prices, rows, context, steps):
 
 
 @njit(cache=True)
-def prefill(prices, rows, tokens, attended):
+def prefill(prices, tokens, attended):
     """Pricing.iteration of an admission: EngineStep(0, 0, rows, tokens, attended) on each
     engine's share (engine_step_seconds)."""
     engines = prices[ENGINES]
@@ -514,7 +514,7 @@ def _admit(
         taken += 1
     if not taken:
         return count
-    price = prefill(prices, taken, tokens, attended)
+    price = prefill(prices, tokens, attended)
     floats[CLOCK] += price
     floats[PREFILL_SECONDS] += price
     step = ints[STEP]

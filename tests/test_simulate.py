@@ -53,13 +53,16 @@ def test_a_heavier_tail_never_lowers_partial_rollouts_speedup():
     assert speedups[0] < speedups[1] < speedups[2]
 
 
-def test_acceptance_one_and_zero_bound_rollverify_between_partial_and_grpo():
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "reference"])
+def test_acceptance_one_and_zero_bound_rollverify_between_partial_and_grpo(compiled):
+    """On both engines: each counts the tokens generated again after a truncation its own way
+    (the kernel; Sketch.generate)."""
     methods = ("grpo", "partial", "rollverify")
-    keep_all = table(methods=methods, acceptance=(1.0,))
+    keep_all = table(methods=methods, acceptance=(1.0,), compiled=compiled)
     assert keep_all["rollverify"]["tokens_generated"] == keep_all["partial"]["tokens_generated"]
     assert keep_all["rollverify"]["tokens_regenerated"] == 0
     assert keep_all["rollverify"]["gpu_days"] > keep_all["partial"]["gpu_days"]  # + verifying
-    keep_none = table(methods=methods, acceptance=(0.0,))
+    keep_none = table(methods=methods, acceptance=(0.0,), compiled=compiled)
     rv = keep_none["rollverify"]
     assert rv["switch_step"] == load_config().verify.window + 1  # the window's 8 cycles
     assert rv["tokens_regenerated"] > 0

@@ -10,7 +10,7 @@ import multiprocessing
 import multiprocessing.context
 import multiprocessing.forkserver
 
-SIMULATOR = "rollverify.experiments.simulate"
+SIMULATOR = "rollverify.experiments.simulate_worker"
 
 
 def worker_context() -> multiprocessing.context.BaseContext:

@@ -195,9 +195,10 @@ class TrajectoryCache:
             self.add(trajectory)
 
     def add(self, trajectory: Trajectory) -> None:
-        if trajectory.key in self._items:
-            raise ValueError(f"trajectory {trajectory.key} is already cached")
-        self._items[trajectory.key] = trajectory
+        key = trajectory.key
+        if key in self._items:
+            raise ValueError(f"trajectory {key} is already cached")
+        self._items[key] = trajectory
 
     def pop(self, key: tuple[int, int]) -> Trajectory:
         return self._items.pop(key)

@@ -31,6 +31,7 @@ _STATS = {  # EngineStats field: its counter in the kernel's integers
     "tokens_recomputed": kernel.RECOMPUTED,
 }
 _REASONS = {kernel.STOP: "stop", kernel.LENGTH_CUT: "length"}
+_DRAWN = kernel.IN.index(kernel.DRAWN)  # its column in what enters
 
 
 class CompiledSimulatedEngine(NoModel):
@@ -56,6 +57,8 @@ class CompiledSimulatedEngine(NoModel):
         self.max_new_tokens = max_new_tokens
         self.temperature, self.top_p, self.top_k = 1.0, 1.0, 0
         self.lengths = lengths
+        self._peek_draws = getattr(lengths, "peek", None)
+        self._keep_draws = getattr(lengths, "keep", None)
         self.finishes_per_poll = finishes_per_poll
         self.kv_blocks = None if kv_tokens is None else kv_tokens // block_size
         self.idle_seconds = 0.0  # (weights are loaded between steps: never waited for)
@@ -79,7 +82,7 @@ class CompiledSimulatedEngine(NoModel):
         self._running = self._waiting = 0
         self._submitted: list[Sketch] = []  # since the last poll (`_enter`)
         self._groups: dict[int, int] = {}  # group id: its index in the kernel's `members`
-        self._room(slots=0, waiting=0)
+        self._grow(slots=0, waiting=0, out=0, groups=0)  # (run_polls's arguments)
 
     # -- state the schedules read ---------------------------------------------------------------
 
@@ -140,34 +143,31 @@ class CompiledSimulatedEngine(NoModel):
         trajectories, self._submitted = self._submitted, []
         if not trajectories:
             return
-        count, groups = len(trajectories), self._groups
-        entering = np.array(
-            [  # kernel.IN's columns (DRAWN to come), then the group id and sample index
-                (
-                    t.length,
-                    t.high_water,
-                    t.prompt_tokens,
-                    _version(t.oldest_version),
-                    0,
-                    groups.setdefault(t.group_id, len(groups)),
-                    t.group_id,
-                    t.sample_index,
-                )
-                for t in trajectories
-            ],  # fmt: skip
-            dtype=np.int64,
-        ).reshape(count, len(kernel.IN) + 2)
-        entering[:, kernel.IN.index(kernel.DRAWN)] = self._draws(entering[:, -2], entering[:, -1])
+        count, groups, flat = len(trajectories), self._groups, []
+        for t in trajectories:  # kernel.IN's columns (DRAWN to come), group id, sample index
+            oldest = t.oldest_version
+            flat += (
+                t.length,
+                t.high_water,
+                t.prompt_tokens,
+                -1 if oldest is None else oldest,  # (the kernel's: no tokens yet)
+                0,
+                groups.setdefault(t.group_id, len(groups)),
+                t.group_id,
+                t.sample_index,
+            )
+        entering = np.array(flat, dtype=np.int64).reshape(count, len(kernel.IN) + 2)
+        entering[:, _DRAWN] = self._draws(entering[:, -2], entering[:, -1])
         self._room(len(self._inside) + count, self._waiting, groups=len(groups))
         a = self._arrays
         kernel.submit(a["ints"], a["trajs"], a["queue"], a["members"], len(self._inside), entering)
         self._inside += trajectories
 
-    def _draws(self, groups: np.ndarray, samples: np.ndarray) -> list[int]:
+    def _draws(self, groups: np.ndarray, samples: np.ndarray) -> np.ndarray | list[int]:
         """Each one's length as `lengths` draws it (the reference asks at every admission: the
         same answer, but a moving median is fixed then; `_out` fixes it)."""
-        if hasattr(self.lengths, "peek"):
-            return self.lengths.peek(groups, samples)
+        if self._peek_draws is not None:
+            return self._peek_draws(groups, samples)
         return [self.lengths(g, i) for g, i in zip(groups.tolist(), samples.tolist(), strict=True)]
 
     def poll(self) -> list[Trajectory]:
@@ -203,9 +203,9 @@ class CompiledSimulatedEngine(NoModel):
 
     def _out(self, rows: np.ndarray) -> list[Sketch]:
         """Trajectories leaving the engine get their counts back (rows: kernel.OUT's)."""
-        leaving, admitted = [], []
+        inside, leaving, admitted = self._inside, [], []
         for slot, length, high_water, oldest, reason, final in rows.tolist():
-            sketch = self._inside[slot]
+            sketch = inside[slot]
             sketch.length, sketch.high_water = length, high_water
             sketch.oldest_version = None if oldest == -1 else oldest
             if reason:
@@ -213,8 +213,8 @@ class CompiledSimulatedEngine(NoModel):
             if final:
                 admitted.append(sketch.group_id)
             leaving.append(sketch)
-        if admitted and hasattr(self.lengths, "keep"):  # their draws are fixed now, as there
-            self.lengths.keep(admitted)
+        if admitted and self._keep_draws is not None:  # their draws are fixed now, as there
+            self._keep_draws(admitted)
         return leaving
 
     def _emptied(self) -> None:
@@ -229,14 +229,30 @@ class CompiledSimulatedEngine(NoModel):
     def _room(self, slots: int, waiting: int, out: int = 0, groups: int = 0) -> None:
         """Arrays large enough for `slots` trajectories, `waiting` queued with a poll's
         preemptions before them, the heap's next poll, `out` leaving at once and `groups`."""
+        a, ints, head = self._arrays, self._ints, self._ints.item(kernel.Q_HEAD)
+        if (  # (asked before every poll: something grows once in thousands)
+            a["trajs"].shape[0] >= slots
+            and a["out"].shape[0] >= out
+            and a["members"].shape[0] >= groups
+            and a["heap"].shape[0] > ints.item(kernel.H_SIZE) + self.slots
+            and a["nodes"].shape[0] - ints.item(kernel.ENTRIES) > self.slots
+            and head >= self.slots
+            and a["queue"].shape[0] > head + waiting
+        ):
+            return
+        self._grow(slots, waiting, out, groups)
+
+    def _grow(self, slots: int, waiting: int, out: int, groups: int) -> None:
+        """`_room`'s arrays, those short of it replaced by longer copies, and run_polls's
+        arguments anew."""
         a, ints = self._arrays, self._ints
         a["trajs"] = _at_least(a["trajs"], slots)
         a["out"] = _at_least(a["out"], out)
         a["members"] = _at_least(a["members"], groups)
-        a["heap"] = _at_least(a["heap"], int(ints[kernel.H_SIZE]) + self.slots + 1)
-        if a["nodes"].shape[0] - ints[kernel.ENTRIES] <= self.slots:
+        a["heap"] = _at_least(a["heap"], ints.item(kernel.H_SIZE) + self.slots + 1)
+        if a["nodes"].shape[0] - ints.item(kernel.ENTRIES) <= self.slots:
             a["nodes"] = kernel.more_nodes(ints, a["nodes"], a["nodes"].shape[0])
-        head, tail = int(ints[kernel.Q_HEAD]), int(ints[kernel.Q_TAIL])
+        head, tail = ints.item(kernel.Q_HEAD), ints.item(kernel.Q_TAIL)
         if head < self.slots or a["queue"].shape[0] < head + waiting + 1:
             queue = np.zeros(2 * (2 * self.slots + waiting) + 64, dtype=np.int64)
             queue[2 * self.slots : 2 * self.slots + tail - head] = a["queue"][head:tail]
@@ -247,10 +263,6 @@ class CompiledSimulatedEngine(NoModel):
             *(a[name] for name in names), a["pads"], a["heap"], self._prices, a["members"],
             a["out"], a["admitted"],
         )  # fmt: skip
-
-
-def _version(version: int | None) -> int:
-    return -1 if version is None else version  # (the kernel's: no tokens yet)
 
 
 def _at_least(array: np.ndarray, rows: int) -> np.ndarray:

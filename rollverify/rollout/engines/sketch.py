@@ -39,8 +39,10 @@ class Sketch(Trajectory):
         fields = first.__dict__
         samples = [first]
         for index in range(1, size):
-            sample = cls.__new__(cls)
-            sample.__dict__ = {**fields, "sample_index": index, "tool_outputs": []}
+            sample = object.__new__(cls)
+            copied = sample.__dict__
+            copied.update(fields)
+            copied["sample_index"], copied["tool_outputs"] = index, []
             samples.append(sample)
         return samples
 

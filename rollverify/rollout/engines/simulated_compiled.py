@@ -130,11 +130,11 @@ class CompiledSimulatedEngine(NoModel):
     # -- the engine interface -----------------------------------------------------------------
 
     def submit(self, trajectories: list[Trajectory]) -> None:
-        if not all(type(t) is Sketch and not t.tool_outputs for t in trajectories):
-            raise TypeError("the compiled simulated engine takes Sketches without tool calls")
-        finished = [t.key for t in trajectories if t.finish_reason is not None]
-        if finished:
-            raise ValueError(f"trajectory {finished[0]} is finished; submit unfinished ones")
+        for t in trajectories:
+            if type(t) is not Sketch or t.tool_outputs:
+                raise TypeError("the compiled simulated engine takes Sketches without tool calls")
+            if t.finish_reason is not None:
+                raise ValueError(f"trajectory {t.key} is finished; submit unfinished ones")
         self._submitted += trajectories  # into the kernel at the next poll, in one go (grpo
         self._waiting += len(trajectories)  # submits its 128 groups one by one)
 

@@ -1,7 +1,8 @@
 """How long `rvctl simulate` takes, against an earlier revision, side by side in one run: the
 same command in a worktree of `--baseline`, then in this checkout with the Python engine
 (`--reference`) and with the compiled one (the default), one after another, each timed as a
-whole process (wall and CPU seconds), and whether the tables are all equal. Prints one JSON
+whole process (wall seconds, and the machine's busy CPU seconds meanwhile), and whether the
+tables are all equal. Prints one JSON
 object (and writes it to `--out`).
 
     .venv/bin/python benchmarks/simulate_speed.py [--baseline REV] [--steps N] [--repeat N]
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import statistics
 import subprocess
 import sys
@@ -31,17 +32,26 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "experiments/qwen3-8b-dapo-math.yaml"
 
 
+def busy_cpu_seconds() -> float:
+    """The CPU seconds this whole machine has been busy (/proc/stat: user, nice, system, irq,
+    softirq). A command's own rusage misses its workers: they fork from a fork server
+    (rollverify/experiments/workers.py), which nobody waits for."""
+    fields = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    user, nice, system, _idle, _iowait, irq, softirq = fields
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def timed(tree: Path, args: list[str]) -> tuple[float, float, list]:
-    """Wall and CPU seconds of the command (its worker processes too), and its table."""
+    """Wall seconds of the command, the machine's busy CPU seconds meanwhile (nothing else
+    should run), and its table."""
     command = [sys.executable, "-m", "rvctl.app", "simulate", *args, "-f", "json"]
-    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = busy_cpu_seconds()
     started = time.perf_counter()
     done = subprocess.run(command, cwd=tree, capture_output=True, text=True)
     seconds = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used = busy_cpu_seconds() - cpu
     if done.returncode != 0:
         raise SystemExit(f"{tree}: {' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    used = after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
     return seconds, used, json.loads(done.stdout)
 
 

@@ -150,5 +150,7 @@ def test_the_engines_wait_and_the_calls_cpu_time_are_counted():
     wall = time.perf_counter() - started
     stats, calls = engine.tool_stats, len(runner.ran)
     assert stats.calls == calls > 0
-    assert 0.15 * calls <= stats.waited <= wall  # sleep and spin, less the thread's start
+    # sleep and spin (0.15 s), less the thread's start: the engine starts waiting once it has
+    # nothing to decode, after the call began (seen 0.3 ms short on a loaded machine)
+    assert 0.14 * calls <= stats.waited <= wall
     assert 0.55 * calls <= stats.cpu_seconds <= (0.55 + 0.05) * calls

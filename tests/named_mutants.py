@@ -250,7 +250,7 @@ MUTANTS = [
     Mutant(
         "simulate-median-constant",
         "rvctl simulate's median response length moves from --lengths' to --end-median",
-        "rollverify/experiments/simulate.py",
+        "rollverify/experiments/simulate_settings.py",
         "        if self.end_median is None:\n            return self.median",
         "        if True:\n            return self.median",
         (

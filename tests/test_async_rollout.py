@@ -13,7 +13,8 @@ import torch
 
 from rollverify.config import load_config
 from rollverify.core.staleness_bound import choose_batch, may_start
-from rollverify.experiments.simulate import Settings, _Prompts, simulate_async, simulate_one
+from rollverify.experiments.simulate import _Prompts, simulate_async, simulate_one
+from rollverify.experiments.simulate_settings import Settings
 from rollverify.rollout.async_rollout import AsyncState, next_batch
 from rollverify.rollout.engines.simulated import SimulatedEngine
 from rollverify.rollout.trajectory import Trajectory

@@ -17,7 +17,8 @@ from rollverify.cost import trace
 from rollverify.cost.costmodel.cpu_profile import LinearStepCost, fit_terms
 from rollverify.cost.costmodel.profile import Profile, Term, fit_profile
 from rollverify.cost.trace import EngineStep
-from rollverify.experiments.simulate import Settings, simulate
+from rollverify.experiments.simulate import simulate
+from rollverify.experiments.simulate_settings import Settings
 from rollverify.training.run import train
 from tests.cli import run_rvctl
 from tests.runs import tiny

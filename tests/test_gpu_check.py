@@ -16,7 +16,8 @@ import pytest
 
 from rollverify.config import load_config
 from rollverify.cost.costmodel.profile import Profile
-from rollverify.experiments.simulate import Settings, simulate
+from rollverify.experiments.simulate import simulate
+from rollverify.experiments.simulate_settings import Settings
 from tests.cli import run_rvctl
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "gpu_check.py"

@@ -13,7 +13,8 @@ from rollverify.config.model_shape import ModelShape
 from rollverify.cost import kv_cache
 from rollverify.cost.costmodel import GPUS, Layout, Pricing
 from rollverify.cost.kv_cache import BlockCount, PrefixCache
-from rollverify.experiments.simulate import Settings, simulate_one
+from rollverify.experiments.simulate import simulate_one
+from rollverify.experiments.simulate_settings import Settings
 from rollverify.rollout.engines.simulated import SimulatedEngine
 from rollverify.rollout.trajectory import Trajectory
 from tests.cli import run_rvctl

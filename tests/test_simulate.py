@@ -12,14 +12,13 @@ import numpy as np
 import pytest
 
 from rollverify.config import load_config
-from rollverify.experiments.simulate import (
+from rollverify.experiments.simulate import rows, simulate
+from rollverify.experiments.simulate_settings import (
     LengthModel,
     Settings,
     acceptance_of_run,
     lengths_of_run,
     medians_of_run,
-    rows,
-    simulate,
 )
 from rollverify.training.run import train
 from tests.cli import run_rvctl

@@ -14,7 +14,8 @@ import torch
 from rollverify.config import load_config
 from rollverify.cost.costmodel import GPUS, Layout, Pricing
 from rollverify.cost.trace import EngineStep
-from rollverify.experiments.simulate import LengthModel, Settings, simulate_one
+from rollverify.experiments.simulate import simulate_one
+from rollverify.experiments.simulate_settings import LengthModel, Settings
 from rollverify.rollout.engines import simulated_kernel as kernel
 from rollverify.rollout.engines.simulated import SimulatedEngine
 from rollverify.rollout.engines.simulated_compiled import CompiledSimulatedEngine

@@ -140,21 +140,16 @@ def simulate(
     format: FormatOption = Format.table,
 ) -> None:
     """Simulate grpo, partial rollout and RollVerify at scale; print modeled GPU-days."""
-    from rollverify.experiments.workers import worker_context
-
-    if workers is None or workers > 1:
-        worker_context()  # its server imports the simulator while this process does
     from rollverify.config import load_config, parse_settings
     from rollverify.cost.costmodel.profile import Profile
-    from rollverify.experiments.simulate import (
+    from rollverify.experiments.simulate_settings import (
         Settings,
         acceptance_of_run,
         check_fits,
         lengths_of_run,
         medians_of_run,
-        rows,
     )
-    from rollverify.experiments.simulate import simulate as run
+    from rollverify.experiments.workers import worker_context
 
     # e.g. the engine / trainer split: --set vllm.engines=6 --set train.processes=2
     run_config = load_config(config, parse_settings(settings_))
@@ -195,6 +190,11 @@ def simulate(
         workers = len(os.sched_getaffinity(0))
     elif workers < 1:
         raise ValueError(f"--workers: must be >= 1, got {workers}")
+    if workers > 1:  # the input is good: its server imports the simulator while this process does
+        worker_context()
+    from rollverify.experiments.simulate import rows
+    from rollverify.experiments.simulate import simulate as run
+
     asyncs = len(settings.asyncs) * (2 if settings.async_verify else 1)
     total = (len(settings.methods) + asyncs) * len(settings.contexts) * settings.seeds
     if progress.plain():  # a log: a line per simulation done
@@ -234,7 +234,7 @@ def simulate(
 
 
 def _length_model(text: str):
-    from rollverify.experiments.simulate import LengthModel
+    from rollverify.experiments.simulate_settings import LengthModel
 
     kind, _, numbers = text.partition(":")
     values = _numbers(numbers, float, "--lengths") if kind == "lognormal" else ()

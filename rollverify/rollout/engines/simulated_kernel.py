@@ -468,24 +468,10 @@ def _preempt(ints, trajs, queue, run, ends, spans, nodes, padding, pads, at):
 
 
 @njit(cache=True)
-def _admit(
-    ints,
-    floats,
-    trajs,
-    queue,
-    run,
-    ends,
-    spans,
-    nodes,
-    padding,
-    pads,
-    heap,
-    prices,
-    members,
-    out,
-    count,
-    admitted,
-):
+def _admit(state, members, out, count, admitted):
+    """Queued rows into free slots as vLLM admits them (one prefill for all); those done at
+    their prefill go to out[count:]; returns the new count. `state`: run_polls's arrays."""
+    ints, floats, trajs, queue, run, ends, spans, nodes, padding, pads, heap, prices = state
     free = ints[SLOTS] - ints[ROWS]
     if ints[Q_TAIL] == ints[Q_HEAD] or not _admissible(ints, free):
         return count
@@ -545,41 +531,10 @@ def _admit(
 
 
 @njit(cache=True)
-def _poll(
-    ints,
-    floats,
-    trajs,
-    queue,
-    run,
-    ends,
-    spans,
-    nodes,
-    padding,
-    pads,
-    heap,
-    prices,
-    members,
-    out,
-    count,
-    admitted,
-):
+def _poll(state, members, out, count, admitted):
     """SimulatedEngine.poll without tool calls or weights in flight: the trajectories that
-    finish go to out[count:]; returns the new count."""
-    state = (
-        ints,
-        floats,
-        trajs,
-        queue,
-        run,
-        ends,
-        spans,
-        nodes,
-        padding,
-        pads,
-        heap,
-        prices,
-        members,
-    )
+    finish go to out[count:]; returns the new count. `state`: run_polls's arrays."""
+    ints, floats, trajs, queue, run, ends, spans, nodes, padding, pads, heap, prices = state
     if ints[ROWS]:
         steps = _steps_to_next_event(ints, trajs, queue, ends, spans, padding)
         full = -1
@@ -591,15 +546,17 @@ def _poll(
             if full > ints[STEP] + 1:
                 jump = full - ints[STEP] - 1
                 count = _decode(
-                    *state[:3], ends, spans, nodes, padding, pads, prices, jump, members, out, count
-                )
+                    ints, floats, trajs, ends, spans, nodes, padding, pads, prices, jump, members,
+                    out, count,
+                )  # fmt: skip
             if _preempt(ints, trajs, queue, run, ends, spans, nodes, padding, pads, full):
                 return count  # vLLM admits nothing in a step that preempted
-            return _admit(*state, out, count, admitted)
+            return _admit(state, members, out, count, admitted)
         count = _decode(
-            *state[:3], ends, spans, nodes, padding, pads, prices, steps, members, out, count
-        )
-    return _admit(*state, out, count, admitted)
+            ints, floats, trajs, ends, spans, nodes, padding, pads, prices, steps, members, out,
+            count,
+        )  # fmt: skip
+    return _admit(state, members, out, count, admitted)
 
 
 @njit(cache=True)
@@ -639,14 +596,14 @@ def run_polls(
     GROW if an array needs room first (CompiledSimulatedEngine._room)."""
     slots, count = ints[SLOTS], 0
     ints[WAKE] = 0
+    state = (ints, floats, trajs, queue, run, ends, spans, nodes, padding, pads, heap, prices)
     while ints[ROWS] or ints[Q_TAIL] > ints[Q_HEAD]:
         if ints[R_TAIL] + slots >= run.shape[0]:
             _compact(ints, trajs, run)
         short = ints[Q_HEAD] < slots or ints[H_SIZE] + slots >= heap.shape[0]
         if short or nodes.shape[0] - ints[ENTRIES] <= slots or count + 2 * slots >= out.shape[0]:
             return count if count else GROW
-        state = (ints, floats, trajs, queue, run, ends, spans, nodes, padding, pads, heap, prices)
-        count = _poll(*state, members, out, count, admitted)
+        count = _poll(state, members, out, count, admitted)
         idle = slots - ints[ROWS] - (ints[Q_TAIL] - ints[Q_HEAD]) > 0
         if count and (ints[WAKE] or idle):
             return count

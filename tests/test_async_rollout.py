@@ -53,6 +53,37 @@ def test_the_batch_takes_the_earliest_complete_groups_and_waits_when_deadlines_w
         choose_batch(starts, set(starts), version=2, eta=1, batch_groups=2)
 
 
+def test_in_start_order_the_batch_is_the_first_groups_started_complete_or_waited_for():
+    starts = {10: 0, 11: 1, 12: 1, 13: 2, 14: 2}
+    first = {"version": 1, "eta": 3, "batch_groups": 2, "in_start_order": True}
+    assert choose_batch(starts, {10, 11, 13}, **first) == [10, 11]
+    # 11 unfinished: wait for it, though 12, 13 and 14 are complete (completion order: 10, 12)
+    assert choose_batch(starts, {10, 12, 13, 14}, **first) is None
+    assert choose_batch(starts, {10, 12, 13, 14}, version=1, eta=3, batch_groups=2) == [10, 12]
+
+
+@pytest.mark.parametrize("eta", [2, 4])
+def test_in_start_order_batches_train_groups_as_drawn_and_the_bound_still_holds(eta):
+    """Completion order trains the short groups first; start order trains every group in the
+    order it started, so a batch's lengths are the draw's, and still no token lags past eta."""
+    for order in (False, True):
+        engine, state, source = heavy_tail_engine(), AsyncState(), _Prompts(tokens=8)
+        trained, worst = [], 0
+        for version in range(30):
+            result = next_batch(
+                engine, source, state, batch_groups=2, group_size=4, eta=eta, version=version,
+                wait_for_weights=engine.wait_for_weights, in_start_order=order,
+            )  # fmt: skip
+            trained += [t.group_id for t in result.trajectories()][::4]
+            worst = max(worst, *(version - t.oldest_version for t in result.trajectories()))
+            engine.schedule_weights(version + 1, at=engine.clock + 1e-3)
+        assert worst <= eta
+        if order:
+            assert trained == sorted(trained) == list(range(len(trained)))  # as started
+        else:
+            assert trained != sorted(trained)  # the short ones overtook
+
+
 def heavy_tail_engine(seed: int = 0) -> SimulatedEngine:
     """Lengths 4-400 with a heavy tail: a few trajectories span many weight updates."""
     generator = torch.Generator().manual_seed(seed)

@@ -17,6 +17,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
+from rollverify.experiments.power import detectable_difference
 from rollverify.experiments.report import (
     method_rows,
     paired_diffs,
@@ -296,8 +297,12 @@ def test_t_quantile_matches_the_tables():
 
 PAIRED_COLUMNS = [
     "pairs",
+    "auc_diff_vs_grpo",
+    "auc_diff_ci95",
+    "auc_mde80",
     "accuracy_diff_vs_grpo",
     "accuracy_diff_ci95",
+    "accuracy_mde80",
     "gpu_days_diff_vs_grpo",
     "gpu_days_diff_ci95",
     "modeled_gpu_days_diff_vs_grpo",
@@ -334,6 +339,11 @@ def assert_the_hand_computation(row):
     assert row["accuracy_diff_vs_grpo"] == pytest.approx(0.116666667)
     assert row["accuracy_diff_ci95"] == pytest.approx(4.302652729911275 * sd / math.sqrt(3))
     assert row["accuracy_diff_ci95"] == pytest.approx(0.18972915, rel=1e-6)
+    # each curve is (0, 0.2) -> (STEPS, accuracy): its area is the mean of the two ends
+    assert row["auc_diff_vs_grpo"] == pytest.approx(statistics.fmean(accuracy) / 2)
+    assert row["auc_diff_ci95"] == pytest.approx(row["accuracy_diff_ci95"] / 2)
+    assert row["accuracy_mde80"] == pytest.approx(detectable_difference(sd, 3))
+    assert row["auc_mde80"] == pytest.approx(detectable_difference(sd / 2, 3))
     days_mean = (-1.0 - 0.8 - 0.7) / 3
     days_sd = math.sqrt(((-1.0 - days_mean) ** 2 + (-0.8 - days_mean) ** 2
                          + (-0.7 - days_mean) ** 2) / 2)  # fmt: skip
@@ -364,6 +374,7 @@ def test_fewer_than_three_pairs_give_a_difference_without_an_interval():
     assert row["pairs"] == 2
     assert row["accuracy_diff_vs_grpo"] == pytest.approx((0.1 + 0.2) / 2)
     assert row["accuracy_diff_ci95"] is None and row["gpu_days_diff_ci95"] is None
+    assert row["accuracy_mde80"] is None and row["auc_mde80"] is None
     assert row["modeled_gpu_days_diff_ci95"] is None
     none = paired_diffs(runs_of("partial", PARTIAL), [])  # no grpo run
     assert none["pairs"] == 0 and all(none[k] is None for k in PAIRED_COLUMNS[1:])
@@ -469,7 +480,7 @@ def test_the_table_carries_the_paired_columns_and_says_when_too_few_pairs(store)
     for header in ("pairs", "Δacc", "±Δacc", "Δdevice-days", "±Δdevice", "ΔGPU-days*", "±ΔGPU*"):
         assert header in result.stdout
     partial = [line for line in result.stdout.splitlines() if line.startswith("│ partial")]
-    assert "".join(partial).count("n<3") == 3  # one pair: no interval, and the table says why
+    assert "".join(partial).count("n<3") == 4  # one pair: no interval, and the table says why
     assert "n<3: under 3 pairs" in result.stderr  # the legend
 
 

@@ -50,6 +50,24 @@ def test_the_cycle_counts_policy_tokens_and_cuts_before_the_first_rejected_one()
     assert check.ops_after == 0.0
 
 
+def test_the_cycle_counts_what_each_stage_cut_in_policy_tokens():
+    """Two segments (versions 1, 2). The second fails the sequence stage (its mean OPS 0.6 >=
+    0.5): its 3 policy tokens are the sequence stage's. In the first (mean 0.4 < 0.5) a token
+    fails dt = 1 (OPS e^0.7 - 1 ~ 1.01): it and the policy token after it are the token
+    stage's; the tool output between them is neither."""
+    policy = [True, True, False, True, True, True, True]
+    t = _trajectory([5, 6, 40, 7, 8, 9, 10], policy, [1, 1, 1, 1, 2, 2, 2])
+    first, second = math.log(1.2), math.log(1.6)  # abs_ratio OPS: 0.2 and 0.6
+    current = torch.tensor([[-1 + first, -1 + 0.7, 9.0, -1 + first, *[-1 + second] * 3]])
+    check, _ = _cycle([t], current, ds=0.5, dt=1.0)
+    assert len(t) == 1 and (check.tokens_before, check.tokens_kept) == (6, 1)
+    assert check.tokens_cut_token_stage == 2  # policy tokens 6 and 7; not the tool's 40
+    assert check.tokens_cut_sequence_stage == 3
+    again = _trajectory([5, 6, 40, 7, 8, 9, 10], policy, [1, 1, 1, 1, 2, 2, 2])
+    no_token_stage, _ = _cycle([again], current, method="rollverify-seq", ds=0.5, dt=1.0)
+    assert no_token_stage.tokens_cut_token_stage == 0 and no_token_stage.tokens_kept == 3
+
+
 def test_a_rejected_call_takes_its_tool_output_with_it():
     t = _trajectory([5, 6, 7, 40, 41, 8], [True, True, True, False, False, True], [1] * 6)
     current = torch.tensor([[-1.0, -1.0, 2.0, -1.0, -1.0, -1.0]])  # the call's last token

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollverify.core.off_policy_shift import token_ops
-from rollverify.core.verify import verify
+from rollverify.core.verify import verify, verify_stages
 from tests.reference import reference_kept
 
 INF = float("inf")
@@ -300,3 +300,14 @@ def test_a_bad_policy_mask_is_named_policy():
         verify(ops, versions, mask, policy=mask.int())
     with pytest.raises(ValueError, match=r"shapes must agree: policy \(1, 1\)"):
         verify(ops, versions, mask, policy=mask[:, :1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(trajectories(), min_size=1, max_size=6), thresholds, thresholds)
+def test_the_stages_kept_lengths_are_the_sequence_stage_alone_then_both(batch, ds, dt):
+    """What each stage cut is counted from these: the first is verify with dt off."""
+    ops, versions, mask = _batch([b[0] for b in batch], [b[1] for b in batch])
+    after_sequence, kept = verify_stages(ops, versions, mask, ds, dt)
+    assert after_sequence.tolist() == verify(ops, versions, mask, ds, INF).tolist()
+    assert kept.tolist() == verify(ops, versions, mask, ds, dt).tolist()
+    assert (kept <= after_sequence).all()

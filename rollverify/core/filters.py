@@ -16,6 +16,18 @@ def staleness(versions: torch.Tensor, mask: torch.Tensor, current_version: int) 
     return torch.where(mask.any(-1), current_version - oldest, torch.zeros_like(oldest))
 
 
+def token_staleness(
+    versions: torch.Tensor, mask: torch.Tensor, current_version: int, old: int = 8
+) -> tuple[float, float]:
+    """(mean versions behind, share at least `old` versions behind) over the real tokens:
+    versions long [B, T], mask bool [B, T]. What the loss trains on, token by token (a sample's
+    staleness counts only its oldest token). (0.0, 0.0) without tokens."""
+    behind = (current_version - versions)[mask].float()
+    if behind.numel() == 0:
+        return 0.0, 0.0
+    return behind.mean().item(), (behind >= old).float().mean().item()
+
+
 def keep_fresh(
     versions: torch.Tensor, mask: torch.Tensor, current_version: int, bound: int
 ) -> torch.Tensor:

@@ -12,7 +12,10 @@ trains next). Two rules keep that true, one on each side of the queue:
   groups in play instead, because a batch here takes groups as they complete, out of order.
 - **Training**: the step at version V takes the B complete groups that started earliest, if
   what is left can still meet its deadlines; otherwise it waits for the engines (a long
-  trajectory of an old group is waited for, never starved).
+  trajectory of an old group is waited for, never starved). In start order
+  (`rollout.batch_order: start`, AReaL's FIFO) it takes the B groups in play that started
+  earliest, complete or not, and waits until they are: a batch then holds groups as they were
+  drawn, long and short alike, and only its tokens' staleness differs from a synchronous one.
 A group's tokens are all sampled at or after its start version, so a trained token's staleness
 (the version trained minus the version that sampled it) is at most V - s <= eta.
 """
@@ -29,16 +32,25 @@ def may_start(in_play: int, engine_version: int, version: int, eta: int, batch_g
 
 
 def choose_batch(
-    start_versions: dict[int, int], complete: set[int], version: int, eta: int, batch_groups: int
+    start_versions: dict[int, int],
+    complete: set[int],
+    version: int,
+    eta: int,
+    batch_groups: int,
+    in_start_order: bool = False,
 ) -> list[int] | None:
     """The groups the step at `version` trains (ids, earliest start first), or None while it
-    must wait. `start_versions`: every group in play -> the version it started at."""
+    must wait. `start_versions`: every group in play -> the version it started at (in the
+    order they started); `in_start_order`: the first B groups in play or nothing."""
     late = [g for g, start in start_versions.items() if start + eta < version]
     if late:
         raise ValueError(
             f"groups {late[:3]} are past their deadline at version {version}: more groups were "
             "in play than the admission rule allows"
         )
+    if in_start_order:
+        first = list(start_versions)[:batch_groups]  # dicts keep insertion: start order
+        return first if len(first) == batch_groups and complete.issuperset(first) else None
     ready = sorted((start_versions[g], g) for g in complete)
     if len(ready) < batch_groups:
         return None

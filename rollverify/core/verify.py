@@ -43,6 +43,19 @@ def verify(
     ds, dt:   thresholds > 0; float("inf") disables a stage
     policy:   bool  [B, T] True on tokens the policy sampled (None: every generated token)
     """
+    return verify_stages(ops, versions, mask, ds, dt, policy)[1]
+
+
+def verify_stages(
+    ops: torch.Tensor,
+    versions: torch.Tensor,
+    mask: torch.Tensor,
+    ds: float = 0.01,
+    dt: float = 2.0,
+    policy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`verify`'s kept lengths after the sequence stage alone and after both: (long [B],
+    long [B]), so that what each stage cut can be counted. Arguments as `verify`'s."""
     ds = check_positive_threshold("ds", ds)
     dt = check_positive_threshold("dt", dt)
     check_same_shape(ops=ops, versions=versions, mask=mask)
@@ -52,19 +65,21 @@ def verify(
     if policy is not None:
         check_mask(policy, ops.shape, "policy")
     if ops.numel() == 0:
-        return torch.zeros(ops.shape[0], dtype=torch.long, device=ops.device)
+        none = torch.zeros(ops.shape[0], dtype=torch.long, device=ops.device)
+        return none, none
     lengths = _right_padded_lengths(mask)  # [B]
 
     kept = lengths
     if not math.isinf(ds):
         first_bad = _first_bad_segment_start(ops, versions, mask, lengths, ds, policy)
         kept = torch.minimum(kept, first_bad)
+    after_sequence = kept
     if not math.isinf(dt):
         # Tokens past the end of a row may "fail" on padding garbage; the min with kept
         # (<= length) makes them harmless, and saves a pass that would mask them.
         failing = ~(ops < dt)
         kept = torch.minimum(kept, _first_true(failing if policy is None else failing & policy))
-    return kept
+    return after_sequence, kept
 
 
 def _right_padded_lengths(mask: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ from rollverify.infra.atomic_write import atomic_write_text
 from rollverify.infra.faults import describe
 
 HEADLINE = (
+    "eval_auc_mean",
     "eval_accuracy_mean",
     "eval_accuracy_ci95",
     "gpu_days",

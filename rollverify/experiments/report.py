@@ -18,15 +18,33 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from rollverify.experiments.power import (
+    curve_area,
+    detectable_difference,
+    mean_ci95,
+    t_critical_95,
+)
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import Report, RunRecord
 
-# The metrics compared with grpo's seed by seed, under their column prefix.
-PAIRED = {
-    "accuracy": m.EVAL_ACCURACY,
-    "gpu_days": m.COST_GPU_DAYS,
-    "modeled_gpu_days": m.MODELED_GPU_DAYS,
+__all__ = ["mean_ci95", "t_critical_95"]  # where report's users found them first
+
+
+def eval_area(run: RunRecord) -> float | None:
+    """The normalised area under the run's evaluation curve (eval_accuracy over its steps,
+    step 0 included): rollverify/experiments/power.py."""
+    return curve_area(run.history.get(m.EVAL_ACCURACY, {}))
+
+
+# The figures compared with grpo's seed by seed, under their column prefix: each run's value.
+PAIRED: dict[str, Callable[[RunRecord], float | None]] = {
+    "auc": eval_area,
+    "accuracy": lambda run: run.last(m.EVAL_ACCURACY),
+    "gpu_days": lambda run: run.last(m.COST_GPU_DAYS),
+    "modeled_gpu_days": lambda run: run.last(m.MODELED_GPU_DAYS),
 }
+# Of those, the ones whose table also says the smallest difference it could detect.
+DETECTABLE = ("auc", "accuracy")
 MIN_PAIRS = 3  # fewer: no interval (2 pairs leave one dof, t = 12.7: an interval of no use)
 
 
@@ -51,6 +69,7 @@ def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
             base = grpo.get(days)
             row[speedup] = base / row[days] if base is not None and row[days] else None
     order = ["method", "status", "seeds", "unfinished", "eval_accuracy_before"]
+    order += ["eval_auc_mean", "eval_auc_ci95"]
     order += ["eval_accuracy_mean", "eval_accuracy_ci95", "gpu_days", "speedup_vs_grpo"]
     order += ["modeled_gpu_days", "modeled_speedup_vs_grpo"]
     order += ["ops_mean", "staleness_mean", "mismatch_kl", "acceptance_rate_final", "switch_step"]
@@ -77,26 +96,34 @@ def set_columns(name: str) -> tuple[str, str]:
     return f"{name}_avg_at_k", f"{name}_pass_at_k"
 
 
-def paired_columns(name: str) -> tuple[str, str]:
-    """A paired metric's columns: mean difference to grpo, half-width of its 95% interval."""
-    return f"{name}_diff_vs_grpo", f"{name}_diff_ci95"
+def paired_columns(name: str) -> tuple[str, ...]:
+    """A paired figure's columns: mean difference to grpo, half-width of its 95% interval,
+    and (DETECTABLE figures) the smallest difference detectable at 80% power."""
+    columns = (f"{name}_diff_vs_grpo", f"{name}_diff_ci95")
+    return (*columns, f"{name}_mde80") if name in DETECTABLE else columns
 
 
 def paired_diffs(group: Sequence[RunRecord], grpo: Sequence[RunRecord]) -> dict[str, Any]:
-    """`group` minus `grpo` on each seed both finished: mean and paired 95% t half-width.
+    """`group` minus `grpo` on each seed both finished: mean, paired 95% t half-width, and
+    the detectable difference at 80% power given the differences' spread.
 
     `pairs` counts those seeds. A seed finished twice on one side counts once (its runs
-    averaged). With fewer than MIN_PAIRS differences the half-width is None.
+    averaged). With fewer than MIN_PAIRS differences the half-width and the detectable
+    difference are None.
     """
     ours, theirs = _seed_runs(group), _seed_runs(grpo)
     seeds = sorted(ours.keys() & theirs.keys())
     row: dict[str, Any] = {"pairs": len(seeds)}
-    for name, metric in PAIRED.items():
-        values = [(_mean_last(ours[s], metric), _mean_last(theirs[s], metric)) for s in seeds]
+    for name, value in PAIRED.items():
+        values = [(_mean_of(ours[s], value), _mean_of(theirs[s], value)) for s in seeds]
         diffs = [a - b for a, b in values if a is not None and b is not None]
         mean, ci95 = mean_ci95(diffs)
-        ci95 = ci95 if len(diffs) >= MIN_PAIRS else None
-        row |= dict(zip(paired_columns(name), (mean, ci95), strict=True))
+        enough = len(diffs) >= MIN_PAIRS
+        figures = (mean, ci95 if enough else None)
+        if name in DETECTABLE:
+            spread = statistics.stdev(diffs) if enough else None
+            figures += (detectable_difference(spread, len(diffs)) if enough else None,)
+        row |= dict(zip(paired_columns(name), figures, strict=True))
     return row
 
 
@@ -120,7 +147,9 @@ def sweep_rows(runs: Sequence[RunRecord], sweep_params: Sequence[str]) -> list[d
     for values in sorted(groups, key=lambda v: [_sort_key(x) for x in v]):
         summary = _summary(groups[values])
         row = dict(zip(keys, values, strict=True))
-        for key in ["status", "seeds", "unfinished", "eval_accuracy_mean", "eval_accuracy_ci95"]:
+        for key in ["status", "seeds", "unfinished", "eval_auc_mean", "eval_auc_ci95"]:
+            row[key] = summary[key]
+        for key in ["eval_accuracy_mean", "eval_accuracy_ci95"]:
             row[key] = summary[key]
         row["gpu_days"] = summary["gpu_days"]
         row["modeled_gpu_days"] = summary["modeled_gpu_days"]
@@ -199,33 +228,19 @@ def run_groups(report: Report) -> dict[str, list[RunRecord]]:
     return groups
 
 
-def mean_ci95(values: Sequence[float]) -> tuple[float | None, float | None]:
-    """Mean and the half-width of its 95% Student t interval (None when n < 2)."""
-    if not values:
-        return None, None
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, None
-    return mean, t_critical_95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-
-
-def t_critical_95(dof: int) -> float:
-    """t(0.975, dof), the two-sided 95% Student t quantile."""
-    from scipy.special import stdtrit  # lighter to import than scipy.stats
-
-    return float(stdtrit(dof, 0.975))
-
-
 def _summary(group: Sequence[RunRecord]) -> dict[str, Any]:
     """Means over the finished runs of a group; unfinished ones are only counted."""
     done = [r for r in group if r.finished]
     accuracy, ci95 = mean_ci95(_present(r.last(m.EVAL_ACCURACY) for r in done))
+    area, area_ci95 = mean_ci95(_present(eval_area(r) for r in done))
     switches = _present(_first_step(r, m.SWITCHED, lambda v: v >= 0.5) for r in done)
     return {
         "status": "finished" if done else "unfinished",
         "seeds": len(done),
         "unfinished": len(group) - len(done),
         "eval_accuracy_before": _mean(r.history.get(m.EVAL_ACCURACY, {}).get(0) for r in done),
+        "eval_auc_mean": area,
+        "eval_auc_ci95": area_ci95,
         "eval_accuracy_mean": accuracy,
         "eval_accuracy_ci95": ci95,
         "gpu_days": _mean(r.last(m.COST_GPU_DAYS) for r in done),
@@ -262,8 +277,8 @@ def _mean_over_steps(runs: Iterable[RunRecord], metric: str) -> float | None:
     return _mean(_mean(r.history.get(metric, {}).values()) for r in runs)
 
 
-def _mean_last(runs: Iterable[RunRecord], metric: str) -> float | None:
-    return _mean(r.last(metric) for r in runs)
+def _mean_of(runs: Iterable[RunRecord], value: Callable[[RunRecord], float | None]):
+    return _mean(value(r) for r in runs)
 
 
 def _first_step(run: RunRecord, metric: str, test: Callable[[float], bool]) -> int | None:

@@ -227,6 +227,7 @@ def simulate_async(
             wait_for_weights=engine.wait_for_weights,
             verify=check if verify else None,
             admit_eta=0 if monitor.switched else eta,
+            in_start_order=rollout.batch_order == "start",
         )
         # the engines' busy time, overlapping training (waiting for weights is not rollout)
         seconds["rollout"] += engine.clock - before - (engine.idle_seconds - idle)

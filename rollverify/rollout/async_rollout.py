@@ -119,6 +119,7 @@ def next_batch(
     verify: Callable[[list[Trajectory], int], list[Trajectory]] | None = None,
     admit_eta: int | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    in_start_order: bool = False,
 ) -> RolloutResult:
     """The B groups the trainer trains at policy `version` (the staleness bound's choice),
     generating until they exist; the engine keeps everything else running.
@@ -127,7 +128,8 @@ def next_batch(
     this version against it and returns those it truncated: they go back to the engine to
     regenerate their suffix, and their groups wait. `admit_eta` (default `eta`) bounds
     admission alone: 0 after a switch to synchronous training, while the groups already in
-    play keep their deadlines. When `should_stop()` turns true the engine's work goes into
+    play keep their deadlines. `in_start_order`: the batch is the B groups that started first
+    (rollout.batch_order). When `should_stop()` turns true the engine's work goes into
     `state.in_flight` and RolloutInterrupted is raised: nothing is lost."""
     admit_eta = eta if admit_eta is None else admit_eta
     start = time.perf_counter()
@@ -136,7 +138,7 @@ def next_batch(
     state.in_flight = []
     while True:
         admit(engine, source, state, version, admit_eta, batch_groups, group_size)
-        chosen = ready_batch(state, version, eta, batch_groups, group_size)
+        chosen = ready_batch(state, version, eta, batch_groups, group_size, in_start_order)
         if chosen is not None and verify is not None:
             cut = verify_once(state, chosen, version, verify)
             if cut:
@@ -183,11 +185,16 @@ def admit(
 
 
 def ready_batch(
-    state: AsyncState, version: int, eta: int, batch_groups: int, group_size: int
+    state: AsyncState,
+    version: int,
+    eta: int,
+    batch_groups: int,
+    group_size: int,
+    in_start_order: bool = False,
 ) -> list[int] | None:
     """The groups the step at `version` trains, or None while it must wait (choose_batch)."""
     complete = {g for g, members in state.finished.items() if len(members) == group_size}
-    return choose_batch(state.start_versions, complete, version, eta, batch_groups)
+    return choose_batch(state.start_versions, complete, version, eta, batch_groups, in_start_order)
 
 
 def batch_out_of_play(

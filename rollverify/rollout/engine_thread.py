@@ -50,8 +50,10 @@ class EngineThread:
         group_size: int,
         eta: int,
         keep_kv: bool,
+        in_start_order: bool = False,
     ) -> None:
         self.engine, self.source, self.state = engine, source, state
+        self.in_start_order = in_start_order  # rollout.batch_order: start
         self.batch_groups, self.group_size, self.eta = batch_groups, group_size, eta
         self.admit_eta = eta  # 0 once verification switched the run to synchronous
         self.keep_kv = keep_kv
@@ -96,7 +98,12 @@ class EngineThread:
                         *self.state.tokens_since_last_batch(self.engine, hand_out=True),
                     )
                 chosen = ready_batch(
-                    self.state, self.version, self.eta, self.batch_groups, self.group_size
+                    self.state,
+                    self.version,
+                    self.eta,
+                    self.batch_groups,
+                    self.group_size,
+                    self.in_start_order,
                 )
                 if chosen is not None and verify is not None:
                     self._lock.release()  # the trainer scores while the engine generates

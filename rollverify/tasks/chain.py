@@ -48,6 +48,11 @@ class ChainProblem:
     add: int  # a in 1..9
     steps: int  # n >= 1
 
+    @classmethod
+    def draw(cls, rng: random.Random, config: ChainTaskConfig) -> ChainProblem:
+        n = chain_length(rng, config)
+        return cls(start=rng.randint(0, 9), add=rng.randint(1, 9), steps=n)
+
     @property
     def prompt(self) -> str:
         return f"Q:{self.start}+{self.add}x{self.steps}="
@@ -68,18 +73,23 @@ class ChainProblem:
         return ";".join([str(self.steps), *lines]) + f"#{state}"
 
 
-def sample_problem(rng: random.Random, config: ChainTaskConfig = ChainTaskConfig()) -> ChainProblem:
+def chain_length(rng: random.Random, config: ChainTaskConfig) -> int:
+    """n in 1..max_steps with P(n) ~ n^-alpha."""
     steps = range(1, config.max_steps + 1)
-    weights = [n**-config.alpha for n in steps]
-    n = rng.choices(steps, weights=weights)[0]
-    return ChainProblem(start=rng.randint(0, 9), add=rng.randint(1, 9), steps=n)
+    return rng.choices(steps, weights=[n**-config.alpha for n in steps])[0]
+
+
+def sample_problem(
+    rng: random.Random, config: ChainTaskConfig = ChainTaskConfig(), kind: type = ChainProblem
+):
+    return kind.draw(rng, config)
 
 
 def sample_problems(
-    count: int, seed: int, config: ChainTaskConfig = ChainTaskConfig()
-) -> list[ChainProblem]:
+    count: int, seed: int, config: ChainTaskConfig = ChainTaskConfig(), kind: type = ChainProblem
+) -> list:
     rng = random.Random(seed)
-    return [sample_problem(rng, config) for _ in range(count)]
+    return [sample_problem(rng, config, kind) for _ in range(count)]
 
 
 def chain_reward(response: str, answer: str) -> float:
@@ -90,6 +100,8 @@ def chain_reward(response: str, answer: str) -> float:
 
 class ChainTask:
     """Training stream and eval set of the chain task, tokenized (rollverify.tasks.base.Task)."""
+
+    problem: type = ChainProblem  # what a prompt is (tasks/walk.py: a walk)
 
     def __init__(
         self,
@@ -112,7 +124,7 @@ class ChainTask:
         return torch.tensor(self.tokenizer(text)["input_ids"], dtype=torch.long)
 
     def next_group(self) -> PromptGroup:
-        problem = sample_problem(self.rng, self.config)
+        problem = sample_problem(self.rng, self.config, self.problem)
         group = PromptGroup(self.next_group_id, self._ids(problem.prompt), problem.answer)
         self.next_group_id += 1
         return group
@@ -126,7 +138,7 @@ class ChainTask:
         sets = {}
         for name, longest in self.eval_longest.items():
             config = ChainTaskConfig(max_steps=longest, alpha=self.config.alpha)
-            problems = sample_problems(self.eval_size, self.eval_seed, config)
+            problems = sample_problems(self.eval_size, self.eval_seed, config, self.problem)
             sets[name] = [EvalProblem(self._ids(p.prompt), p.answer) for p in problems]
         return sets
 

@@ -40,16 +40,24 @@ from rollverify.tasks.chain import (
     sample_problems,
 )
 from rollverify.tasks.chain_tool import ChainToolTask, solution_with_calls
-from rollverify.tiny.tokenizer import CHARACTERS, TOOL_CHARACTERS, build_char_tokenizer
+from rollverify.tasks.walk import WalkProblem, walk_reward
+from rollverify.tiny.tokenizer import (
+    CHARACTERS,
+    TOOL_CHARACTERS,
+    WALK_CHARACTERS,
+    build_char_tokenizer,
+)
 from rollverify.training.parts import with_tools
 
 
 @dataclass(frozen=True)
 class BuildConfig:
-    task: str = "chain"  # or chain_tool
+    task: str = "chain"  # or chain_tool, walk
     call_rate: float = 0.3  # chain_tool: probability that a demonstrated step calls the tool
     seed: int = 0
     noise: float = 0.2  # probability of a slip per demonstrated step
+    max_steps: int = 32  # the chain task's distribution (ChainTaskConfig): chains of 1..max_steps
+    alpha: float = 1.3  # P(n) ~ n^-alpha
     examples: int = 60_000
     epochs: float = 1.0
     batch_size: int = 64
@@ -83,9 +91,19 @@ def build_model(config: BuildConfig, vocab_size: int, pad_id: int, eos_id: int) 
     return Qwen3ForCausalLM(model_config)
 
 
+def task_config(config: BuildConfig) -> ChainTaskConfig:
+    return ChainTaskConfig(max_steps=config.max_steps, alpha=config.alpha)
+
+
+def longest_response(task: ChainTaskConfig) -> int:
+    """Tokens of the longest correct response (one character a token), with its eos."""
+    return len(ChainProblem(0, 1, task.max_steps).solution()) + 1
+
+
 def demonstrations(config: BuildConfig) -> Dataset:
     rng = random.Random(config.seed)
-    problems = [sample_problem(rng) for _ in range(config.examples)]
+    kind = WalkProblem if config.task == "walk" else ChainProblem
+    problems = [sample_problem(rng, task_config(config), kind) for _ in range(config.examples)]
 
     def solution(problem: ChainProblem) -> str:
         if config.task == "chain_tool":
@@ -121,9 +139,18 @@ def tool_accuracy(model, tokenizer, count: int = 256, seed: int = 12345) -> tupl
 
 
 @torch.no_grad()
-def sampled_accuracy(model, tokenizer, count: int = 256, seed: int = 12345, greedy: bool = False):
+def sampled_accuracy(
+    model,
+    tokenizer,
+    count: int = 256,
+    seed: int = 12345,
+    greedy: bool = False,
+    task: ChainTaskConfig = ChainTaskConfig(),
+    walk: bool = False,
+):
     """Accuracy on the held-out problems (the eval set's seed), in batches with left padding."""
-    problems = sample_problems(count, seed=seed, config=ChainTaskConfig())
+    kind, reward = (WalkProblem, walk_reward) if walk else (ChainProblem, chain_reward)
+    problems = sample_problems(count, seed=seed, config=task, kind=kind)
     tokenizer.padding_side = "left"
     torch.manual_seed(seed)
     correct, lengths = 0, []
@@ -132,7 +159,7 @@ def sampled_accuracy(model, tokenizer, count: int = 256, seed: int = 12345, gree
         inputs = tokenizer([p.prompt for p in chunk], return_tensors="pt", padding=True)
         out = model.generate(
             **inputs,
-            max_new_tokens=320,
+            max_new_tokens=max(320, longest_response(task) + 32),
             do_sample=not greedy,
             temperature=1.0,
             top_k=0,
@@ -142,7 +169,7 @@ def sampled_accuracy(model, tokenizer, count: int = 256, seed: int = 12345, gree
         )
         for problem, row in zip(chunk, out[:, inputs["input_ids"].shape[1] :], strict=True):
             text = tokenizer.decode(row, skip_special_tokens=True)
-            correct += chain_reward(text, problem.answer)
+            correct += reward(text, problem.answer)
             lengths.append(int((row != tokenizer.pad_token_id).sum()))
     return correct / count, sorted(lengths)
 
@@ -156,7 +183,10 @@ def main() -> None:
     config = BuildConfig(**{k: getattr(args, k) for k in asdict(BuildConfig())})
     torch.set_num_threads(config.threads)
 
-    tokenizer = build_char_tokenizer(TOOL_CHARACTERS if config.task == "chain_tool" else CHARACTERS)
+    characters = {"chain_tool": TOOL_CHARACTERS, "walk": WALK_CHARACTERS}.get(
+        config.task, CHARACTERS
+    )
+    tokenizer = build_char_tokenizer(characters)
     model = build_model(config, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     print(f"parameters: {sum(p.numel() for p in model.parameters()):,}")
     sft = SFTConfig(
@@ -199,8 +229,9 @@ def main() -> None:
         sampled, calls = tool_accuracy(saved, AutoTokenizer.from_pretrained(args.out))
         info |= {"sampled_accuracy": sampled, "tool_calls_per_response": calls}
     else:
-        greedy, _ = sampled_accuracy(model, tokenizer, greedy=True)
-        sampled, lengths = sampled_accuracy(model, tokenizer)
+        task, walk = task_config(config), config.task == "walk"
+        greedy, _ = sampled_accuracy(model, tokenizer, greedy=True, task=task, walk=walk)
+        sampled, lengths = sampled_accuracy(model, tokenizer, task=task, walk=walk)
         median, p99 = lengths[len(lengths) // 2], lengths[int(0.99 * len(lengths))]
         info |= {
             "greedy_accuracy": greedy,

@@ -23,6 +23,8 @@ RESPONSE_LENGTH_MEAN = "response_length_mean"
 RESPONSE_LENGTH_P99 = "response_length_p99"
 STALENESS_MEAN = "staleness_mean"
 STALENESS_MAX = "staleness_max"
+STALENESS_TOKEN_MEAN = "staleness_token_mean"
+STALE_TOKEN_SHARE_8 = "stale_token_share_8"
 TOKENS_GENERATED = "tokens_generated"
 TOKENS_DISCARDED = "tokens_discarded"
 SAMPLES_DROPPED = "samples_dropped"
@@ -33,6 +35,8 @@ PAUSED = "paused"
 ENGINE_RESTARTS = "engine_restarts"
 CACHE_SIZE = "cache_size"
 CACHE_TOKENS_VERIFIED = "cache_tokens_verified"
+TOKENS_CUT_SEQUENCE_STAGE = "tokens_cut_sequence_stage"
+TOKENS_CUT_TOKEN_STAGE = "tokens_cut_token_stage"
 ROLLOUT_SECONDS = "rollout_seconds"
 TRAIN_SECONDS = "train_seconds"
 SYNC_SECONDS = "sync_seconds"
@@ -64,6 +68,8 @@ STEP = (
     RESPONSE_LENGTH_P99,
     STALENESS_MEAN,
     STALENESS_MAX,
+    STALENESS_TOKEN_MEAN,
+    STALE_TOKEN_SHARE_8,
     TOKENS_GENERATED,
     TOKENS_DISCARDED,
     SAMPLES_DROPPED,
@@ -74,6 +80,8 @@ STEP = (
     ENGINE_RESTARTS,
     CACHE_SIZE,
     CACHE_TOKENS_VERIFIED,
+    TOKENS_CUT_SEQUENCE_STAGE,
+    TOKENS_CUT_TOKEN_STAGE,
     ROLLOUT_SECONDS,
     TRAIN_SECONDS,
     SYNC_SECONDS,

@@ -14,7 +14,7 @@ from rollverify.config import VerifyConfig
 from rollverify.core.methods import Method
 from rollverify.core.off_policy_shift import sequence_ops, token_ops
 from rollverify.core.switching import AcceptanceMonitor
-from rollverify.core.verify import verify
+from rollverify.core.verify import verify_stages
 from rollverify.cost.trace import scoring_work
 from rollverify.rollout.trajectory import PaddedTrajectories, Trajectory, TrajectoryCache
 from rollverify.training.records import CacheCheck
@@ -42,14 +42,16 @@ def check_cache(
     current = current[:, : batch.mask.shape[1]]
     ops = token_ops(current, batch.behavior_logprobs, cfg.ops_metric, mask=policy)
     lengths = batch.mask.sum(-1)
-    kept = lengths
+    after_sequence = kept = lengths
     if method.verify:
         dt = cfg.dt if method.token_stage else math.inf
-        kept = verify(ops, batch.versions, batch.mask, cfg.ds, dt, policy)
+        after_sequence, kept = verify_stages(ops, batch.versions, batch.mask, cfg.ds, dt, policy)
         for trajectory, k in zip(cached, kept.tolist(), strict=True):
             trajectory.truncate(k)
-    kept_policy = policy & (torch.arange(batch.mask.shape[1]) < kept[:, None])
+    columns = torch.arange(batch.mask.shape[1])
+    kept_policy = policy & (columns < kept[:, None])
     before, after = int(policy.sum()), int(kept_policy.sum())
+    cut_by_tokens = int((policy & (columns < after_sequence[:, None])).sum()) - after
     if method.verify and method.switching:
         monitor.update(after, before, step=step)
     nonempty = kept_policy.any(-1)
@@ -57,6 +59,7 @@ def check_cache(
         trajectories=len(cached),
         tokens_before=before,
         tokens_kept=after,
+        tokens_cut_token_stage=cut_by_tokens,
         ops_before=sequence_ops(ops, policy).mean().item(),
         ops_after=(
             sequence_ops(ops, kept_policy)[nonempty].mean().item() if nonempty.any() else math.nan

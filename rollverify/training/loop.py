@@ -55,7 +55,7 @@ from transformers import PreTrainedModel, TrainerCallback
 
 from rollverify.config import RunConfig
 from rollverify.core.corrections import mismatch
-from rollverify.core.filters import keep_samples, staleness
+from rollverify.core.filters import keep_samples, staleness, token_staleness
 from rollverify.core.methods import Method
 from rollverify.core.off_policy_shift import sequence_ops, token_ops
 from rollverify.core.switching import AcceptanceMonitor
@@ -270,6 +270,7 @@ class TrainingLoop:
                 verify=verify,
                 admit_eta=admit_eta,
                 should_stop=stop_now,
+                in_start_order=rollout.batch_order == "start",
             )
         result.seconds -= self.records.scoring.verify_seconds - verified
         return result
@@ -285,6 +286,7 @@ class TrainingLoop:
                 group_size=rollout.group_size,
                 eta=rollout.eta,
                 keep_kv=rollout.keep_kv,
+                in_start_order=rollout.batch_order == "start",
             )
         return self.engine_thread
 
@@ -324,6 +326,7 @@ class TrainingLoop:
             lengths=batch.mask.sum(-1).float(),
             staleness_mean=stale.float().mean().item(),
             staleness_max=int(stale.max()),
+            token_staleness=token_staleness(batch.versions, policy, self.version),
             mismatch=mismatch(current, batch.behavior_logprobs, policy),  # current = pi_old
             cache_size=len(self.state.cache),
             engine_restarts=self.engine.stats.restarts,

@@ -18,6 +18,7 @@ from rollverify.tasks.base import Task
 from rollverify.tasks.chain import ChainTask, ChainTaskConfig
 from rollverify.tasks.chain_tool import ChainToolTask
 from rollverify.tasks.custom_reward import with_reward
+from rollverify.tasks.walk import WalkTask
 
 
 def make_task(config: RunConfig, tokenizer) -> Task:
@@ -27,8 +28,8 @@ def make_task(config: RunConfig, tokenizer) -> Task:
 
 def _base_task(config: RunConfig, tokenizer) -> Task:
     task = config.task
-    if task.name in ("chain", "chain_tool"):
-        kind = ChainToolTask if task.name == "chain_tool" else ChainTask
+    if task.name in ("chain", "chain_tool", "walk"):
+        kind = {"chain_tool": ChainToolTask, "walk": WalkTask}.get(task.name, ChainTask)
         return kind(
             tokenizer,
             ChainTaskConfig(task.max_steps, task.alpha),

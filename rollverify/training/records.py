@@ -34,6 +34,7 @@ class BatchRecord:
     lengths: torch.Tensor
     staleness_mean: float
     staleness_max: int  # of the oldest token of any trained completion
+    token_staleness: tuple[float, float]  # (mean, share >= 8 versions) over the policy's tokens
     mismatch: tuple[float, float]  # (k3, ESS) of pi_old/mu over the batch's tokens
     cache_size: int  # trajectories left in the cache
     engine_restarts: int
@@ -80,6 +81,7 @@ class CacheCheck:
     trajectories: int = 0
     tokens_before: int = 0
     tokens_kept: int = 0
+    tokens_cut_token_stage: int = 0  # of the truncated tokens, those the token stage (dt) cut
     ops_before: float = math.nan  # mean sequence OPS of cached trajectories, before truncation
     ops_after: float = math.nan  # ... of their kept prefixes (empty prefixes excluded)
     scored: tuple[int, int] = (0, 0)  # (tokens, attended) of the forward that scored them
@@ -87,6 +89,11 @@ class CacheCheck:
     @property
     def tokens_truncated(self) -> int:
         return self.tokens_before - self.tokens_kept
+
+    @property
+    def tokens_cut_sequence_stage(self) -> int:
+        """Truncated tokens the sequence stage (ds) cut: all but the token stage's."""
+        return self.tokens_truncated - self.tokens_cut_token_stage
 
     @classmethod
     def merged(cls, checks: list[CacheCheck]) -> CacheCheck:
@@ -108,6 +115,7 @@ class CacheCheck:
             trajectories=sum(c.trajectories for c in checks),
             tokens_before=sum(c.tokens_before for c in checks),
             tokens_kept=sum(c.tokens_kept for c in checks),
+            tokens_cut_token_stage=sum(c.tokens_cut_token_stage for c in checks),
             ops_before=mean("ops_before"),
             ops_after=mean("ops_after"),
             scored=scored,
@@ -216,6 +224,8 @@ def step_metrics(
         m.OPS_CACHE_BEFORE: cache.ops_before,
         m.OPS_CACHE_AFTER: cache.ops_after,
         m.CACHE_TOKENS_VERIFIED: float(cache.tokens_before),
+        m.TOKENS_CUT_SEQUENCE_STAGE: float(cache.tokens_cut_sequence_stage),
+        m.TOKENS_CUT_TOKEN_STAGE: float(cache.tokens_cut_token_stage),
         m.ACCEPTANCE_RATE: (
             cache.tokens_kept / cache.tokens_before
             if verifies and cache.tokens_before
@@ -245,6 +255,8 @@ def _batch_metrics(records: StepRecords) -> dict[str, float]:
         m.RESPONSE_LENGTH_P99: torch.quantile(lengths, 0.99).item(),
         m.STALENESS_MEAN: batch.staleness_mean,
         m.STALENESS_MAX: float(batch.staleness_max),
+        m.STALENESS_TOKEN_MEAN: batch.token_staleness[0],
+        m.STALE_TOKEN_SHARE_8: batch.token_staleness[1],
         m.MISMATCH_KL: batch.mismatch[0],
         m.MISMATCH_ESS: batch.mismatch[1],
         m.TOKENS_GENERATED: float(result.tokens_generated),

@@ -15,6 +15,8 @@ from rvctl.output import Format, print_split, stderr
 TABLE_HEADERS = {
     "unfinished": "unfin.",
     "eval_accuracy_before": "acc@0",
+    "eval_auc_mean": "AUC",
+    "eval_auc_ci95": "±AUC",
     "eval_accuracy_mean": "acc",
     "eval_accuracy_ci95": "±ci95",
     "gpu_days": "device-days",
@@ -26,8 +28,12 @@ TABLE_HEADERS = {
     "mismatch_kl": "k3",
     "acceptance_rate_final": "accept",
     "switch_step": "switch@",
+    "auc_diff_vs_grpo": "ΔAUC",
+    "auc_diff_ci95": "±ΔAUC",
+    "auc_mde80": "mdeAUC",
     "accuracy_diff_vs_grpo": "Δacc",
     "accuracy_diff_ci95": "±Δacc",
+    "accuracy_mde80": "mdeacc",
     "gpu_days_diff_vs_grpo": "Δdevice-days",
     "gpu_days_diff_ci95": "±Δdevice",
     "modeled_gpu_days_diff_vs_grpo": "ΔGPU-days*",
@@ -35,13 +41,16 @@ TABLE_HEADERS = {
 }
 FEW_PAIRS = "n<3"  # the table's cell for a difference without an interval (too few pairs)
 LEGEND = (
-    "acc: final eval accuracy, mean over finished seeds (±ci95: Student t half-width); "
+    "AUC: area under the eval curve over the run's steps, normalised (a flat curve at 0.6: "
+    "0.6); acc: final eval accuracy, mean over finished seeds (±ci95: Student t half-width); "
     "acc@0: the base model; device-days: measured (on a CPU, process-days); GPU-days*: the "
     "same work priced on the cost.gpu by the cost model; speedup(*): grpo's days / the row's; "
     "stale: versions behind, k3: KL(mu || pi_old) per token, both means over steps; "
     "accept: final acceptance rate; switch@: median step of the switch to on-policy; unfin.: "
     "runs not finished; Δ: the row minus grpo, mean over the seeds both finished (pairs), "
-    f"±Δ: its paired Student t half-width ({FEW_PAIRS}: under 3 pairs, no interval)"
+    f"±Δ: its paired Student t half-width ({FEW_PAIRS}: under 3 pairs, no interval); mde: the "
+    "smallest difference those pairs detect with 80% power (two-sided 5% paired t test, the "
+    "observed spread)"
 )
 
 
@@ -113,7 +122,7 @@ def _mark_few_pairs(row: dict[str, Any]) -> dict[str, Any]:
     from rollverify.experiments.report import PAIRED, paired_columns
 
     marked = dict(row)
-    for mean, ci95 in map(paired_columns, PAIRED):
+    for mean, ci95, *_ in map(paired_columns, PAIRED):
         if row.get(mean) is not None and row[ci95] is None:
             marked[ci95] = FEW_PAIRS
     return marked

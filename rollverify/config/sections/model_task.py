@@ -42,9 +42,11 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    name: Literal["chain", "chain_tool", "math", "retool", "code"] = config_field(
+    name: Literal["chain", "chain_tool", "walk", "math", "retool", "code"] = config_field(
         "chain",
-        "chain: the synthetic long-tail task; chain_tool: the chain task whose steps may call "
+        "chain: the synthetic long-tail task; walk: the chain task whose added digits the "
+        "policy chooses (a policy with entropy: experiments/stale.yaml, its model "
+        "models/tiny-qwen3-walk); chain_tool: the chain task whose steps may call "
         "a calculator (multi-turn: its model is models/tiny-qwen3-chain-tool, "
         "experiments/chain-tool.yaml); math: real math (data/math) on GPUs; retool: math "
         "with a Python interpreter the policy calls (the sandbox), on the math task's data "

@@ -81,6 +81,14 @@ class RolloutConfig:
         lambda x: x >= 0,
         ">= 0",
     )
+    batch_order: Literal["complete", "start"] = config_field(
+        "complete",
+        "async: which groups a batch takes. complete: the B complete groups that started "
+        "earliest, as they finish (short groups tend to train first, as in partial "
+        "rollout). start: the B groups that started earliest, waiting until they are complete "
+        "(AReaL's FIFO): batches hold groups as drawn, so only staleness differs from grpo's "
+        "(the composition control of docs/results.md).",
+    )
     lockstep: bool = config_field(
         True,
         "async: the engine's steps and the trainer's take turns in one thread, so a run is "

@@ -1,0 +1,183 @@
+"""Does a setting meet the preconditions of the staleness study (docs/results.md, "A setting
+where stale tokens can matter")? Measured, never assumed:
+
+    .venv/bin/python benchmarks/stale_preconditions.py --config experiments/stale.yaml \
+        [--store runs/mlflow.db] --out benchmarks/results/stale_preconditions.json
+
+1. The starting policy (the config's base model, its sampler): on the held-out set, k samples
+   per problem as the run evaluates them, the mean token entropy of the sampled responses
+   (nats, the full distribution at each sampled position), the sampled accuracy (avg@k), and
+   the response lengths (median, p95, p99, max; p95 / median).
+2. With --store: from the study's runs in that MLflow store (finished runs of the config's
+   task), per method and seed, the share of trained tokens at least 8 versions old
+   (`stale_token_share_8`, mean over steps) and whether grpo stayed stable on every seed
+   (the rule is written beside the table in docs/results.md: no evaluation falls more than
+   0.10 below the best one before it, and the last is above the first).
+
+Prints a table; writes JSON with every per-seed figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rollverify.config import load_config, parse_settings
+from rollverify.config.load import with_overrides
+from rollverify.infra.hub import model_folder
+from rollverify.rollout.trajectory import Trajectory
+from rollverify.tasks.base import score_all
+from rollverify.training.parts import make_engine, make_task
+
+STABLE_DROP = 0.10  # an evaluation this far below the best before it: grpo was not stable
+
+
+def quantile(sorted_values: list[int], q: float) -> int:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+@torch.no_grad()
+def token_entropies(model, trajectories: list[Trajectory], batch: int = 64) -> torch.Tensor:
+    """Entropy (nats) of the model's next-token distribution at every sampled response
+    position, concatenated over the trajectories: float [total response tokens]."""
+    out = []
+    for start in range(0, len(trajectories), batch):
+        chunk = trajectories[start : start + batch]
+        rows = [torch.cat([t.prompt_ids, t.token_ids]) for t in chunk]
+        width = max(len(r) for r in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        attention = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)], attention[i, : len(row)] = row, 1
+        logits = model(input_ids=ids, attention_mask=attention).logits.float()
+        logp = torch.log_softmax(logits, dim=-1)
+        entropy = -(logp.exp() * logp).sum(-1)  # [b, width]: position i predicts token i+1
+        for i, t in enumerate(chunk):
+            first = len(t.prompt_ids) - 1
+            out.append(entropy[i, first : first + len(t.token_ids)])
+    return torch.cat(out)
+
+
+def starting_policy(config) -> dict:
+    """Sample the held-out set as an evaluation does (k per problem, its seed) and measure."""
+    folder = model_folder(config.model_path(), config.model.revision)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    task = make_task(config, tokenizer)
+    problems = task.eval_problems()
+    k = config.task.eval_samples
+    trajectories = [
+        Trajectory(p.prompt_ids, -1 - i, s) for i, p in enumerate(problems) for s in range(k)
+    ]
+    engine = make_engine(with_overrides(config, {"rollout.engine": "hf"}), model, tokenizer)
+    engine.start()
+    with engine.seeded(config.task.eval_seed):
+        engine.submit(trajectories)
+        while engine.has_work:
+            engine.poll()
+    engine.shutdown()
+    rewards = score_all(
+        task,
+        task.reward_tokens,
+        [t.token_ids.tolist() for t in trajectories],
+        [problems[-1 - t.group_id].answer for t in trajectories],
+    )
+    lengths = sorted(len(t.token_ids) for t in trajectories)
+    entropy = token_entropies(model, trajectories)
+    median = statistics.median(lengths)
+    return {
+        "model": str(config.model.path),
+        "problems": len(problems),
+        "samples_per_problem": k,
+        "sampled_accuracy": statistics.fmean(rewards),
+        "token_entropy_mean": entropy.mean().item(),
+        "response_entropy_mean": statistics.fmean(
+            e.mean().item()
+            for e in torch.split(entropy, [len(t.token_ids) for t in trajectories])
+            if len(e)
+        ),
+        "length_median": median,
+        "length_p95": quantile(lengths, 0.95),
+        "length_p99": quantile(lengths, 0.99),
+        "length_max": lengths[-1],
+        "p95_over_median": quantile(lengths, 0.95) / median,
+        "truncated_share": sum(n >= config.rollout.max_new_tokens for n in lengths) / len(lengths),
+    }
+
+
+def stable(evaluations: list[float]) -> bool:
+    """No evaluation more than STABLE_DROP below the best before it; the last above the first."""
+    best = evaluations[0]
+    for value in evaluations[1:]:
+        if value < best - STABLE_DROP:
+            return False
+        best = max(best, value)
+    return evaluations[-1] > evaluations[0]
+
+
+def from_store(store: str) -> dict:
+    """Per finished run: method, seed, mean stale_token_share_8, its evaluations, stable."""
+    import mlflow
+
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{Path(store).resolve()}")
+    runs = []
+    for experiment in client.search_experiments():
+        for run in client.search_runs([experiment.experiment_id], "attributes.status = 'FINISHED'"):
+            params = run.data.params
+            if "train.method" not in params:
+                continue
+            share = [
+                m.value for m in client.get_metric_history(run.info.run_id, "stale_token_share_8")
+            ]
+            evals = sorted(
+                (m.step, m.value)
+                for m in client.get_metric_history(run.info.run_id, "eval_accuracy")
+            )
+            values = [v for _, v in evals]
+            runs.append(
+                {
+                    "run_id": run.info.run_id,
+                    "method": params["train.method"],
+                    "seed": int(params.get("train.seed", 0)),
+                    "learning_rate": float(params.get("train.learning_rate", "nan")),
+                    "stale_token_share_8_mean": statistics.fmean(share) if share else None,
+                    "stale_token_share_8_max": max(share) if share else None,
+                    "evaluations": evals,
+                    "stable": stable(values) if len(values) > 1 else None,
+                }
+            )
+    return {"runs": runs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--set", action="append", default=[], help="key=value overrides")
+    parser.add_argument("--store", help="an MLflow sqlite file holding the study's runs")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    overrides = parse_settings(args.set)
+    config = load_config(args.config, overrides=overrides)
+    result = {"config": args.config, "overrides": overrides, "policy": starting_policy(config)}
+    if args.store:
+        result |= from_store(args.store)
+    table = Table(title=f"preconditions of {args.config}")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in result["policy"].items():
+        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    Console().print(table)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -129,14 +129,15 @@ for _ in range(8):
 time.sleep(1)
 """
     result = run_python(code, timeout_s=10)
-    assert 8 <= result.stdout.count("x") < PROCESS_LIMIT  # it forked, and was stopped
+    # stopped at the limit (the launcher counts too where it shares the program's uid)
+    assert PROCESS_LIMIT - 2 <= result.stdout.count("x") < PROCESS_LIMIT, result
     assert processes_with(marker) == []
 
 
-@pytest.mark.skipif(_isolation() != AS_ROOT, reason="a uid of each run's own needs root")
 def test_a_fork_bomb_does_not_starve_a_concurrent_program(marker):
     """Rewards are scored in parallel sandboxes: a program's fork bomb must not make another
-    program's fork fail (the process limit counts a uid's processes: one uid per run)."""
+    program's fork fail (the process limit counts a uid's processes in a user namespace: a
+    uid of each run's own as root, a user namespace of its own otherwise)."""
     bomb = f"""
 import os, sys, time
 if sys.argv[-1] != "{marker}":
@@ -151,9 +152,9 @@ time.sleep(2)
     with ThreadPoolExecutor(1) as pool:
         bombing = pool.submit(run_python, bomb, timeout_s=10)
         deadline = time.monotonic() + 8
-        while len(processes_with(marker)) < PROCESS_LIMIT - 1 and time.monotonic() < deadline:
+        while len(processes_with(marker)) < PROCESS_LIMIT - 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(processes_with(marker)) >= PROCESS_LIMIT - 1, "the bomb is at its limit"
+        assert len(processes_with(marker)) >= PROCESS_LIMIT - 2, "the bomb is at its limit"
         result = run_python(daemon_with(f"{marker}-beside"), timeout_s=10)
         assert bombing.result().exit_code == 0
     assert result.stdout == "started\n" and result.exit_code == 0, result

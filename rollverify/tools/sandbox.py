@@ -267,7 +267,7 @@ def choose_isolation() -> str:
     isolation = AS_ROOT if as_root else IN_USER_NAMESPACE
     why = _probe(isolation)
     if why:
-        raise SandboxUnavailable(f"no sandbox here: {why}")
+        raise SandboxUnavailable(f"no sandbox can be made here: {why}")
     return isolation
 
 

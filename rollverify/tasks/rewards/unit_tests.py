@@ -108,9 +108,10 @@ def _judge(job: dict, to_program: int, from_program: int, deadline: float) -> di
 
 
 def _test_run(verdict: dict | None, ran: SandboxResult, total: int, timeout_s: float) -> TestRun:
-    if verdict is None or ran.timed_out:
-        return TestRun(0, total, f"timed out after {timeout_s:g} s", ran.seconds)
-    tampering = list(verdict.get("tampering", []))
+    tampering = list((verdict or {}).get("tampering", []))
+    if verdict is None or ran.timed_out:  # what the judge caught before counts still
+        why = f"timed out after {timeout_s:g} s"
+        return TestRun(0, total, why, ran.seconds, "; ".join(dict.fromkeys(tampering)))
     if verdict.get("ended") and _ended_by_itself(ran):
         tampering.append(f"ended during the tests ({_how_it_ended(ran)})")
     passed = min(int(verdict.get("passed", 0)), total)

@@ -88,7 +88,7 @@ HACKS = [
         "reads and edits the tests' source (its own script, its argv, /proc)",
         "import os, sys\ntext = open(sys.argv[0]).read() + open('/proc/1/cmdline').read()\n"
         "open(sys.argv[0], 'a').write('\\nassert True\\n')\n"
-        "def add(a, b):\n    return 3 if 'add(1, 2) == 3' in text else 0\n",
+        "def add(a, b):\n    return 4 if ('add(2, 2) ' + '== 4') in text else 0\n",
         False,
     ),
     (
@@ -154,11 +154,10 @@ def test_an_exception_the_tests_catch_still_fails_a_call_without_plain_data():
 
 @pytest.mark.parametrize("hack, program, _", HACKS, ids=[h for h, _, _ in HACKS])
 def test_a_known_hack_in_a_retool_call_is_tool_output_and_no_reward(hack, program, _):
-    from tests.tiny import byte_tokenizer
-
     from rollverify.tasks.retool import PythonInterpreter
     from rollverify.tasks.rewards.math_answer import math_answer_reward
     from tests.test_retool import TOOL_TOKENS, called
+    from tests.tiny import byte_tokenizer
 
     tokenizer = byte_tokenizer(TOOL_TOKENS)
     interpreter = PythonInterpreter(tokenizer, timeout_s=3, memory_mb=256)

@@ -30,6 +30,9 @@ CAPABILITY_VERSION_3, LAST_CAPABILITY = 0x20080522, 63
 
 
 def launch(plan: dict) -> None:
+    # The init of a PID namespace gets only the signals it handles: Python handles SIGINT
+    # (KeyboardInterrupt), which a program of the same uid could then send it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     fds = plan["fds"]
     program = os.fork()
     if program == 0:

@@ -347,7 +347,8 @@ right = "def add0(a, b):\\n    return a + b\\n"
 too_long = right + "#" * (1 << 17) + "\\n"
 with warnings.catch_warnings(record=True) as told:
     warnings.simplefilter("always")
-    scores = [task.reward(r, "train/0") for r in (too_long, right, too_long)]
+    exits = "import os\\nos._exit(0)\\n"  # caught tampering
+    scores = [task.reward(r, "train/0") for r in (too_long, right, too_long, exits)]
 checks = dataclasses.asdict(task.reward_checks.take())
 print(json.dumps({"scores": scores, "checks": checks, "told": [str(w.message) for w in told]}))
 """
@@ -355,7 +356,8 @@ print(json.dumps({"scores": scores, "checks": checks, "told": [str(w.message) fo
 
 def test_a_program_the_sandbox_fails_to_run_costs_its_reward_not_the_run(tmp_path):
     """A full disk (RLIMIT_FSIZE: the program's file cannot be written) fails the sandbox for
-    the long programs: each scores 0 and is counted, told once; the short one still scores."""
+    the long programs: each scores 0 and is counted, told once; the short one still scores; a
+    program that exits before its tests is counted as tampering."""
     import subprocess
     import sys
 
@@ -371,8 +373,8 @@ def test_a_program_the_sandbox_fails_to_run_costs_its_reward_not_the_run(tmp_pat
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.splitlines()[-1])
-    assert report["scores"] == [0.0, 1.0, 0.0]
-    assert report["checks"] == {"tampering": 0, "sandbox_errors": 2}
+    assert report["scores"] == [0.0, 1.0, 0.0, 0.0]
+    assert report["checks"] == {"tampering": 1, "sandbox_errors": 2}
     (told,) = report["told"]
     assert "the sandbox failed for a program (OSError" in told
 

@@ -146,10 +146,11 @@ def test_replacing_the_prompts_helper_the_tests_use_does_not_pass():
 def test_an_exception_the_tests_catch_still_fails_a_call_without_plain_data():
     """A test that expects an exception (`except Exception`) must not pass on a result that
     is not plain data: the judge fails that test whatever it catches."""
-    tests = UnitTests(("try:\n    add(1, 2) + 1\nexcept Exception:\n    pass",))
-    run = run_unit_tests(ALWAYS_EQUAL + "def add(a, b):\n    return Anything(0)\n", tests)
-    assert not run.ok and "not plain data" in run.error, run
-    assert run_unit_tests(HONEST, tests).ok
+    for caught in ("Exception", "BaseException"):
+        tests = UnitTests((f"try:\n    add(1, 2) + 1\nexcept {caught}:\n    pass",))
+        run = run_unit_tests(ALWAYS_EQUAL + "def add(a, b):\n    return Anything(0)\n", tests)
+        assert not run.ok and "not plain data" in run.error, run
+        assert run_unit_tests(HONEST, tests).ok
 
 
 @pytest.mark.parametrize("hack, program, _", HACKS, ids=[h for h, _, _ in HACKS])

@@ -1,4 +1,4 @@
-"""The sandbox's launcher: `python -I -S launcher.py PLAN`, started by bubblewrap inside the
+"""The sandbox's launcher: `python -I -S -c SOURCE PLAN`, started by bubblewrap inside the
 namespaces it made (rollverify/tools/sandbox.py builds the command and the PLAN). Standard
 library only: it runs before anything else is trusted.
 

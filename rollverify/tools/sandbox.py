@@ -198,7 +198,8 @@ class Sandbox:
         if isinstance(stdin, str):
             (folder / "stdin").write_text(stdin, encoding="utf-8")
             stdin = _opened(stack, folder / "stdin")
-        launcher = [os.path.realpath(sys.executable), "-I", "-S", str(LAUNCHER)]
+        # its source, not its path: the checkout may be in a folder the sandbox covers
+        launcher = [os.path.realpath(sys.executable), "-I", "-S", "-c", _launcher_source()]
         launcher.append(json.dumps(self._plan(fds)))
         self.process = subprocess.Popen(
             [*bubblewrap_command(self.isolation, code, rules), "--", *launcher],
@@ -222,6 +223,11 @@ class Sandbox:
             "python": os.path.realpath(sys.executable),  # a venv's link may be in a cover
             "env": env | dict.fromkeys(ONE_THREAD, "1"),
         }
+
+
+@functools.cache
+def _launcher_source() -> str:
+    return LAUNCHER.read_text()
 
 
 def _opened(stack: contextlib.ExitStack, path: Path, write: bool = False) -> int:

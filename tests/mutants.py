@@ -48,6 +48,7 @@ class Outcome:
 
 def copy_checkout(destination: Path) -> None:
     """Tracked and untracked (not ignored) files: what a clean checkout plus your edits hold."""
+    destination.chmod(0o755)  # readable by the uid tests/test_unprivileged.py drops to
     listed = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"],
         cwd=ROOT,
@@ -81,7 +82,9 @@ def apply(mutant: Mutant, tree: Path) -> str | None:
 def run_tests(tree: Path, tests: tuple[str, ...], timeout: float) -> tuple[str, str]:
     """Run pytest on `tests` in `tree` with the tree first on the path; (verdict, detail)
     with verdict passed | failed | error | timeout."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    # the copy first; paths given before (packages outside the venv) after it
+    path = os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH", "")]))
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
     command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]
     try:
         done = subprocess.run(

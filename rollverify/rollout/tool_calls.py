@@ -38,6 +38,7 @@ class ToolOutput:
     token_ids: list[int]  # the output as the policy will read it, in its tokenizer's ids
     error: bool = False  # the call failed (an exception, a non-zero exit)
     timed_out: bool = False
+    broken: bool = False  # the tool itself failed (a sandbox that could not run the code)
     cpu_seconds: float = 0.0  # what the call used in other processes (a sandbox's program)
 
 
@@ -56,6 +57,7 @@ class ToolStats:
     calls: int = 0
     errors: int = 0
     timeouts: int = 0
+    broken: int = 0  # calls the tool itself failed to run (counted in errors too)
     seconds: float = 0.0  # summed over calls (they overlap each other and the engine)
     cpu_seconds: float = 0.0  # the calls' CPU time: their threads' and their processes'
     waited: float = 0.0  # wall seconds the engine had nothing to decode until a call answered
@@ -209,6 +211,7 @@ class ToolCallingEngine:
         stats.calls += 1
         stats.errors += output.error
         stats.timeouts += output.timed_out
+        stats.broken += output.broken
         stats.seconds += seconds
         stats.cpu_seconds += cpu_seconds
         room = self.inner.max_new_tokens - len(trajectory)

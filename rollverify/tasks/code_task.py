@@ -7,8 +7,10 @@ your own (`task.prompt_field`, `task.tests_field`). The prompt is the problem's 
 `task.tests_in_prompt` tests (MBPP's practice: they name the function), through
 the model's chat template where it has one (a literal `task.prompt_template` holding {problem}
 wraps it first). The reward is 1.0 when the response's program passes every test of its
-problem in the sandbox (rollverify.tasks.rewards.unit_tests: ~0.2 s a program, so a batch's
-programs run `reward_workers` at a time), else 0.0.
+problem in the sandbox (rollverify.tasks.rewards.unit_tests: ~0.1 s a program, so a batch's
+programs run `reward_workers` at a time), else 0.0. A program the judge caught tampering, or
+one the sandbox failed to run, scores 0 and is counted (`reward_checks`: the step's
+reward_tampering and sandbox_errors); the run goes on.
 
 Sampling, prompt-length skipping, eval sets and the resumable state are the math task's: a
 problem's "answer" is its key (`train/<index>`, `eval/<set>/<index>`), a string the partial-
@@ -23,7 +25,8 @@ from rollverify.config.math_prompts import PLACEHOLDER
 from rollverify.tasks.data.code_problems import load_code_set
 from rollverify.tasks.data.math_problems import MathProblem
 from rollverify.tasks.math_task import MathTask
-from rollverify.tasks.rewards.unit_tests import UnitTests, unit_tests_reward
+from rollverify.tasks.rewards.checks import RewardChecks
+from rollverify.tasks.rewards.unit_tests import UnitTests, extract_code, run_unit_tests
 
 
 class CodeTask(MathTask):
@@ -49,6 +52,7 @@ class CodeTask(MathTask):
         self.tests_field, self.tests_in_prompt = tests_field, tests_in_prompt
         self.timeout_s, self.memory_mb = tool_timeout_s, tool_memory_mb  # a program's sandbox
         self.reward_workers = os.cpu_count() or 1  # sandboxes at once, for a batch
+        self.reward_checks = RewardChecks()
         # the math templates' names ask for math answers: only a literal wraps a program's
         # prompt (the math task's helpers render it)
         super().__init__(
@@ -87,6 +91,12 @@ class CodeTask(MathTask):
 
     def reward(self, response: str, answer: str) -> float:
         """1.0 when the response's program passes all tests of the problem `answer` keys."""
-        return unit_tests_reward(
-            response, self.tests[answer], timeout_s=self.timeout_s, memory_mb=self.memory_mb
-        )
+        code, tests = extract_code(response), self.tests[answer]
+        try:
+            run = run_unit_tests(code, tests, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
+        except Exception as error:  # whatever the sandbox raised for this one program
+            self.reward_checks.sandbox_failed(error)
+            return 0.0
+        if run.tampering:
+            self.reward_checks.tampered()
+        return 1.0 if run.ok else 0.0

@@ -18,6 +18,7 @@ import re
 from rollverify.rollout.tool_calls import ToolOutput
 from rollverify.rollout.trajectory import Trajectory
 from rollverify.tasks.math_task import MathTask
+from rollverify.tasks.rewards.checks import RewardChecks
 from rollverify.tools.sandbox import run_python
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -49,7 +50,9 @@ def call_code(text: str) -> str | None:
 
 class PythonInterpreter:
     """ReTool's tool (rollout.tool_calls.ToolRunner): the call's code in the sandbox, in a
-    worker thread beside the engine (a call takes ~0.1 s to its timeout)."""
+    worker thread beside the engine (a call takes ~0.1 s to its timeout). Should the sandbox
+    fail for a call, the policy reads an error and the call is counted (ToolStats.broken, the
+    step's sandbox_errors): the run goes on."""
 
     inline = False
 
@@ -60,13 +63,19 @@ class PythonInterpreter:
         self.closing_token_id = tool_token(tokenizer, CLOSE)
         self.timeout_s, self.memory_mb = timeout_s, memory_mb
         self.max_output_chars = max_output_chars
+        self.checks = RewardChecks()  # tells each kind of sandbox failure once
 
     def run(self, trajectory: Trajectory) -> ToolOutput:
         text = self.tokenizer.decode(trajectory.token_ids.tolist(), skip_special_tokens=False)
         code = call_code(text)
         if code is None:
             return self._output("error: no <tool_call> before </tool_call>", error=True)
-        result = run_python(code, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
+        try:
+            result = run_python(code, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
+        except Exception as error:  # whatever the sandbox raised for this one call
+            self.checks.sandbox_failed(error)
+            told = f"error: the sandbox could not run the code ({type(error).__name__})"
+            return self._output(told, error=True, broken=True)
         cpu = result.cpu_seconds if result.cpu_seconds is not None else result.seconds
         if result.timed_out:  # killed with its CPU time unread: at most its wall time
             told = f"error: timed out after {self.timeout_s:g} s"
@@ -77,13 +86,18 @@ class PythonInterpreter:
         return self._output(printed, error=result.exit_code != 0, cpu_seconds=cpu)
 
     def _output(
-        self, printed: str, error: bool = False, timed_out: bool = False, cpu_seconds: float = 0
+        self,
+        printed: str,
+        error: bool = False,
+        timed_out: bool = False,
+        cpu_seconds: float = 0,
+        broken: bool = False,
     ) -> ToolOutput:
         if len(printed) > self.max_output_chars:
             printed = printed[: self.max_output_chars] + "\n... (output cut)"
         text = f"<tool_response>\n{printed.rstrip()}\n</tool_response>\n"
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return ToolOutput(ids, error=error, timed_out=timed_out, cpu_seconds=cpu_seconds)
+        return ToolOutput(ids, error, timed_out, broken, cpu_seconds)
 
 
 class ReToolTask(MathTask):

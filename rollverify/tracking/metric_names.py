@@ -54,6 +54,8 @@ TOOL_SECONDS = "tool_seconds"
 TOOL_CPU_SECONDS = "tool_cpu_seconds"
 TOOL_WAIT_SECONDS = "tool_wait_seconds"
 TOOL_CALLS_MEAN = "tool_calls_mean"
+REWARD_TAMPERING = "reward_tampering"
+SANDBOX_ERRORS = "sandbox_errors"
 
 STEP = (
     REWARD_MEAN,
@@ -99,6 +101,8 @@ STEP = (
     TOOL_CPU_SECONDS,
     TOOL_WAIT_SECONDS,
     TOOL_CALLS_MEAN,
+    REWARD_TAMPERING,
+    SANDBOX_ERRORS,
 )
 
 # What a command shows live, per step: (metric, short label).

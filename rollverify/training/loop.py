@@ -336,6 +336,7 @@ class TrainingLoop:
         output = rollout_output(result, keep, mask_dropped=self.method.sample_filter is not None)
         rewards = self.rewards.of_batch(output["completion_ids"], output["answer"])
         self.records.reward_mean = sum(rewards) / len(rewards)
+        self.records.reward_checks = self.rewards.checks()
         output["reward"] = rewards
         return output
 

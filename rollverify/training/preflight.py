@@ -22,6 +22,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 HUB_TIMEOUT_S = 5.0  # one request, no retries: an unreachable hub is told in seconds
 TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks")
 
+SANDBOXED_TASKS = ("code", "retool")  # their rewards or tool calls run model-written code
+
 Check = Callable[[], tuple[str, list[str]]]  # -> (what was found, problems)
 
 
@@ -85,6 +87,8 @@ def start_checks(config: RunConfig, gpus_here: bool = True) -> list[tuple[str, C
     ]
     if config.task.reward is not None:
         checks.append(("reward", lambda: _reward_found(config.task.reward)))
+    if config.task.name in SANDBOXED_TASKS:
+        checks.append(("sandbox", lambda: sandbox_found(config.task.name)))
     checks.append(("model", lambda: model_found(config)))
     if gpus_here:
         checks.append(("devices", lambda: devices_found(config)))
@@ -95,6 +99,17 @@ def start_checks(config: RunConfig, gpus_here: bool = True) -> list[tuple[str, C
     if config.vllm.ray_address is not None and config.engine() == "vllm":
         checks.append(("ray", lambda: ray_found(config.vllm.ray_address)))
     return checks
+
+
+def sandbox_found(task: str) -> tuple[str, list[str]]:
+    """The sandbox a code or retool task runs programs in can be made here (it never runs
+    them unisolated: rollverify/tools/sandbox.py)."""
+    from rollverify.tools.sandbox import SandboxUnavailable, choose_isolation
+
+    try:
+        return choose_isolation(), []
+    except SandboxUnavailable as error:
+        return "", [f"task.name: {task} runs model-written code, and {error}"]
 
 
 def sharding_problems(config: RunConfig) -> list[str]:

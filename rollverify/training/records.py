@@ -16,6 +16,7 @@ from rollverify.rollout.schedules import RolloutResult
 from rollverify.rollout.tool_calls import ToolStats, calls_made
 from rollverify.rollout.trajectory import Trajectory
 from rollverify.tasks.evaluation import Evaluation
+from rollverify.tasks.rewards.checks import CheckCounts
 from rollverify.tracking import metric_names as m
 
 
@@ -143,6 +144,7 @@ class StepRecords:
     started: float  # perf_counter at the start of the rollout
     batch: BatchRecord | None = None
     reward_mean: float = math.nan
+    reward_checks: CheckCounts | None = None  # a task whose reward runs programs, else None
     scoring: Scoring = field(default_factory=Scoring)
     train_seconds: float = 0.0
     sync: SyncRecord | None = None
@@ -249,27 +251,31 @@ def _batch_metrics(records: StepRecords) -> dict[str, float]:
     """What the step's rollout batch was: its OPS, lengths, staleness, the rollout."""
     batch = records.batch
     result, lengths = batch.result, batch.lengths
-    return {
-        m.OPS_MEAN: batch.ops.mean().item(),
-        m.RESPONSE_LENGTH_MEAN: lengths.mean().item(),
-        m.RESPONSE_LENGTH_P99: torch.quantile(lengths, 0.99).item(),
-        m.STALENESS_MEAN: batch.staleness_mean,
-        m.STALENESS_MAX: float(batch.staleness_max),
-        m.STALENESS_TOKEN_MEAN: batch.token_staleness[0],
-        m.STALE_TOKEN_SHARE_8: batch.token_staleness[1],
-        m.MISMATCH_KL: batch.mismatch[0],
-        m.MISMATCH_ESS: batch.mismatch[1],
-        m.TOKENS_GENERATED: float(result.tokens_generated),
-        m.SAMPLES_DROPPED: float((~batch.keep).sum().item()),
-        m.GROUPS_DROPPED: float(result.dropped_groups),
-        m.TRAJECTORIES_DROPPED_STALE: float(result.dropped_stale),
-        m.RESUMED: float(result.resumed),
-        m.PAUSED: float(result.paused),
-        m.CACHE_SIZE: float(batch.cache_size),
-        m.ENGINE_RESTARTS: float(batch.engine_restarts),
-        m.REWARD_MEAN: records.reward_mean,
-        m.ROLLOUT_SECONDS: result.seconds,
-    } | _tool_metrics(batch)
+    return (
+        {
+            m.OPS_MEAN: batch.ops.mean().item(),
+            m.RESPONSE_LENGTH_MEAN: lengths.mean().item(),
+            m.RESPONSE_LENGTH_P99: torch.quantile(lengths, 0.99).item(),
+            m.STALENESS_MEAN: batch.staleness_mean,
+            m.STALENESS_MAX: float(batch.staleness_max),
+            m.STALENESS_TOKEN_MEAN: batch.token_staleness[0],
+            m.STALE_TOKEN_SHARE_8: batch.token_staleness[1],
+            m.MISMATCH_KL: batch.mismatch[0],
+            m.MISMATCH_ESS: batch.mismatch[1],
+            m.TOKENS_GENERATED: float(result.tokens_generated),
+            m.SAMPLES_DROPPED: float((~batch.keep).sum().item()),
+            m.GROUPS_DROPPED: float(result.dropped_groups),
+            m.TRAJECTORIES_DROPPED_STALE: float(result.dropped_stale),
+            m.RESUMED: float(result.resumed),
+            m.PAUSED: float(result.paused),
+            m.CACHE_SIZE: float(batch.cache_size),
+            m.ENGINE_RESTARTS: float(batch.engine_restarts),
+            m.REWARD_MEAN: records.reward_mean,
+            m.ROLLOUT_SECONDS: result.seconds,
+        }
+        | _tool_metrics(batch)
+        | _check_metrics(records)
+    )
 
 
 def _tool_metrics(batch: BatchRecord) -> dict[str, float]:
@@ -286,6 +292,22 @@ def _tool_metrics(batch: BatchRecord) -> dict[str, float]:
         m.TOOL_WAIT_SECONDS: calls.waited,
         m.TOOL_CALLS_MEAN: sum(calls_made(t) for t in batch.trajectories) / len(batch.trajectories),
     }
+
+
+def _check_metrics(records: StepRecords) -> dict[str, float]:
+    """A task that runs programs: the ones caught tampering with the reward's checks, and the
+    ones (or tool calls) the sandbox failed to run."""
+    checks, tools = records.reward_checks, records.batch.tool_calls
+    if checks is None and tools is None:
+        return {}
+    metrics = {
+        m.SANDBOX_ERRORS: float(
+            (checks.sandbox_errors if checks else 0) + (tools.broken if tools else 0)
+        )
+    }
+    if checks is not None:
+        metrics[m.REWARD_TAMPERING] = float(checks.tampering)
+    return metrics
 
 
 def evaluation_metrics(evaluation: Evaluation) -> dict[str, float]:

@@ -11,6 +11,7 @@ import torch
 from rollverify.config import RolloutConfig
 from rollverify.rollout.trajectory import Trajectory
 from rollverify.tasks.base import Task, score_all
+from rollverify.tasks.rewards.checks import CheckCounts
 from rollverify.training.guards import require_finite
 
 
@@ -32,6 +33,12 @@ class Rewards:
     def of_group(self, group: list[Trajectory], answer: str) -> list[float]:
         """A complete group's task rewards, for dynamic sampling."""
         return self.of_task([t.token_ids.tolist() for t in group], [answer] * len(group))
+
+    def checks(self) -> CheckCounts | None:
+        """What the task's checks caught since the last call (a task that runs programs),
+        else None."""
+        checks = getattr(self.task, "reward_checks", None)
+        return checks.take() if checks is not None else None
 
     def of_task(self, completion_ids: list[list[int]], answers: list[str]) -> list[float]:
         """The task's verifier on completions decoded as TRL decodes them."""

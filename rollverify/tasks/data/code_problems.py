@@ -201,7 +201,7 @@ def _unit_tests(prompt: str, tests: tuple[str, ...], setup: Any, entry_point: An
             compile(source, "test.py", "exec")
         except (SyntaxError, ValueError):
             return None, TESTS_NOT_PYTHON
-    return UnitTests(tests, prefix, setup), ""
+    return UnitTests(tests, prefix, setup, entry_point or ""), ""
 
 
 def _text(value: Any) -> str | None:

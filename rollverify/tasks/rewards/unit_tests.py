@@ -5,67 +5,38 @@ unclosed one runs to the end), else the whole response as it is (a completion th
 the prompt, as HumanEval's base-model setting has it). The last block, as rllm's and
 LiveCodeBench's extractors take it: a model shows its final version last.
 
-One sandbox (rollverify/tools/sandbox.py) runs one harness: the program (the problem's prefix,
-HumanEval's prompt, then the code), the tests' setup, then each test in turn, in one namespace;
-a test passes when it runs without raising. The program's own output is swallowed, and the
-harness reports on its saved stdout in a line that starts with a nonce it read from stdin
-before the program ran, so a program cannot forge a pass by printing, by exiting early
-(sys.exit is caught, os._exit leaves no report) or by replacing builtins (the harness holds its
-own exec and compile). Not contained: a program that walks the harness's frames to read the
-nonce, and tests a program can satisfy without solving (an object whose __eq__ is always true).
-A timeout or a kill fails every test.
+The verdict is not the program's to reach. The program runs in a sandbox
+(rollverify/tools/sandbox.py) behind a small server (candidate_server.py); the tests run in a
+trusted process of their own outside it (judge.py), against stand-ins for the program's
+functions whose calls cross to the sandbox and whose results come back as plain data only
+(plain_data.py: numbers, strings, bytes, lists, tuples, dicts, sets, booleans, None). Nothing
+the program prints, reads, patches, exits with or returns can mark a test passed: an object
+whose __eq__ is always true never reaches the tests, there is no report line or secret to
+forge, and the tests' source is not in the sandbox. A timeout or a kill fails every test.
+What the judge caught the program trying is `TestRun.tampering` (the task counts it).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
-import secrets
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
-from rollverify.tools.sandbox import run_python
+from rollverify.tasks.rewards.candidate_server import server_program
+from rollverify.tools.sandbox import Sandbox, SandboxResult
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 PYTHON_TAGS = frozenset({"python", "python3", "py", ""})  # "": a bare ``` block
-
-# The harness, with its inputs as Python literals. {program}, {setup}, {tests}: repr()s.
-_HARNESS = """\
-import io, os, sys
-
-
-def _why(error, _str=str):
-    text = " ".join(_str(error).split())
-    return _str(type(error).__name__) + (": " + text if text else "")
-
-
-def _run(program, setup, tests, _exec=exec, _compile=compile, _str=str):
-    namespace, passed, errors = {{"__name__": "solution"}}, 0, []
-    try:
-        _exec(_compile(program, "solution.py", "exec"), namespace)
-        if setup:
-            _exec(_compile(setup, "setup.py", "exec"), namespace)
-    except BaseException as error:
-        return 0, "program: " + _why(error)
-    for number, test in enumerate(tests, 1):
-        try:
-            _exec(_compile(test, "test_" + _str(number) + ".py", "exec"), namespace)
-            passed += 1
-        except BaseException as error:
-            errors.append("test " + _str(number) + ": " + _why(error))
-    return passed, errors[0] if errors else ""
-
-
-def _main(_write=os.write, _exit=os._exit, _str=str):
-    nonce = sys.stdin.readline().strip()
-    out = os.dup(1)
-    sys.stdout = io.StringIO()  # the program's prints: not in the report's way
-    passed, error = _run({program}, {setup}, {tests})
-    line = nonce + " " + _str(passed) + " " + error[:500] + "\\n"
-    _write(out, line.encode("utf-8", "replace"))
-    _exit(0)  # the program's threads and atexit hooks end here
-
-
-_main()
-"""
+ROOT = str(Path(__file__).resolve().parents[3])  # the folder this rollverify is in
+# The judge: a fresh interpreter (-I: no PYTHONPATH, no current folder) importing this checkout.
+JUDGE = f"import sys; sys.path.insert(0, {ROOT!r}); import rollverify.tasks.rewards.judge as judge"
+JUDGE += "; judge.main()"
 
 
 @dataclass(frozen=True)
@@ -76,6 +47,7 @@ class UnitTests:
     tests: tuple[str, ...]
     prefix: str = ""  # code the program starts with (HumanEval: the prompt), then the code
     setup: str = ""  # run after the program, before the tests (MBPP's test imports)
+    entry_point: str = ""  # the prefix's function the program completes (HumanEval's)
 
 
 @dataclass(frozen=True)
@@ -86,8 +58,9 @@ class TestRun:
 
     passed: int  # tests passed (0 when the program did not run, timed out or was killed)
     total: int
-    error: str  # "" when all passed; else the first failure, or why there is no report
+    error: str  # "" when all passed; else the first failure, or why there is no verdict
     seconds: float
+    tampering: str = ""  # what the judge caught the program trying ("" when nothing)
 
     @property
     def ok(self) -> bool:
@@ -100,36 +73,67 @@ def extract_code(response: str) -> str:
     return blocks[-1] if blocks else response
 
 
-def harness(code: str, tests: UnitTests) -> str:
-    """The program that runs `code` (after the tests' prefix) and then the tests."""
-    return _HARNESS.format(
-        program=repr(tests.prefix + code), setup=repr(tests.setup), tests=repr(tests.tests)
-    )
-
-
 def run_unit_tests(
     code: str, tests: UnitTests, *, timeout_s: float = 10.0, memory_mb: int = 512
 ) -> TestRun:
-    """Run `code` against `tests` in one sandbox (~0.2 s plus the tests' own time)."""
-    nonce = secrets.token_hex(16)
-    result = run_python(
-        harness(code, tests), timeout_s=timeout_s, memory_mb=memory_mb, stdin=nonce + "\n"
+    """Run `code` against `tests`: the program in one sandbox, the tests in the judge (module
+    doc). SandboxError if the sandbox itself failed (the caller decides what that costs)."""
+    job = {"prefix": tests.prefix, "entry_point": tests.entry_point, "tests": list(tests.tests)}
+    program = server_program(tests.prefix + code, tests.setup)
+    to_program, from_program = os.pipe(), os.pipe()  # (read, write) each
+    limits = {"timeout_s": timeout_s, "memory_mb": memory_mb}
+    with Sandbox(program, **limits, stdin=to_program[0], stdout=from_program[1]) as sandbox:
+        os.close(to_program[0]), os.close(from_program[1])  # the sandbox's now
+        verdict = _judge(job, to_program[1], from_program[0], sandbox.started + timeout_s)
+        ran = sandbox.result()
+    return _test_run(verdict, ran, len(tests.tests), timeout_s)
+
+
+def _judge(job: dict, to_program: int, from_program: int, deadline: float) -> dict | None:
+    """The judge's verdict, or None if it ran out of time (the program hung a call)."""
+    judge = subprocess.Popen(
+        [sys.executable, "-I", "-c", JUDGE, str(to_program), str(from_program)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        pass_fds=(to_program, from_program),
     )
-    total = len(tests.tests)
-    if result.timed_out:
-        return TestRun(0, total, f"timed out after {timeout_s:g} s", result.seconds)
-    for line in reversed(result.stdout.splitlines()):
-        tag, _, rest = line.partition(" ")
-        if tag == nonce:
-            passed, _, error = rest.partition(" ")
-            return TestRun(min(int(passed), total), total, error, result.seconds)
-    return TestRun(0, total, _no_report(result.stderr, result.exit_code), result.seconds)
+    os.close(to_program), os.close(from_program)  # the judge's now: it ends the program's stdin
+    try:
+        out, _ = judge.communicate(json.dumps(job).encode(), max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        judge.kill()
+        judge.communicate()
+        return None
+    return json.loads(out) if judge.returncode == 0 else {"error": "the judge failed"}
 
 
-def _no_report(stderr: str, exit_code: int | None) -> str:
-    how = "killed" if exit_code is None else f"exit code {exit_code}"
-    last = stderr.strip().splitlines()[-1:] or ["no output"]
-    return f"no report ({how}): {last[0][:300]}"
+def _test_run(verdict: dict | None, ran: SandboxResult, total: int, timeout_s: float) -> TestRun:
+    tampering = list((verdict or {}).get("tampering", []))
+    if verdict is None or ran.timed_out:  # what the judge caught before counts still
+        why = f"timed out after {timeout_s:g} s"
+        return TestRun(0, total, why, ran.seconds, "; ".join(dict.fromkeys(tampering)))
+    if verdict.get("ended") and _ended_by_itself(ran):
+        tampering.append(f"ended during the tests ({_how_it_ended(ran)})")
+    passed = min(int(verdict.get("passed", 0)), total)
+    error = verdict.get("error", "")
+    if verdict.get("ended") and passed < total and not error:
+        error = f"no verdict ({_how_it_ended(ran)}): {_last_line(ran.stderr)}"
+    return TestRun(passed, total, error, ran.seconds, "; ".join(dict.fromkeys(tampering)))
+
+
+def _ended_by_itself(ran: SandboxResult) -> bool:
+    """An exit, or a signal other than SIGKILL (the limits' and the timeout's)."""
+    return ran.exit_code is not None or ran.signal not in (None, signal.SIGKILL)
+
+
+def _how_it_ended(ran: SandboxResult) -> str:
+    if ran.exit_code is not None:
+        return f"exit code {ran.exit_code}"
+    return f"killed by signal {ran.signal}" if ran.signal else "killed"
+
+
+def _last_line(stderr: str) -> str:
+    return (stderr.strip().splitlines()[-1:] or ["no output"])[0][:300]
 
 
 def unit_tests_reward(

@@ -535,3 +535,28 @@ def test_rows_carry_the_mean_staleness_and_mismatch_over_steps():
     (point,) = [r for r in sweep_rows(runs, ["train.method"]) if r["method"] == "partial"]
     assert point["staleness_mean"] == partial["staleness_mean"]
     assert by_method(method_rows(runs))["grpo"]["staleness_mean"] is None  # never logged
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".json"])
+def test_per_seed_rows_are_each_finished_runs_own_figures(store, tmp_path, suffix):
+    """`--per-seed FILE`: one row per finished run, its own figures, from which the table's
+    means are computed; the unfinished runs (KILLED, RUNNING, FAILED) are not rows."""
+    path = tmp_path / f"seeds{suffix}"
+    args = ["report", store.compare, "--tracking-uri", store.uri, "--per-seed", str(path)]
+    result = CliRunner().invoke(app, [*args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    if suffix == ".json":
+        rows = json.loads(path.read_text())
+    else:
+        import csv
+
+        rows = list(csv.DictReader(path.open()))
+    finished = {(m, i + 1): h for m, runs in store.runs.items() for i, h in enumerate(runs)}
+    assert {(r["method"], int(r["seed"])) for r in rows} == set(finished)
+    table = by_method(json.loads(result.stdout))
+    for method in ("grpo", "rollverify"):
+        mine = [r for r in rows if r["method"] == method]
+        logged = [finished[(method, int(r["seed"]))].history["eval_accuracy"] for r in mine]
+        assert [float(r["eval_accuracy"]) for r in mine] == [h[max(h)] for h in logged]
+        area = statistics.fmean(float(r["eval_auc"]) for r in mine)
+        assert area == pytest.approx(table[method]["eval_auc_mean"])

@@ -73,6 +73,7 @@ def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
     order += ["eval_accuracy_mean", "eval_accuracy_ci95", "gpu_days", "speedup_vs_grpo"]
     order += ["modeled_gpu_days", "modeled_speedup_vs_grpo"]
     order += ["ops_mean", "staleness_mean", "mismatch_kl", "acceptance_rate_final", "switch_step"]
+    order += ["acceptance_window_min", "tokens_cut_sequence_stage", "tokens_cut_token_stage"]
     order += ["pairs", *(column for name in PAIRED for column in paired_columns(name))]
     sets = eval_sets(runs)
     if len(sets) > 1:  # per-set accuracy beside the mean, as the paper's tables
@@ -155,7 +156,9 @@ def sweep_rows(runs: Sequence[RunRecord], sweep_params: Sequence[str]) -> list[d
         row["modeled_gpu_days"] = summary["modeled_gpu_days"]
         for key in ["ops_mean", "staleness_mean", "mismatch_kl"]:
             row[key] = summary[key]
-        for key in ["acceptance_rate_final", "switch_step"]:
+        for key in ["acceptance_rate_final", "switch_step", "acceptance_window_min"]:
+            row[key] = summary[key]
+        for key in ["tokens_cut_sequence_stage", "tokens_cut_token_stage"]:
             row[key] = summary[key]
         if grpo_points:  # a grid over methods: each point against grpo's at the same values
             base = grpo_points.get(values)
@@ -251,6 +254,9 @@ def _summary(group: Sequence[RunRecord]) -> dict[str, Any]:
         "acceptance_rate_final": _mean(r.last(m.ACCEPTANCE_RATE) for r in done),
         # median over the seeds that switched
         "switch_step": statistics.median(switches) if switches else None,
+        "acceptance_window_min": _mean(_lowest(r, m.ACCEPTANCE_WINDOW_MEAN) for r in done),
+        "tokens_cut_sequence_stage": _mean(_total(r, m.TOKENS_CUT_SEQUENCE_STAGE) for r in done),
+        "tokens_cut_token_stage": _mean(_total(r, m.TOKENS_CUT_TOKEN_STAGE) for r in done),
     } | {
         column: _mean(r.last(metric(name)) for r in done)
         for name in eval_sets(group)
@@ -258,6 +264,65 @@ def _summary(group: Sequence[RunRecord]) -> dict[str, Any]:
             set_columns(name), (m.eval_avg_at_k, m.eval_pass_at_k), strict=True
         )
     }
+
+
+# ---- per seed ------------------------------------------------------------------------------
+
+
+def seed_rows(report: Report) -> list[dict[str, Any]]:
+    """Every finished run's own figures, one row each (what a table's means are means of):
+    `rvctl report --per-seed FILE` writes them beside the table, so a reader can redo it."""
+    rows = []
+    for label, group in run_groups(report).items():
+        for run in sorted((r for r in group if r.finished), key=lambda r: (r.seed is None, r.seed)):
+            entropy = run.history.get(m.ENTROPY_MEAN, {})
+            rows.append(
+                _clean(
+                    {
+                        "group": label,
+                        "method": run.method,
+                        "seed": run.seed,
+                        "run_id": run.run_id,
+                        "eval_auc": eval_area(run),
+                        "eval_accuracy_before": run.history.get(m.EVAL_ACCURACY, {}).get(0),
+                        "eval_accuracy": run.last(m.EVAL_ACCURACY),
+                        "entropy_first": entropy[min(entropy)] if entropy else None,
+                        "entropy_last": run.last(m.ENTROPY_MEAN),
+                        "entropy_max": max(entropy.values()) if entropy else None,
+                        "staleness_mean": _mean(run.history.get(m.STALENESS_MEAN, {}).values()),
+                        "staleness_max": _highest(run, m.STALENESS_MAX),
+                        "staleness_token_mean": _mean(
+                            run.history.get(m.STALENESS_TOKEN_MEAN, {}).values()
+                        ),
+                        "stale_token_share_8": _mean(
+                            run.history.get(m.STALE_TOKEN_SHARE_8, {}).values()
+                        ),
+                        "mismatch_kl": _mean(run.history.get(m.MISMATCH_KL, {}).values()),
+                        "ops_mean": _mean(run.history.get(m.OPS_MEAN, {}).values()),
+                        "acceptance_window_min": _lowest(run, m.ACCEPTANCE_WINDOW_MEAN),
+                        "switch_step": _first_step(run, m.SWITCHED, lambda v: v >= 0.5),
+                        "tokens_cut_sequence_stage": _total(run, m.TOKENS_CUT_SEQUENCE_STAGE),
+                        "tokens_cut_token_stage": _total(run, m.TOKENS_CUT_TOKEN_STAGE),
+                        "modeled_gpu_days": run.last(m.MODELED_GPU_DAYS),
+                    }
+                )
+            )
+    return rows
+
+
+def _lowest(run: RunRecord, metric: str) -> float | None:
+    values = _present(run.history.get(metric, {}).values())
+    return min(values) if values else None
+
+
+def _highest(run: RunRecord, metric: str) -> float | None:
+    values = _present(run.history.get(metric, {}).values())
+    return max(values) if values else None
+
+
+def _total(run: RunRecord, metric: str) -> float | None:
+    values = _present(run.history.get(metric, {}).values())
+    return sum(values) if values else None
 
 
 def _group(runs: Iterable[RunRecord], key: Callable[[RunRecord], Any]) -> dict[Any, list]:

@@ -28,6 +28,9 @@ TABLE_HEADERS = {
     "mismatch_kl": "k3",
     "acceptance_rate_final": "accept",
     "switch_step": "switch@",
+    "acceptance_window_min": "accept-min",
+    "tokens_cut_sequence_stage": "cut-ds",
+    "tokens_cut_token_stage": "cut-dt",
     "auc_diff_vs_grpo": "ΔAUC",
     "auc_diff_ci95": "±ΔAUC",
     "auc_mde80": "mdeAUC",
@@ -46,7 +49,10 @@ LEGEND = (
     "acc@0: the base model; device-days: measured (on a CPU, process-days); GPU-days*: the "
     "same work priced on the cost.gpu by the cost model; speedup(*): grpo's days / the row's; "
     "stale: versions behind, k3: KL(mu || pi_old) per token, both means over steps; "
-    "accept: final acceptance rate; switch@: median step of the switch to on-policy; unfin.: "
+    "accept: final acceptance rate; accept-min: the lowest window mean acceptance (what "
+    "switching compares with its threshold); cut-ds, cut-dt: tokens verification truncated "
+    "in a run, by the sequence and the token stage; switch@: median step of the switch to "
+    "on-policy; unfin.: "
     "runs not finished; Δ: the row minus grpo, mean over the seeds both finished (pairs), "
     f"±Δ: its paired Student t half-width ({FEW_PAIRS}: under 3 pairs, no interval); mde: the "
     "smallest difference those pairs detect with 80% power (two-sided 5% paired t test, the "
@@ -72,13 +78,24 @@ def report(
         str | None,
         typer.Option(help="MLflow URI (default: a folder's parent.json, else ./runs/mlflow.db)."),
     ] = None,
+    per_seed: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write every finished run's own figures, one row per seed, to this file "
+            "(.json, else CSV): what the table's means and intervals are computed from."
+        ),
+    ] = None,
 ) -> None:
     """Accuracy, GPU-days and speedup per method (or per grid point of a sweep)."""
-    show_report(targets or [], tracking_uri, format, plots)
+    show_report(targets or [], tracking_uri, format, plots, per_seed)
 
 
 def show_report(
-    targets: list[str], tracking_uri: str | None, format: Format, plots_dir: Path | None = None
+    targets: list[str],
+    tracking_uri: str | None,
+    format: Format,
+    plots_dir: Path | None = None,
+    per_seed: Path | None = None,
 ) -> None:
     """The report of `targets` (see `report`); compare and sweep end with it."""
     from rollverify.experiments.report import method_rows, run_groups, short_names, sweep_grid
@@ -108,6 +125,9 @@ def show_report(
 
     if format is Format.table:
         _log(LEGEND)
+    if per_seed is not None:
+        _write_seed_rows(found, per_seed)
+        _log(f"wrote {per_seed}")
     if plots_dir is not None:
         for path in plot_metrics(run_groups(found), plots_dir):
             _log(f"wrote {path}")
@@ -115,6 +135,27 @@ def show_report(
         over_methods = len(knobs) == 1 and "method" in rows[0]  # and one knob: a gap plot
         if over_methods and (path := plot_gaps(rows, knobs[0], plots_dir)) is not None:
             _log(f"wrote {path}")
+
+
+def _write_seed_rows(found: Any, path: Path) -> None:
+    """One row per finished run (report.seed_rows), as JSON or CSV by the file's suffix."""
+    import csv
+    import io
+    import json
+
+    from rollverify.experiments.report import seed_rows
+    from rollverify.infra.atomic_write import atomic_write_text
+
+    rows = seed_rows(found)
+    if path.suffix == ".json":
+        text = json.dumps(rows, indent=1) + "\n"
+    else:
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["run_id"])
+        writer.writeheader()
+        writer.writerows(rows)
+        text = out.getvalue()
+    atomic_write_text(path, text)
 
 
 def _mark_few_pairs(row: dict[str, Any]) -> dict[str, Any]:

@@ -1217,4 +1217,82 @@ MUTANTS = [
         "        uid = OWN_UID_BASE",
         ("tests/test_sandbox.py::test_a_fork_bomb_does_not_starve_a_concurrent_program",),
     ),
+    Mutant(
+        "masked-tokens-still-counted",
+        "with correction.masked_tokens_in_count false, dapo's count is the kept tokens",
+        "rollverify/training/trl_adapter.py",
+        'output["num_items_in_batch"] = self.accelerator.gather(kept.sum()).sum()',
+        "pass",
+        (
+            "tests/test_corrections.py::test_a_masked_token_leaves_the_token_count_when_asked[mis]",
+            "tests/test_corrections.py::test_a_masked_token_leaves_the_token_count_when_asked[icepop]",
+        ),
+    ),
+    Mutant(
+        "masked-tokens-in-trls-mask",
+        "with masked_tokens_in_count false, a masked token is out of TRL's mask (grpo, bnpo)",
+        "rollverify/training/trl_adapter.py",
+        'inputs["tool_mask"] = kept  # (completion_mask x kept = kept)',
+        "pass",
+        (
+            "tests/test_corrections.py::test_every_loss_type_counts_only_the_kept_tokens_when_asked[grpo]",
+            "tests/test_corrections.py::test_every_loss_type_counts_only_the_kept_tokens_when_asked[bnpo]",
+        ),
+    ),
+    Mutant(
+        "masked-count-refusal-dropped",
+        "masked_tokens_in_count false is refused with opsm, whose mask comes after the count",
+        "rollverify/config/check_links.py",
+        'if correction == "opsm":',
+        "if False:",
+        (
+            "tests/test_corrections.py::test_masked_tokens_out_of_the_count_is_refused_where_there_is_no_count[opsm]",
+        ),
+    ),
+    Mutant(
+        "m2po-scope-ignored",
+        "m2po_scope micro_batch ranks each pass's tokens, not the whole batch's",
+        "rollverify/training/trl_adapter.py",
+        "trainer.m2po_scope = config.correction.m2po_scope",
+        "pass",
+        ("tests/test_corrections.py::test_m2po_per_micro_batch_masks_what_the_whole_batch_keeps",),
+    ),
+    Mutant(
+        "m2po-pass-unweighted",
+        "per micro-batch and out of the count, a pass weighs as its tokens before the mask",
+        "rollverify/training/trl_adapter.py",
+        'inputs["num_items_in_batch"] = inputs["num_items_in_batch"] * kept.sum() / before',
+        "pass",
+        (
+            "tests/test_corrections.py::test_m2po_per_micro_batch_out_of_the_count_weighs_each_pass_as_areal",
+        ),
+    ),
+    Mutant(
+        "m2po-clip-kept",
+        "m2po_clip false removes PPO's clip",
+        "rollverify/core/corrections.py",
+        'clip = unclipped if name == "m2po" and not cfg.m2po_clip else {}',
+        "clip = {}",
+        (
+            "tests/test_corrections.py::test_m2po_without_its_clip_lets_a_ratio_beyond_one_plus_epsilon_count[False]",
+        ),
+    ),
+    Mutant(
+        "report-merges-correction-choices",
+        "rvctl report gives each choice of the peers' corrections a row of its own, named",
+        "rollverify/experiments/report.py",
+        "groups = _group(runs, lambda r: (r.method, correction_choices(r)))",
+        "groups = _group(runs, lambda r: (r.method, None))",
+        (
+            "tests/test_report.py::test_a_row_says_which_of_the_peers_correction_choices_its_runs_made",
+        ),
+    ),
+    Mutant(
+        "report-split-drops-corrections",
+        "each part of a split report table repeats a row's correction choices beside its method",
+        "rvctl/commands/report.py",
+        'keys = 2 if "corrections" in rows[0] else 1',
+        "keys = 1",
+        ("tests/test_report.py::test_every_split_of_the_table_names_a_rows_correction_choices",),
+    ),
 ]

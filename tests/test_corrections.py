@@ -242,3 +242,136 @@ def test_rvctl_methods_says_which_denominator_and_correction_each_method_uses(mo
     assert rows["partial-recomputed"]["denominator"] == "recomputed"
     for name in CORRECTIONS:
         assert (rows[name]["denominator"], rows[name]["correction"]) == ("recomputed", name)
+
+
+# ---- the peers' choices: the token count, M2PO's population, its clip (docs/rules.md, 6) ----
+
+MASKING = [name for name in WEIGHTED if name != "tis"]  # a weight of 0 on some token
+
+
+def kept_only(name: str, cfg) -> torch.Tensor:
+    """bool [4, 6]: the tokens of WEIGHTS rule `name` leaves in the loss."""
+    return expected_weights(name, cfg) != 0
+
+
+@pytest.mark.parametrize("name", MASKING)
+def test_a_masked_token_leaves_the_token_count_when_asked(tmp_path, name):
+    """masked_tokens_in_count false (verl's count): dapo divides by the kept tokens, so the
+    loss is the default's (every token counted) times tokens / kept."""
+    settings = {"correction.masked_tokens_in_count": False}
+    trainer = trainer_of(tmp_path, name, **settings)
+    cfg = tiny(tmp_path, name, **settings).correction
+    kept = kept_only(name, cfg)
+    assert 0 < kept.sum() < kept.numel(), "the batch must mask some tokens and keep others"
+    output = scored(trainer)
+    loss = trainer._compute_loss(trainer.model, output)
+    counted = dapo_loss(output["advantages"], expected_weights(name, cfg))
+    torch.testing.assert_close(loss, counted * kept.numel() / kept.sum(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo"])
+def test_every_loss_type_counts_only_the_kept_tokens_when_asked(tmp_path, loss_type):
+    """grpo averages each sequence over its kept tokens (a sequence with none: 0), bnpo the
+    batch over its kept tokens; the masked ones are out of TRL's mask."""
+    settings = {"correction.masked_tokens_in_count": False, "train.loss_type": loss_type}
+    trainer = trainer_of(tmp_path, "icepop", **settings)
+    cfg = tiny(tmp_path, "icepop", **settings).correction
+    output = scored(trainer)
+    token_loss = -output["advantages"][:, None] * expected_weights("icepop", cfg)
+    kept = kept_only("icepop", cfg)
+    if loss_type == "grpo":
+        expected = (token_loss.sum(1) / kept.sum(1).clamp(min=1)).mean()
+    else:
+        expected = token_loss.sum() / kept.sum()
+    loss = trainer._compute_loss(trainer.model, output)
+    torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
+
+
+# Rows 0-1 on-policy, rows 2-3 drifted: over the whole batch the mean (log w)^2 is 0.025, below
+# M2PO's 0.04, so nothing is masked; over rows 2-3 alone it is 0.049: their 0.7 and 1.4 go.
+DRIFT_IN_ONE_PASS = torch.tensor(
+    [
+        [1.0] * 6,
+        [1.0] * 6,
+        [1.1, 1.2, 1.3, 1.4, 1.15, 1.25],
+        [0.85, 0.8, 0.75, 0.9, 0.95, 0.7],
+    ]
+)
+PASSES = ([0, 1], [2, 3])  # TRL's passes of train.micro_batch_size 2 (unshuffled here)
+
+
+def m2po_passes(tmp_path, **settings) -> tuple:
+    """m2po with AReaL's per-micro-batch mask, trained in TRL's two passes of 2 sequences
+    (rows 0-1, 2-3); returns (trainer, output, the summed loss of the passes)."""
+    from trl.trainer.utils import split_tensor_dict
+
+    settings |= {"train.micro_batch_size": 2, "correction.m2po_scope": "micro_batch"}
+    trainer = trainer_of(tmp_path, "m2po", DRIFT_IN_ONE_PASS, **settings)
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
+    output = scored(trainer)
+    passes = split_tensor_dict(output, trainer.args.steps_per_generation)
+    assert [len(p["advantages"]) for p in passes] == [2, 2]
+    loss = sum(trainer._compute_loss(trainer.model, p) for p in passes)
+    return trainer, output, loss
+
+
+def test_m2po_per_micro_batch_masks_what_the_whole_batch_keeps(tmp_path):
+    cfg = tiny(tmp_path, "m2po").correction
+    w = DRIFT_IN_ONE_PASS
+    whole = m2po_by_hand(w.log(), cfg.m2po_tau)
+    per_pass = torch.cat([m2po_by_hand(w[rows].log(), cfg.m2po_tau) for rows in PASSES])
+    assert whole.all() and per_pass.sum() == w.numel() - 2  # the two scopes differ here
+    trainer, output, loss = m2po_passes(tmp_path)
+    expected = dapo_loss(output["advantages"], w * per_pass)  # masked: still counted
+    torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
+    shares = trainer._metrics["train"]["correction/token_share"]
+    assert shares == [pytest.approx(0.0), pytest.approx(2 / 12)]  # each pass's own
+
+
+def test_m2po_per_micro_batch_out_of_the_count_weighs_each_pass_as_areal(tmp_path):
+    """AReaL: sum over micro-batches of (its tokens / all tokens) x the mean loss over the
+    tokens M2PO kept in it (actor.py's loss_weight_fn; ppo_actor_loss_fn's loss_mask_count)."""
+    settings = {"correction.masked_tokens_in_count": False}
+    cfg = tiny(tmp_path, "m2po").correction
+    _, output, loss = m2po_passes(tmp_path, **settings)
+    token_loss = -output["advantages"][:, None] * DRIFT_IN_ONE_PASS
+    expected = 0
+    for rows in PASSES:
+        kept = m2po_by_hand(DRIFT_IN_ONE_PASS[rows].log(), cfg.m2po_tau)
+        share = kept.numel() / DRIFT_IN_ONE_PASS.numel()
+        expected += share * (token_loss[rows] * kept).sum() / kept.sum()
+    torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("clip", [True, False])
+def test_m2po_without_its_clip_lets_a_ratio_beyond_one_plus_epsilon_count(tmp_path, clip):
+    """Every token at ratio pi_theta / pi_old = 1.5 (w = 1: no weight, no mask). Clipped, a
+    token of positive advantage counts 1 + epsilon_high; unclipped, 1.5."""
+    trainer = trainer_of(
+        tmp_path, "m2po", torch.ones_like(WEIGHTS), **{"correction.m2po_clip": clip}
+    )
+    output = scored(trainer)
+    output["old_per_token_logps"] = output["old_per_token_logps"] - math.log(1.5)
+    advantages = output["advantages"][:, None].expand_as(WEIGHTS)
+    ratio = torch.full_like(WEIGHTS, 1.5)
+    if clip:  # (negative advantages: PPO's max keeps 1.5 there)
+        ratio = torch.where(advantages > 0, 1 + tiny(tmp_path, "m2po").train.epsilon_high, ratio)
+    loss = trainer._compute_loss(trainer.model, output)
+    torch.testing.assert_close(loss, -(advantages * ratio).mean(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("settings", "refused"),
+    [
+        ({"train.method": "opsm"}, "correction.masked_tokens_in_count: method opsm masks"),
+        ({"train.loss_type": "dr_grpo"}, "correction.masked_tokens_in_count: train.loss_type"),
+    ],
+    ids=["opsm", "dr_grpo"],
+)
+def test_masked_tokens_out_of_the_count_is_refused_where_there_is_no_count(
+    tmp_path, settings, refused
+):
+    method = settings.pop("train.method", "icepop")
+    settings["correction.masked_tokens_in_count"] = False
+    with pytest.raises(ConfigError, match=refused):
+        tiny(tmp_path, method, **settings)

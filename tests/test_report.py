@@ -560,3 +560,47 @@ def test_per_seed_rows_are_each_finished_runs_own_figures(store, tmp_path, suffi
         assert [float(r["eval_accuracy"]) for r in mine] == [h[max(h)] for h in logged]
         area = statistics.fmean(float(r["eval_auc"]) for r in mine)
         assert area == pytest.approx(table[method]["eval_auc_mean"])
+def test_a_row_says_which_of_the_peers_correction_choices_its_runs_made():
+    """m2po run AReaL's way is a row of its own, named so, still paired with grpo; a choice a
+    method does not read (grpo masks nothing) is no choice; at the defaults, no column."""
+    grpo, ours, areal = runs_of("grpo", GRPO), runs_of("m2po", GRPO), runs_of("m2po", PARTIAL)
+    for run in areal:
+        run.params |= {
+            "correction.masked_tokens_in_count": "False",
+            "correction.m2po_scope": "micro_batch",
+            "correction.m2po_clip": "False",
+        }
+    for run in grpo:
+        run.params["correction.masked_tokens_in_count"] = "False"
+    rows = method_rows(grpo + ours + areal)
+    areal_way = "uncounted, micro-batch, unclipped"
+    assert [(r["method"], r["corrections"]) for r in rows] == [
+        ("grpo", None),
+        ("m2po", None),
+        ("m2po", areal_way),
+    ]
+    assert_the_hand_computation(rows[2])
+    assert "corrections" not in method_rows(grpo + ours)[0]
+    (point,) = [r for r in sweep_rows(grpo + areal, ["train.method"]) if r["method"] == "m2po"]
+    assert point["corrections"] == areal_way
+    assert "corrections" not in sweep_rows(grpo + ours, ["train.method"])[0]
+
+
+def test_every_split_of_the_table_names_a_rows_correction_choices(tmp_path, empty_store):
+    """The table, split to fit, repeats the choices beside the method in each part: two m2po
+    rows, ours and AReaL's way, stay apart; the legend says what each label means."""
+    s = Store(tmp_path, empty_store)
+    areal = {
+        "correction.masked_tokens_in_count": "False",
+        "correction.m2po_scope": "micro_batch",
+        "correction.m2po_clip": "False",
+    }
+    for seed in (1, 2):
+        s.run("m2po", seed)
+        s.run("m2po", seed, params=areal)
+    result = CliRunner().invoke(app, ["report", "--tracking-uri", s.uri])
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│ m2po")]
+    labelled = [line for line in rows if "uncounted, micro-batch, unclipped" in line]
+    assert len(labelled) >= 2 and len(rows) == 2 * len(labelled)  # one of each per part
+    assert "uncounted: masked tokens out of the loss's count" in result.stderr

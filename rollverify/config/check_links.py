@@ -49,13 +49,7 @@ def check_links(config: RunConfig, problems: list[str]) -> None:
         )
     check_async(config, problems)
     check_passthrough(config, problems)
-    correction = METHODS[config.train.method].correction
-    if correction and config.train.ratio_denominator == "behavior":
-        # The correction's weight is pi_old/mu: on a ratio pi/mu it would count mu twice.
-        problems.append(
-            f"train.ratio_denominator: method {config.train.method} weights tokens by "
-            "pi_old/mu and needs pi_old recomputed, got behavior; set recomputed or null"
-        )
+    check_corrections(config, problems)
     batch = rollout.batch_groups * rollout.group_size
     updates = config.train.updates_per_rollout
     if batch % updates:
@@ -70,6 +64,31 @@ def check_links(config: RunConfig, problems: list[str]) -> None:
         problems.append(
             f"output: cannot write runs to {config.output} ({unwritable}); pick a folder you can "
             "write (--output)"
+        )
+
+
+def check_corrections(config: RunConfig, problems: list[str]) -> None:
+    """The peers' corrections: the ratio they weight, and the token count of their masks."""
+    method = config.train.method
+    correction = METHODS[method].correction
+    if correction and config.train.ratio_denominator == "behavior":
+        # The correction's weight is pi_old/mu: on a ratio pi/mu it would count mu twice.
+        problems.append(
+            f"train.ratio_denominator: method {method} weights tokens by "
+            "pi_old/mu and needs pi_old recomputed, got behavior; set recomputed or null"
+        )
+    if config.correction.masked_tokens_in_count:
+        return
+    if correction == "opsm":
+        problems.append(
+            "correction.masked_tokens_in_count: method opsm masks in the loss (TRL's "
+            "off-policy mask, by pi_theta), after the count is taken; set true"
+        )
+    if config.train.loss_type == "dr_grpo":
+        problems.append(
+            "correction.masked_tokens_in_count: train.loss_type dr_grpo divides by a constant "
+            "(sequences x rollout.max_new_tokens), not a token count; set true or another "
+            "loss_type"
         )
 
 

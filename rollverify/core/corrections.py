@@ -20,16 +20,20 @@ pi_theta / pi_old, and weights or masks a token by how far its sampler mu was fr
 
 TRL 1.16 implements the first five (`vllm_importance_sampling_mode` and `_clip_min/_max`,
 `off_policy_mask_threshold`); the trainer (training/trl_adapter.py) switches them on and adds
-`m2po_mask`. Defaults and their sources: config section `correction`.
+`m2po_mask`. Defaults and their sources: config section `correction`. A masked token stays in
+the loss's token count, as TRL's masks do, unless correction.masked_tokens_in_count is false
+(`kept_tokens`: the count verl takes); m2po keeps PPO's clip unless correction.m2po_clip is false.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 CORRECTIONS = ("tis", "mis", "icepop", "opsm", "decoupled", "m2po")
+MASKING = ("mis", "icepop", "decoupled", "m2po")  # a weight of 0 masks (TRL's *_mask modes)
 
 
 def trl_settings(name: str | None, cfg) -> dict[str, Any]:
@@ -40,6 +44,9 @@ def trl_settings(name: str | None, cfg) -> dict[str, Any]:
         return off
     if name == "opsm":
         return off | {"off_policy_mask_threshold": cfg.opsm_delta}
+    # M2PO unclipped (AReaL's docs' objective): TRL's clamp to [1 - inf, 1 + inf] is none.
+    unclipped = {"epsilon": math.inf, "epsilon_high": math.inf}
+    clip = unclipped if name == "m2po" and not cfg.m2po_clip else {}
     mode, low, high = {
         "tis": ("token_truncate", None, cfg.tis_cap),
         "mis": ("sequence_mask", cfg.mis_low, cfg.mis_high),
@@ -47,12 +54,18 @@ def trl_settings(name: str | None, cfg) -> dict[str, Any]:
         "decoupled": ("token_mask", None, cfg.decoupled_cap),
         "m2po": ("token_mask", None, cfg.decoupled_cap),
     }[name]
-    return {
+    return clip | {
         "vllm_importance_sampling_correction": True,
         "vllm_importance_sampling_mode": mode,
         "vllm_importance_sampling_clip_min": low,
         "vllm_importance_sampling_clip_max": high,
     }
+
+
+def kept_tokens(weight: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The tokens of `mask` [B, T] a correction left in the loss: weight [B, T] (a sequence's:
+    [B, 1]) not 0. Same dtype as mask."""
+    return mask * (weight != 0).to(mask.dtype)
 
 
 def m2po_mask(

@@ -18,6 +18,8 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from rollverify.core.corrections import MASKING
+from rollverify.core.methods import METHODS
 from rollverify.experiments.power import (
     curve_area,
     detectable_difference,
@@ -46,29 +48,54 @@ PAIRED: dict[str, Callable[[RunRecord], float | None]] = {
 # Of those, the ones whose table also says the smallest difference it could detect.
 DETECTABLE = ("auc", "accuracy")
 MIN_PAIRS = 3  # fewer: no interval (2 pairs leave one dof, t = 12.7: an interval of no use)
+# The peers' choices a run may make over our defaults (docs/rules.md, section 6): the param,
+# the corrections that read it, its value off the default (as MLflow keeps it), the label.
+CORRECTION_CHOICES = (
+    ("correction.masked_tokens_in_count", MASKING, "False", "uncounted"),
+    ("correction.m2po_scope", ("m2po",), "micro_batch", "micro-batch"),
+    ("correction.m2po_clip", ("m2po",), "False", "unclipped"),
+)
+
+
+def correction_choices(run: RunRecord) -> str | None:
+    """The peers' choices `run` made where its method reads them, or None: our defaults."""
+    method = METHODS.get(run.method)
+    correction = method.correction if method else None
+    chosen = [
+        label
+        for param, readers, value, label in CORRECTION_CHOICES
+        if correction in readers and run.params.get(param) == value
+    ]
+    return ", ".join(chosen) or None
 
 
 # ---- aggregation -------------------------------------------------------------------------
 
 
 def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
-    """One row per method (grpo first, then in order of first appearance in `runs`)."""
-    groups = _group(runs, lambda r: r.method)
-    if "grpo" in groups:
-        groups = {"grpo": groups.pop("grpo"), **groups}
-    rows = [{"method": method, **_summary(group)} for method, group in groups.items()]
+    """One row per method (grpo first, then in order of first appearance in `runs`), and per
+    choice of the peers' corrections where runs made one (`corrections`: correction_choices)."""
+    groups = _group(runs, lambda r: (r.method, correction_choices(r)))
+    grpo = ("grpo", None)
+    if grpo in groups:
+        groups = {grpo: groups.pop(grpo), **groups}
+    rows = [
+        {"method": method, "corrections": choices, **_summary(group)}
+        for (method, choices), group in groups.items()
+    ]
     for row, group in zip(rows, groups.values(), strict=True):
         if row["method"] != "grpo":  # grpo's own row gets no difference
-            row |= paired_diffs(group, groups.get("grpo", []))
-    grpo = rows[0] if rows and rows[0]["method"] == "grpo" else {}
+            row |= paired_diffs(group, groups.get(grpo, []))
+    first = rows[0] if rows and rows[0]["method"] == "grpo" else {}
     for row in rows:
         for days, speedup in [
             ("gpu_days", "speedup_vs_grpo"),
             ("modeled_gpu_days", "modeled_speedup_vs_grpo"),
         ]:
-            base = grpo.get(days)
+            base = first.get(days)
             row[speedup] = base / row[days] if base is not None and row[days] else None
-    order = ["method", "status", "seeds", "unfinished", "eval_accuracy_before"]
+    order = ["method", *_corrections_column(rows), "status", "seeds", "unfinished"]
+    order += ["eval_accuracy_before"]
     order += ["eval_auc_mean", "eval_auc_ci95"]
     order += ["eval_accuracy_mean", "eval_accuracy_ci95", "gpu_days", "speedup_vs_grpo"]
     order += ["modeled_gpu_days", "modeled_speedup_vs_grpo"]
@@ -80,6 +107,11 @@ def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
         position = order.index("eval_accuracy_ci95") + 1
         order[position:position] = [column for name in sets for column in set_columns(name)]
     return [_clean({k: row.get(k) for k in order}) for row in rows]
+
+
+def _corrections_column(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """["corrections"] where a row made one of the peers' choices; else no such column."""
+    return ["corrections"] if any(row["corrections"] for row in rows) else []
 
 
 def eval_sets(runs: Sequence[RunRecord]) -> list[str]:
@@ -148,6 +180,8 @@ def sweep_rows(runs: Sequence[RunRecord], sweep_params: Sequence[str]) -> list[d
     for values in sorted(groups, key=lambda v: [_sort_key(x) for x in v]):
         summary = _summary(groups[values])
         row = dict(zip(keys, values, strict=True))
+        choices = {correction_choices(r) for r in groups[values]} - {None}
+        row["corrections"] = "; ".join(sorted(choices)) or None
         for key in ["status", "seeds", "unfinished", "eval_auc_mean", "eval_auc_ci95"]:
             row[key] = summary[key]
         for key in ["eval_accuracy_mean", "eval_accuracy_ci95"]:
@@ -164,6 +198,8 @@ def sweep_rows(runs: Sequence[RunRecord], sweep_params: Sequence[str]) -> list[d
             base = grpo_points.get(values)
             row |= paired_diffs(groups[values], groups[base]) if base else _no_pairs()
         rows.append(_clean(row))
+    if not _corrections_column(rows):
+        rows = [{k: v for k, v in row.items() if k != "corrections"} for row in rows]
     return rows
 
 
@@ -222,7 +258,8 @@ def run_groups(report: Report) -> dict[str, list[RunRecord]]:
     else:
 
         def label(run: RunRecord) -> str:
-            return run.method
+            choices = correction_choices(run)
+            return f"{run.method} ({choices})" if choices else run.method
 
     groups = {}
     for name, group in _group(report.runs, label).items():

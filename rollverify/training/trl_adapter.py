@@ -26,7 +26,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from rollverify.config import RunConfig
-from rollverify.core.corrections import changed_share, m2po_mask, trl_settings
+from rollverify.core.corrections import changed_share, kept_tokens, m2po_mask, trl_settings
 from rollverify.core.methods import Method
 from rollverify.rollout.schedules import RolloutResult
 from rollverify.rollout.trajectory import Trajectory
@@ -55,6 +55,8 @@ class BehaviorRatioGRPOTrainer(GRPOTrainer):
     resume_from: Checkpoint | None = None
     ratio_denominator: str = "behavior"  # or "recomputed" (train.ratio_denominator)
     m2po_tau: float | None = None  # M2PO's second-moment bound (method m2po)
+    m2po_scope: str = "batch"  # or "micro_batch": each pass of the loss (correction.m2po_scope)
+    masked_tokens_in_count: bool = True  # (correction.masked_tokens_in_count)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         pass  # the weights were loaded before the trainer was built: the engine needed them
@@ -72,24 +74,57 @@ class BehaviorRatioGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         with self._mismatch_correction():  # TRL: pi_old recomputed, and its weight pi_old/mu
             output = super()._generate_and_score_completions(inputs)
-        if self.m2po_tau is not None:  # M2PO's mask on top of the decoupled weight
-            keep = m2po_mask(
-                output["sampling_per_token_logps"],
-                output["old_per_token_logps"],
-                _loss_mask(output),
-                self.m2po_tau,
-            )
-            output["importance_sampling_ratio"] = output["importance_sampling_ratio"] * keep
+        if self.m2po_tau is not None and self.m2po_scope == "batch":
+            self._mask_m2po(output)  # on top of the decoupled weight, over the whole share
         if self.args.vllm_importance_sampling_correction:
-            self._log_changed_share(output)
+            if self.m2po_scope == "batch":  # (else: each pass's, in the loss)
+                self._log_changed_share(output)
+            if not self.masked_tokens_in_count:  # dapo's count: the kept tokens of every rank
+                kept = kept_tokens(output["importance_sampling_ratio"], _loss_mask(output))
+                output["num_items_in_batch"] = self.accelerator.gather(kept.sum()).sum()
         if self.ratio_denominator == "behavior":
             # rollout_func's logprobs arrive as sampling_per_token_logps [B, T] (right-padded).
             output["old_per_token_logps"] = output["sampling_per_token_logps"]
         return output
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        if self.args.vllm_importance_sampling_correction:
+            inputs = self._pass_corrections(inputs)
         with self._mismatch_correction():  # TRL multiplies the token losses by the weight
             return super()._compute_loss(model, inputs)
+
+    def _mask_m2po(self, output: dict[str, Any]) -> torch.Tensor:
+        """M2PO's mask over `output`'s tokens, applied to its weight; returns the weight."""
+        keep = m2po_mask(
+            output["sampling_per_token_logps"],
+            output["old_per_token_logps"],
+            _loss_mask(output),
+            self.m2po_tau,
+        )
+        output["importance_sampling_ratio"] = output["importance_sampling_ratio"] * keep
+        return output["importance_sampling_ratio"]
+
+    def _pass_corrections(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """One pass's batch as the loss reads it (a copy: TRL keeps the buffered one): M2PO's
+        mask over the pass's tokens (m2po_scope micro_batch); with masked_tokens_in_count false,
+        the masked tokens out of TRL's mask, the count of every loss_type but dapo (whose count,
+        the batch's, left them out before the step), and the pass weighted as AReaL weighs a
+        micro-batch: as its tokens before M2PO's mask (dapo's count times kept / before)."""
+        per_pass = self.m2po_tau is not None and self.m2po_scope == "micro_batch"
+        if not per_pass and self.masked_tokens_in_count:
+            return inputs
+        inputs, mask = dict(inputs), _loss_mask(inputs)
+        before = kept_tokens(inputs["importance_sampling_ratio"], mask).sum()
+        if per_pass:
+            weight = self._mask_m2po(inputs)
+            self._record_share(*changed_share(weight, mask, None, None))
+        if self.masked_tokens_in_count:
+            return inputs
+        kept = kept_tokens(inputs["importance_sampling_ratio"], mask)
+        inputs["tool_mask"] = kept  # (completion_mask x kept = kept)
+        if before > 0:
+            inputs["num_items_in_batch"] = inputs["num_items_in_batch"] * kept.sum() / before
+        return inputs
 
     @contextmanager
     def _mismatch_correction(self) -> Iterator[None]:
@@ -294,6 +329,8 @@ def build_trainer(
     trainer.ratio_denominator = ratio_denominator(config, method)
     if method.correction == "m2po":
         trainer.m2po_tau = config.correction.m2po_tau
+        trainer.m2po_scope = config.correction.m2po_scope
+    trainer.masked_tokens_in_count = config.correction.masked_tokens_in_count
     return trainer
 
 

@@ -52,7 +52,10 @@ LEGEND = (
     "accept: final acceptance rate; accept-min: the lowest window mean acceptance (what "
     "switching compares with its threshold); cut-ds, cut-dt: tokens verification truncated "
     "in a run, by the sequence and the token stage; switch@: median step of the switch to "
-    "on-policy; unfin.: "
+    "on-policy; corrections (where a run made one of the peers' choices, docs/rules.md "
+    "section 6): uncounted: masked tokens out of the loss's count "
+    "(correction.masked_tokens_in_count false), micro-batch: M2PO's mask per pass "
+    "(m2po_scope), unclipped: m2po_clip false; unfin.: "
     "runs not finished; Δ: the row minus grpo, mean over the seeds both finished (pairs), "
     f"±Δ: its paired Student t half-width ({FEW_PAIRS}: under 3 pairs, no interval); mde: the "
     "smallest difference those pairs detect with 80% power (two-sided 5% paired t test, the "
@@ -110,7 +113,7 @@ def show_report(
     if found.kind == "sweep":
         rows = grid_point_rows(found.runs, found.sweep_params)
         names = short_names(found.sweep_params)
-        point = len(rows[0]) - len(rows[0].keys() - {"method", *names})
+        point = len(rows[0]) - len(rows[0].keys() - {"method", "corrections", *names})
         shown = [_mark_few_pairs(row) for row in rows] if format is Format.table else rows
         _print(shown, format, f"sweep over {', '.join(found.sweep_params)}", keys=point)
         if format is Format.table and len(names) == 2 and "method" not in rows[0]:
@@ -121,7 +124,8 @@ def show_report(
         rows = method_rows(found.runs)
         if format is Format.table:
             rows = [_mark_few_pairs(row) for row in rows]
-        _print(rows, format, f"methods ({found.kind})")
+        keys = 2 if "corrections" in rows[0] else 1  # method, and the choices it ran with
+        _print(rows, format, f"methods ({found.kind})", keys=keys)
 
     if format is Format.table:
         _log(LEGEND)

@@ -93,3 +93,25 @@ class CorrectionConfig:
         positive,
         "> 0",
     )
+    masked_tokens_in_count: bool = config_field(
+        True,
+        "Whether a token a correction masks (weight 0: mis, icepop, decoupled, m2po) still counts "
+        "in the loss's token count, as TRL's masks do. false: it leaves the count (every "
+        "loss_type but dr_grpo, whose count is a constant), as verl's rejection masks leave "
+        "response_mask; AReaL leaves out M2PO's mask, not its decoupled cap's (docs/rules.md, "
+        "section 6). Refused false with opsm, whose mask TRL takes in the loss, after the count.",
+    )
+    m2po_scope: Literal["batch", "micro_batch"] = config_field(
+        "batch",
+        "m2po (like m2po_tau, read by m2po only): the population M2PO's mask ranks. batch: the "
+        "process's share of the rollout batch, once before the step. micro_batch: each pass of "
+        "train.micro_batch_size sequences in the loss, as AReaL masks each micro-batch; with "
+        "masked_tokens_in_count false the pass then weighs as its tokens before the mask, "
+        "AReaL's weighting. The two agree where one pass holds the share.",
+    )
+    m2po_clip: bool = config_field(
+        True,
+        "m2po (read by m2po only): keep PPO's clip of pi_theta/pi_old (train.epsilon, "
+        "train.epsilon_high). false: no clip, the objective of AReaL's M2PO docs (its recipe "
+        "sets eps_clip 0 with one update per batch).",
+    )

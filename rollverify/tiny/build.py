@@ -41,12 +41,7 @@ from rollverify.tasks.chain import (
 )
 from rollverify.tasks.chain_tool import ChainToolTask, solution_with_calls
 from rollverify.tasks.walk import WalkProblem, walk_reward
-from rollverify.tiny.tokenizer import (
-    CHARACTERS,
-    TOOL_CHARACTERS,
-    WALK_CHARACTERS,
-    build_char_tokenizer,
-)
+from rollverify.tiny.tokenizer import CHARACTERS, TOOL_CHARACTERS, build_char_tokenizer
 from rollverify.training.parts import with_tools
 
 
@@ -69,6 +64,7 @@ class BuildConfig:
     intermediate_size: int = 384
     max_positions: int = 512
     threads: int = 1  # measured: 1 thread beats 2 when another process shares the 2 cores
+    init: str = ""  # a base model to warm from (its tokenizer's characters a prefix of ours)
 
 
 def build_model(config: BuildConfig, vocab_size: int, pad_id: int, eos_id: int) -> Qwen3ForCausalLM:
@@ -88,6 +84,11 @@ def build_model(config: BuildConfig, vocab_size: int, pad_id: int, eos_id: int) 
         torch_dtype="float32",
     )
     torch.manual_seed(config.seed)
+    if config.init:  # warmed from a base: same shape, the new characters' embeddings added
+        model = AutoModelForCausalLM.from_pretrained(config.init)
+        model.resize_token_embeddings(vocab_size)
+        model.config.pad_token_id, model.config.eos_token_id = pad_id, eos_id
+        return model
     return Qwen3ForCausalLM(model_config)
 
 
@@ -183,9 +184,7 @@ def main() -> None:
     config = BuildConfig(**{k: getattr(args, k) for k in asdict(BuildConfig())})
     torch.set_num_threads(config.threads)
 
-    characters = {"chain_tool": TOOL_CHARACTERS, "walk": WALK_CHARACTERS}.get(
-        config.task, CHARACTERS
-    )
+    characters = TOOL_CHARACTERS if config.task == "chain_tool" else CHARACTERS
     tokenizer = build_char_tokenizer(characters)
     model = build_model(config, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     print(f"parameters: {sum(p.numel() for p in model.parameters()):,}")

@@ -8,7 +8,6 @@ from transformers import PreTrainedTokenizerFast
 SPECIAL_TOKENS = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"}
 CHARACTERS = list("0123456789Q:+x=;#")
 TOOL_CHARACTERS = [*CHARACTERS, "?"]  # the chain_tool task's: "?" closes a calculator call
-WALK_CHARACTERS = [*CHARACTERS, ">"]  # the walk task's: "Q:7>3x4=", from 7 to 3
 
 
 def build_char_tokenizer(characters: list[str] = CHARACTERS) -> PreTrainedTokenizerFast:

@@ -14,6 +14,7 @@ from rvctl.output import Format, print_split, stderr
 # "…" when a table is wider than the terminal, so wide tables are split (see _print).
 TABLE_HEADERS = {
     "unfinished": "unfin.",
+    "duplicates": "dup.",
     "eval_accuracy_before": "acc@0",
     "eval_accuracy_mean": "acc",
     "eval_accuracy_ci95": "±ci95",
@@ -40,7 +41,8 @@ LEGEND = (
     "same work priced on the cost.gpu by the cost model; speedup(*): grpo's days / the row's; "
     "stale: versions behind, k3: KL(mu || pi_old) per token, both means over steps; "
     "accept: final acceptance rate; switch@: median step of the switch to on-policy; unfin.: "
-    "runs not finished; Δ: the row minus grpo, mean over the seeds both finished (pairs), "
+    "runs not finished; dup.: finished runs of a seed the row already counts, left out; Δ: the "
+    "row minus grpo, mean over the seeds both finished (pairs), "
     f"±Δ: its paired Student t half-width ({FEW_PAIRS}: under 3 pairs, no interval)"
 )
 
@@ -97,6 +99,7 @@ def show_report(
             rows = [_mark_few_pairs(row) for row in rows]
         _print(rows, format, f"methods ({found.kind})")
 
+    _say_duplicates(rows)
     if format is Format.table:
         _log(LEGEND)
     if plots_dir is not None:
@@ -106,6 +109,17 @@ def show_report(
         over_methods = len(knobs) == 1 and "method" in rows[0]  # and one knob: a gap plot
         if over_methods and (path := plot_gaps(rows, knobs[0], plots_dir)) is not None:
             _log(f"wrote {path}")
+
+
+def _say_duplicates(rows: list[dict[str, Any]]) -> None:
+    """A seed finished twice in a row's runs counts once; the report says so, in every format
+    (a resumed sweep of older code could train a grid point again)."""
+    repeated = sum(row.get("duplicates") or 0 for row in rows)
+    if repeated:
+        _log(
+            f"note: {repeated} finished run(s) repeat a seed their row already counts; each "
+            "seed counts once (its first run), the others are left out (column duplicates)"
+        )
 
 
 def _mark_few_pairs(row: dict[str, Any]) -> dict[str, Any]:

@@ -225,20 +225,31 @@ def test_compare_refuses_an_unknown_method_before_any_work(tmp_path):
 @pytest.mark.slow
 @pytest.mark.ray
 def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
-    """Two trials side by side (a core each), one of 1 step and one of 16 (a Ray worker may start
-    seconds after the other: the long trial outlasts that), in a process group of the sweep's
+    """Two trials side by side (a core each), one of 1 step and one of 32 (a Ray worker may start
+    seconds after the other, and train on for ~3 s after its sweep is killed: the long trial
+    outlasts both), in a process group of the sweep's
     own, as a job's. Stopped as a scheduler stops a job, SIGTERM then SIGKILL to the whole
     group, at a random moment of the short trial's run and end (its step, its last checkpoint,
     its summary, its MLflow run's end, Tune's record of it: this end takes tens of ms,
-    tests/test_sweep_stops.py stops a trial at each of its writes in turn), the other in the
-    middle of its run; then resumed: each grid point has one run folder and one MLflow run,
-    FINISHED (each kept, its end completed, or resumed), and the report counts each once.
-    (`--dt 2` is the config's 2.0: a resumed trial must still find its run.)"""
+    tests/test_sweep_stops.py stops a trial at each of its writes in turn; and its worker dies
+    before Tune's record), the other in the middle of its run; then resumed: each grid point
+    has one run folder and one MLflow run, FINISHED (each kept, its end completed, or
+    resumed), and the report counts each once. (`--dt 2` is the config's 2.0: a resumed trial
+    must still find its run.)"""
     command = [*RVCTL, "sweep", "ds", "dt", "train.steps", "--ds", "0.01", "--dt", "2"]
-    command += ["--train.steps", "1,16", "--config", str(tiny_config(tmp_path))]
+    config = tiny_config(tmp_path, **{"train.checkpoint_every": 4})  # resumed: little to redo
+    command += ["--train.steps", "1,32", "--config", str(config)]
     command += ["--output", str(tmp_path)]
+    # The short trial's worker dies once its run is closed, before Tune is told (a stop after
+    # that leaves Tune's state ERROR: resumed, Tune runs it again and it must keep its run).
+    kill = os.environ | {"ROLLVERIFY_KILL_AT": "end-tune:1"}
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=kill,
     )
     seed = time.time_ns()
     delay = random.Random(seed).uniform(0.0, 1.5)  # the short trial's 1 step and end: ~1 s
@@ -270,8 +281,8 @@ def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
     (parent_file,) = tmp_path.glob("sweep-*/parent.json")
     parent = json.loads(parent_file.read_text())
     uri = parent["tracking_uri"]
-    where += f"; the runs then: {_run_ends(parent_file.parent, uri)}"
-    print(where)  # (pytest -s or -rP: which moment of the end this stop hit)
+    where += f"; the runs when resumed: {_run_ends(parent_file.parent, uri)}"
+    print(where)  # (pytest -s or -rP: where this stop left the runs)
 
     result = subprocess.run([*command, "--resume", "-f", "json"], capture_output=True, text=True)
     assert result.returncode == 0, f"{where}\n{result.stderr[-3000:]}"
@@ -280,7 +291,7 @@ def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
     runs = children(uri, parent["run_id"])
     done = [r for r in runs if r.info.status == "FINISHED"]
     statuses = [(r.data.params["train.steps"], r.info.status) for r in runs]
-    assert points == [1, 16] and len(runs) == len(done) == 2, f"{points}, {statuses}; {where}"
+    assert points == [1, 32] and len(runs) == len(done) == 2, f"{points}, {statuses}; {where}"
     assert short_run in {r.info.run_id for r in done}, where
     # its stderr is a pipe (a job's log): a line when a trial finishes, not one per poll
     finished_lines = [line for line in result.stderr.splitlines() if "trials finished" in line]
@@ -290,7 +301,7 @@ def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
     counts = [line.split(": ")[1].split()[0] for line in finished_lines]
     assert len(counts) == len(set(counts)), finished_lines
     rows = json.loads(result.stdout)
-    assert sorted(row["steps"] for row in rows) == [1, 16]
+    assert sorted(row["steps"] for row in rows) == [1, 32]
     assert [(row["seeds"], row["unfinished"], row["duplicates"]) for row in rows] == [(1, 0, 0)] * 2
     for row in rows:
         (run,) = [r for r in done if int(r.data.params["train.steps"]) == row["steps"]]

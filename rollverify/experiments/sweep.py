@@ -2,8 +2,10 @@
 
 Ray Tune expands the grid and schedules the trials by their resources (a local Ray by
 default, `address` for a cluster). Every trial is an MLflow child of the sweep's parent run.
-The sweep folder holds `parent.json` and Tune's experiment state (`trials/`), so a sweep that
-was stopped resumes (`resume=True`) without rerunning the trials that finished.
+The sweep folder holds `parent.json`, Tune's experiment state (`trials/`) and the trials' run
+folders, so a sweep that was stopped resumes (`resume=True`): Tune runs again what its state
+had not seen end, and each such trial goes on with its grid point's run (train_point), so a
+point is trained once whatever moment the stop came (docs/checkpoints.md).
 """
 
 from __future__ import annotations

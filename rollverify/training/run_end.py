@@ -113,17 +113,19 @@ def current_summary(run_dir: Path) -> RunSummary | None:
 def _rebuilt_summary(run_dir: Path, step: int, state: dict[str, Any]) -> RunSummary:
     """What _train's summary holds, from the last checkpoint's state and the run's MLflow
     records (the last step's metrics are only there: sent first, if a spool kept them)."""
+    from mlflow.tracking import MlflowClient
+
     run_id, uri = state["mlflow"]["run_id"], state["mlflow"]["tracking_uri"]
-    tracker = _attached(run_dir, uri, run_id)
-    if not tracker.deliver():
+    if (run_dir / SPOOL).is_file() and not _attached(run_dir, uri, run_id).deliver():
         raise ValueError(
             f"{run_dir}: its last metrics are still in {SPOOL} (the MLflow store {uri} "
             "refuses them); resume it again once the store answers"
         )
-    last, logged_at = _logged_at(tracker, step, (REWARD_MEAN, OPS_MEAN))
+    client = MlflowClient(uri)
+    last, logged_at = _logged_at(client, run_id, step, (REWARD_MEAN, OPS_MEAN))
     counters, monitor = state["loop"], AcceptanceMonitor()
     monitor.load_state_dict(state["monitor"])
-    started = tracker.client.get_run(run_id).info.start_time
+    started = client.get_run(run_id).info.start_time
     config = state["config"]
     return RunSummary(
         run_dir=str(run_dir),
@@ -145,13 +147,13 @@ def _rebuilt_summary(run_dir: Path, step: int, state: dict[str, Any]) -> RunSumm
 
 
 def _logged_at(
-    tracker: MLflowTracker, step: int, names: tuple[str, ...]
+    client: Any, run_id: str, step: int, names: tuple[str, ...]
 ) -> tuple[dict[str, float], int | None]:
     """Each metric's value at `step` (the newest, if a resumed run logged it again) and the
     time of the newest (ms since the epoch); a metric the step logged as NaN is absent."""
     values, newest = {}, None
     for name in names:
-        history = tracker.client.get_metric_history(tracker.run_id, name)
+        history = client.get_metric_history(run_id, name)
         points = sorted((p for p in history if p.step == step), key=lambda p: p.timestamp)
         if points:
             values[name], newest = points[-1].value, max(newest or 0, points[-1].timestamp)

@@ -22,7 +22,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from rollverify.config import load_config
-from rollverify.experiments.child_runs import open_parent
+from rollverify.experiments.child_runs import open_parent, run_folder_of
 from rollverify.experiments.sweep import train_point
 from rollverify.infra.nested_dicts import config_fields
 from rollverify.training.checkpoint.files import latest
@@ -141,6 +141,23 @@ def test_a_trial_waits_for_a_process_still_on_its_run_and_keeps_it(tmp_path):
     assert orphan.exitcode == 0
     _, run = the_run(folder, uri, parent_run_id, 2)
     assert run.info.status == "FINISHED" and steps_logged(uri, run.info.run_id) == [1, 2]
+
+
+def test_of_two_runs_of_a_point_the_one_with_a_summary_is_taken(tmp_path):
+    """A sweep of older code may have left a grid point two run folders (one abandoned when
+    the point was trained anew): a resumed trial goes on with the one that finished."""
+    point = {"train.method": "rollverify", "train.seed": 0, "verify.ds": 0.01}
+    config = {"train": {"method": "rollverify", "seed": 0}, "verify": {"ds": 0.01, "dt": 2.0}}
+    for name in ("rollverify-s0-1-abandoned", "rollverify-s0-2-finished", "rollverify-s0-3"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.yaml").write_text(yaml.safe_dump(config))
+    other = config | {"verify": {"ds": 0.05, "dt": 2.0}}
+    (tmp_path / "rollverify-s0-0-other" / "config.yaml").parent.mkdir()
+    (tmp_path / "rollverify-s0-0-other" / "config.yaml").write_text(yaml.safe_dump(other))
+    assert run_folder_of(tmp_path, point) == tmp_path / "rollverify-s0-1-abandoned"
+    (tmp_path / "rollverify-s0-2-finished" / "summary.json").write_text("{}")
+    assert run_folder_of(tmp_path, point) == tmp_path / "rollverify-s0-2-finished"
+    assert run_folder_of(tmp_path, point | {"train.seed": 1}) is None
 
 
 def _same(a, b) -> bool:

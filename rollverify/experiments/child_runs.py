@@ -73,17 +73,21 @@ def trial_resources(config: RunConfig) -> dict[str, float]:
 
 def run_folder_of(folder: Path, fields: dict[str, Any]) -> Path | None:
     """The run folder in `folder` (a comparison's, a sweep's) whose config.yaml has these
-    dotted fields' values (a pair's method and seed, a grid point's), if one was started; the
-    oldest if there are several (a store of older code may hold a point's run twice)."""
+    dotted fields' values (a pair's method and seed, a grid point's), if one was started. A
+    sweep of older code may have left a point two: the oldest with a summary, else the oldest."""
     import yaml
 
     from rollverify.infra.nested_dicts import config_fields
 
-    for config_file in sorted(folder.glob("*/config.yaml")):
-        saved = config_fields(yaml.safe_load(config_file.read_text()) or {})
-        if all(saved.get(name) == value for name, value in fields.items()):
-            return config_file.parent
-    return None
+    found = [
+        config_file.parent
+        for config_file in sorted(folder.glob("*/config.yaml"))
+        if all(
+            config_fields(yaml.safe_load(config_file.read_text()) or {}).get(name) == value
+            for name, value in fields.items()
+        )
+    ]
+    return min(found, key=lambda run: not (run / "summary.json").is_file(), default=None)
 
 
 def run_child(config, run_dir, on_step, parent_run_id, engine) -> RunSummary:

@@ -65,6 +65,45 @@ def run_cli(*args: str, kill_at: str | None = None) -> subprocess.CompletedProce
         return subprocess.CompletedProcess(["rvctl", *args], process.exitcode, output, errors)
 
 
+def call_in_process(function, *args, kill_at: str | None = None) -> int:
+    """`function(*args)` (importable by name, as a Ray worker runs a trial's function) in a
+    process of its own from run_cli's forkserver, with kill_at as run_cli's: its exit code
+    (0 when it returned, -9 when killed; an error's traceback goes to this stderr, code 1)."""
+    process = start_in_process(function, *args, kill_at=kill_at)
+    process.join(timeout=600)
+    if process.is_alive():
+        process.kill()
+        process.join()
+        raise subprocess.TimeoutExpired([function.__name__], 600)
+    return process.exitcode
+
+
+def start_in_process(function, *args, kill_at: str | None = None):
+    """call_in_process's process, started and not waited for (join it)."""
+    env = dict(os.environ)
+    env.pop("ROLLVERIFY_KILL_AT", None)
+    if kill_at is not None:
+        env["ROLLVERIFY_KILL_AT"] = kill_at
+    process = _forkserver().Process(target=_call, args=(function, args, os.getcwd(), env))
+    process.start()
+    return process
+
+
+def _call(function, args: tuple, cwd: str, env: dict) -> None:
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    code = 0
+    try:
+        function(*args)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _forkserver():
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["tests.cli_preload"])

@@ -105,6 +105,7 @@ LONGEST_FIRST = (  # measured (--durations, 2026-12-04): 247, 179, 138, 52, 43, 
     "test_async_training.py",
     "test_compare_resume.py",
     "test_resume.py",
+    "test_sweep_stops.py",  # 23-31 s alone (2026-12-05)
 )
 
 

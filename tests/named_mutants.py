@@ -1295,4 +1295,64 @@ MUTANTS = [
         "keys = 1",
         ("tests/test_report.py::test_every_split_of_the_table_names_a_rows_correction_choices",),
     ),
+    Mutant(
+        "sweep-point-run-again",
+        "a resumed sweep's trial goes on with its grid point's run (kept if it trained all its "
+        "steps, else resumed), never a second run of the point",
+        "rollverify/experiments/sweep.py",
+        "    run_dir = run_folder_of(Path(config.output), point)",
+        "    run_dir = None",
+        (
+            "tests/test_sweep_stops.py::test_a_point_stopped_at_each_write_of_its_end_is_trained_once",
+            "tests/test_sweep_stops.py::"
+            "test_a_finished_run_missing_its_summary_is_kept_and_the_summary_rebuilt",
+            "tests/test_orchestration.py::test_sweep_on_ray_resumes_without_rerunning_finished_trials",
+        ),
+    ),
+    Mutant(
+        "cut-end-trained-again",
+        "a run stopped after its last checkpoint, before its summary, is finished from its "
+        "records (summary rebuilt), not trained again",
+        "rollverify/training/run_end.py",
+        '        if found is None or found[0] < found[1]["config"]["train"]["steps"]:',
+        "        if True:",
+        (
+            "tests/test_sweep_stops.py::test_a_point_stopped_at_each_write_of_its_end_is_trained_once",
+        ),
+    ),
+    Mutant(
+        "finished-run-left-open",
+        "a finished run whose MLflow run a stop left open (RUNNING) is closed: FINISHED",
+        "rollverify/training/run_end.py",
+        "    _close_mlflow_run(run_dir, summary)\n    return summary",
+        "    return summary",
+        (
+            "tests/test_sweep_stops.py::test_a_point_stopped_at_each_write_of_its_end_is_trained_once",
+            "tests/test_sweep_stops.py::"
+            "test_a_finished_run_missing_its_summary_is_kept_and_the_summary_rebuilt",
+        ),
+    ),
+    Mutant(
+        "report-counts-a-seed-twice",
+        "rvctl report counts one finished run per seed in a row; the others as duplicates",
+        "rollverify/experiments/report.py",
+        "        if not run.finished or run.seed in seen:",
+        "        if not run.finished:",
+        (
+            "tests/test_report.py::test_a_seed_finished_twice_counts_once_and_the_report_says_so",
+            "tests/test_report.py::test_a_seed_finished_twice_pairs_with_grpo_once",
+        ),
+    ),
+    Mutant(
+        "orphan-not-awaited",
+        "a resumed sweep's trial waits for a trial of the stopped sweep still on its run (a Ray "
+        "worker outlives its sweep's process group), then keeps the run it finished",
+        "rollverify/experiments/child_runs.py",
+        "    wait_for_its_process(run_dir)  # a stopped sweep's trial may still be on it",
+        "    pass  # a stopped sweep's trial may still be on it",
+        (
+            "tests/test_sweep_stops.py::"
+            "test_a_trial_waits_for_a_process_still_on_its_run_and_keeps_it",
+        ),
+    ),
 ]

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 from rollverify.config import load_config
@@ -174,6 +178,29 @@ def test_compare_and_sweep_on_a_ray_cluster_run_there_side_by_side(tmp_path):
     assert not (tmp_path / "again").exists()
 
 
+def _run_folders(output: Path, steps: int | None = None) -> Iterator[Path]:
+    """The run folders of the sweep in `output` (of `steps` steps)."""
+    for config in output.glob("sweep-*/*/config.yaml"):
+        if steps is None or _steps(config.parent) == steps:
+            yield config.parent
+
+
+def _steps(run_dir: Path) -> int:
+    return yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["steps"]
+
+
+def _run_ends(folder: Path, uri: str) -> list[tuple]:
+    """Where each run of a sweep's folder is: newest checkpoint, summary.json, MLflow status."""
+    ends = []
+    for run_dir in sorted(p.parent for p in folder.glob("*/config.yaml")):
+        steps = sorted(p.name for p in (run_dir / "checkpoints").glob("step-*"))
+        record = run_dir / "mlflow.json"
+        run_id = json.loads(record.read_text())["run_id"] if record.is_file() else None
+        status = MlflowClient(uri).get_run(run_id).info.status if run_id else None
+        ends.append((_steps(run_dir), steps[-1:], (run_dir / "summary.json").is_file(), status))
+    return ends
+
+
 def _failing_sweep(tmp_path: Path, address: str, env: dict) -> subprocess.CompletedProcess:
     """`rvctl sweep ds` of one grid point on the cluster, with a reward that returns nan."""
     reward = tmp_path / "nan_reward.py"
@@ -198,62 +225,94 @@ def test_compare_refuses_an_unknown_method_before_any_work(tmp_path):
 @pytest.mark.slow
 @pytest.mark.ray
 def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
-    """A 2 x 1 grid, one trial at a time (each asks for both cores): stop the sweep once the
-    first trial finished, resume it, and the first trial is not run again. (Its `--dt 2` is
-    the config's 2.0: a resumed trial must still find its finished run.)"""
-    command = [*RVCTL, "sweep", "ds", "dt", "--ds", "0.01,0.05", "--dt", "2"]
-    command += ["--config", str(tiny_config(tmp_path, **{"train.threads": 2, "train.steps": 1}))]
+    """Two trials side by side (a core each), one of 1 step and one of 32 (a Ray worker may start
+    seconds after the other, and train on for ~3 s after its sweep is killed: the long trial
+    outlasts both), in a process group of the sweep's
+    own, as a job's. Stopped as a scheduler stops a job, SIGTERM then SIGKILL to the whole
+    group, at a random moment of the short trial's run and end (its step, its last checkpoint,
+    its summary, its MLflow run's end, Tune's record of it: this end takes tens of ms,
+    tests/test_sweep_stops.py stops a trial at each of its writes in turn; and its worker dies
+    before Tune's record), the other in the middle of its run; then resumed: each grid point
+    has one run folder and one MLflow run, FINISHED (each kept, its end completed, or
+    resumed), and the report counts each once. (`--dt 2` is the config's 2.0: a resumed trial
+    must still find its run.)"""
+    command = [*RVCTL, "sweep", "ds", "dt", "train.steps", "--ds", "0.01", "--dt", "2"]
+    config = tiny_config(tmp_path, **{"train.checkpoint_every": 4})  # resumed: little to redo
+    command += ["--train.steps", "1,32", "--config", str(config)]
     command += ["--output", str(tmp_path)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The short trial's worker dies once its run is closed, before Tune is told (a stop after
+    # that leaves Tune's state ERROR: resumed, Tune runs it again and it must keep its run).
+    kill = os.environ | {"ROLLVERIFY_KILL_AT": "end-tune:1"}
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=kill,
+    )
+    seed = time.time_ns()
+    delay = random.Random(seed).uniform(0.0, 1.5)  # the short trial's 1 step and end: ~1 s
+    where = f"stopped {delay:.2f} s after the short trial's first checkpoint (seed {seed})"
     deadline = time.monotonic() + 400
-    finished: list = []
-    sockets: set = set()  # of the sweep's process tree (its Ray, Tune, a trial), once
-    processes: list = []
-    while time.monotonic() < deadline and process.poll() is None and not finished:
-        time.sleep(2)
-        if not sockets and list(tmp_path.glob("sweep-ds-dt-*/*/checkpoints")):
-            processes = tree(process.pid)  # a trial is training: every server is up
-            sockets = listening(processes)
-        parents = list(tmp_path.glob("sweep-ds-dt-*/parent.json"))
-        if parents and (tmp_path / "mlflow.db").exists():
-            parent = json.loads(parents[0].read_text())
-            runs = children(parent["tracking_uri"], parent["run_id"])
-            finished = [r for r in runs if r.info.status == "FINISHED"]
-    assert finished, process.communicate()[1][-3000:] if process.poll() is not None else "timeout"
-    assert process.poll() is None, "the sweep should still be running its second trial"
+    short, started = None, False  # the short trial's run folder; its first checkpoint
+    while time.monotonic() < deadline and process.poll() is None and not started:
+        time.sleep(0.05)
+        short = short or next(_run_folders(tmp_path, steps=1), None)
+        started = short is not None and (short / "checkpoints" / "step-000000").is_dir()
+    assert started, process.communicate()[1][-3000:] if process.poll() is not None else "timeout"
+    processes = tree(process.pid)  # a trial is training: every server of the sweep is up
+    sockets = listening(processes)
+    time.sleep(delay)
+    assert process.poll() is None, "the sweep should still be running its longer trial"
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.communicate(timeout=2)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+    with contextlib.suppress(ProcessLookupError):  # Ray's processes of the group, if any left
+        os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode != 0, where
     # A local sweep listens on loopback only, and its Ray token is the user's alone.
     assert sockets and not beyond_loopback(sockets), beyond_loopback(sockets)
     assert token_readable_by_others(processes) is None
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode != 0 and "--resume" in stderr, stderr[-3000:]
-    first = finished[0]
+    short_run = json.loads((short / "mlflow.json").read_text())["run_id"]
+    (parent_file,) = tmp_path.glob("sweep-*/parent.json")
+    parent = json.loads(parent_file.read_text())
+    uri = parent["tracking_uri"]
+    where += f"; the runs when resumed: {_run_ends(parent_file.parent, uri)}"
+    print(where)  # (pytest -s or -rP: where this stop left the runs)
 
     result = subprocess.run([*command, "--resume", "-f", "json"], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, f"{where}\n{result.stderr[-3000:]}"
+    # Each grid point: one run folder, one MLflow run, FINISHED.
+    points = sorted(_steps(f) for f in _run_folders(tmp_path))
+    runs = children(uri, parent["run_id"])
+    done = [r for r in runs if r.info.status == "FINISHED"]
+    statuses = [(r.data.params["train.steps"], r.info.status) for r in runs]
+    assert points == [1, 32] and len(runs) == len(done) == 2, f"{points}, {statuses}; {where}"
+    assert short_run in {r.info.run_id for r in done}, where
     # its stderr is a pipe (a job's log): a line when a trial finishes, not one per poll
     finished_lines = [line for line in result.stderr.splitlines() if "trials finished" in line]
-    assert finished_lines and finished_lines[-1].startswith("sweep ds x dt: 2/2 trials finished")
+    assert finished_lines and finished_lines[-1].startswith(
+        "sweep ds x dt x train.steps: 2/2 trials finished"
+    )
     counts = [line.split(": ")[1].split()[0] for line in finished_lines]
     assert len(counts) == len(set(counts)), finished_lines
-    runs = children(parent["tracking_uri"], parent["run_id"])
-    done = [r for r in runs if r.info.status == "FINISHED"]
-    grid_points = sorted(float(r.data.params["verify.ds"]) for r in done)
-    assert grid_points == [0.01, 0.05], "each grid point finished exactly once"
-    assert first.info.run_id in {r.info.run_id for r in done}
     rows = json.loads(result.stdout)
-    assert sorted(row["ds"] for row in rows) == [0.01, 0.05]
+    assert sorted(row["steps"] for row in rows) == [1, 32]
+    assert [(row["seeds"], row["unfinished"], row["duplicates"]) for row in rows] == [(1, 0, 0)] * 2
     for row in rows:
-        (run,) = [r for r in done if float(r.data.params["verify.ds"]) == row["ds"]]
-        uri = parent["tracking_uri"]
+        (run,) = [r for r in done if int(r.data.params["train.steps"]) == row["steps"]]
         assert row["eval_accuracy_mean"] == pytest.approx(
             last(uri, run.info.run_id, "eval_accuracy")
         )
-    assert MlflowClient(parent["tracking_uri"]).get_run(parent["run_id"]).info.status == "FINISHED"
+    assert MlflowClient(uri).get_run(parent["run_id"]).info.status == "FINISHED"
     # the resumed parent holds the grid's report: a headline figure per grid point, the table
-    parent_run = MlflowClient(parent["tracking_uri"]).get_run(parent["run_id"])
+    parent_run = MlflowClient(uri).get_run(parent["run_id"])
     for row in rows:
-        name = f"ds_{row['ds']}-dt_{row['dt']}/eval_accuracy_mean"
+        name = f"ds_{row['ds']}-dt_{row['dt']}-steps_{row['steps']}/eval_accuracy_mean"
         assert parent_run.data.metrics[name] == pytest.approx(row["eval_accuracy_mean"])
-    stored = MlflowClient(parent["tracking_uri"]).list_artifacts(parent["run_id"])
+    stored = MlflowClient(uri).list_artifacts(parent["run_id"])
     assert "report.json" in {a.path for a in stored}

@@ -233,7 +233,7 @@ def test_unfinished_runs_are_counted_not_averaged(store):
 def test_a_method_with_only_unfinished_runs_reports_nulls(store):
     row = by_method(method_rows(load_report([store.compare], store.uri).runs))["ops-filter"]
     assert row["status"] == "unfinished" and row["seeds"] == 0 and row["unfinished"] == 2
-    counts = ("method", "status", "seeds", "unfinished", "pairs")
+    counts = ("method", "status", "seeds", "unfinished", "duplicates", "pairs")
     numbers = [k for k in row if k not in counts]
     assert numbers and all(row[k] is None for k in numbers) and row["pairs"] == 0
 
@@ -256,6 +256,37 @@ def test_sweep_rows_per_grid_point(store):
     grid = sweep_grid(rows, "ds", "dt", "eval_accuracy_mean")
     assert [g["ds"] for g in grid] == [0.01, 0.1] and list(grid[0]) == ["ds", "dt=2", "dt=inf"]
     assert grid[1]["dt=inf"] is None and grid[0]["dt=2"] == first["eval_accuracy_mean"]
+
+
+def test_a_seed_finished_twice_counts_once_and_the_report_says_so(tmp_path, empty_store):
+    """A store may hold a sweep's grid point trained twice (older code resumed a finished point
+    again, issue 52): its seed counts once (its first run), the row counts the other in
+    `duplicates`, and rvctl report says so."""
+    s = Store(tmp_path, empty_store)
+    sweep = s.parent("sweep", sweep_params="verify.ds", method="rollverify")
+    params = {"verify.ds": "0.01"}
+    first = s.run("rollverify", 1, parent=sweep, params=params, steps=5)
+    s.run("rollverify", 1, parent=sweep, params=params, steps=5, cost_per_step=6000)  # again
+    other = s.run("rollverify", 2, parent=sweep, params=params, steps=5)
+    (row,) = sweep_rows(load_report([sweep], s.uri).runs, ["verify.ds"])
+    assert row["seeds"] == 2 and row["duplicates"] == 1 and row["unfinished"] == 0
+    finals = [h.history["eval_accuracy"][5] for h in (first, other)]
+    assert row["eval_accuracy_mean"] == pytest.approx(statistics.mean(finals))
+    days = [last(h.history["cost_gpu_days"]) for h in (first, other)]
+    assert row["gpu_days"] == pytest.approx(statistics.mean(days))
+    args = ["report", sweep, "--tracking-uri", s.uri, "--format", "json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert [r["duplicates"] for r in json.loads(result.stdout)] == [1]
+    assert "note: 1 finished run(s) repeat a seed their row already counts" in result.stderr
+
+
+def test_a_seed_finished_twice_pairs_with_grpo_once():
+    runs = runs_of("grpo", GRPO) + runs_of("partial", PARTIAL)
+    runs += [record("grpo", 0, 0.0, 9.0, 9.0), record("partial", 1, 0.0, 9.0, 9.0)]  # later
+    rows = by_method(method_rows(runs))
+    assert_the_hand_computation(rows["partial"])
+    assert rows["partial"]["seeds"] == 3 and rows["partial"]["duplicates"] == 1
 
 
 def test_targets_default_to_the_newest_parent_and_accept_a_training_run(store):
@@ -560,6 +591,8 @@ def test_per_seed_rows_are_each_finished_runs_own_figures(store, tmp_path, suffi
         assert [float(r["eval_accuracy"]) for r in mine] == [h[max(h)] for h in logged]
         area = statistics.fmean(float(r["eval_auc"]) for r in mine)
         assert area == pytest.approx(table[method]["eval_auc_mean"])
+
+
 def test_a_row_says_which_of_the_peers_correction_choices_its_runs_made():
     """m2po run AReaL's way is a row of its own, named so, still paired with grpo; a choice a
     method does not read (grpo masks nothing) is no choice; at the defaults, no column."""

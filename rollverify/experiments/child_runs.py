@@ -9,6 +9,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rollverify.config import RunConfig
 from rollverify.infra.atomic_write import atomic_write_text
@@ -70,38 +71,57 @@ def trial_resources(config: RunConfig) -> dict[str, float]:
     return {"cpu": processes * max(1, config.train.threads), "gpu": gpus}
 
 
+def run_folder_of(folder: Path, fields: dict[str, Any]) -> Path | None:
+    """The run folder in `folder` (a comparison's, a sweep's) whose config.yaml has these
+    dotted fields' values (a pair's method and seed, a grid point's), if one was started. A
+    sweep of older code may have left a point two: the oldest with a summary, else the oldest."""
+    import yaml
+
+    from rollverify.infra.nested_dicts import config_fields
+
+    found = [
+        config_file.parent
+        for config_file in sorted(folder.glob("*/config.yaml"))
+        if all(
+            config_fields(yaml.safe_load(config_file.read_text()) or {}).get(name) == value
+            for name, value in fields.items()
+        )
+    ]
+    return min(found, key=lambda run: not (run / "summary.json").is_file(), default=None)
+
+
 def run_child(config, run_dir, on_step, parent_run_id, engine) -> RunSummary:
-    """A new run of the pair; or its finished run as it is; or its stopped run resumed. A
-    kept or resumed run must have this comparison's config (what resume may change aside)."""
+    """The run of a pair or grid point, trained once whatever stopped its parent before: a
+    new run if `run_dir` is None; the run as it is if it trained all its steps (its end
+    completed if a stop cut it off: training/run_end.py); else its stopped run resumed from
+    its last checkpoint. A kept or resumed run must have this config (what resume may change
+    aside)."""
     import yaml
 
     from rollverify.config import ConfigError
     from rollverify.infra.nested_dicts import config_fields
     from rollverify.training.checkpoint.run_state import config_changes
-    from rollverify.training.run import RunFinished, resume, train
+    from rollverify.training.run import resume, train
+    from rollverify.training.run_end import finished_run
+    from rollverify.training.run_folder import wait_for_its_process
 
     if run_dir is None:
         return train(config, on_step=on_step, parent_run_id=parent_run_id, engine=engine)
-    if (run_dir / "summary.json").is_file():
-        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
-        problems = config_changes(saved, config.to_dict())
-        if saved["train"]["steps"] != config.train.steps:
-            problems.append(
-                f"train.steps: it trained {saved['train']['steps']} steps, {config.train.steps} "
-                "now; compare with the same --steps (rvctl resume RUN --steps N extends one run)"
-            )
-        if problems:
-            raise ConfigError([f"{run_dir.name}: {p}" for p in problems])
-        summary = RunSummary(**json.loads((run_dir / "summary.json").read_text()))
-        on_step(summary.steps, {})
-        return summary
-    try:
+    wait_for_its_process(run_dir)  # a stopped sweep's trial may still be on it (run_folder.py)
+    summary = finished_run(run_dir)
+    if summary is None:
         overrides = config_fields(config.to_dict())  # refused where it breaks the run
         return resume(
             run_dir, overrides, on_step=on_step, engine=engine, parent_run_id=parent_run_id
         )
-    except RunFinished:  # trained to the end, stopped before its summary: nothing to redo
-        raise ValueError(
-            f"{run_dir}: trained to its last step but has no summary.json; rvctl resume "
-            f"{run_dir} --steps N trains it further, or remove it to rerun the pair"
-        ) from None
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    problems = config_changes(saved, config.to_dict())
+    if saved["train"]["steps"] != config.train.steps:
+        problems.append(
+            f"train.steps: it trained {saved['train']['steps']} steps, {config.train.steps} "
+            "now; compare with the same --steps (rvctl resume RUN --steps N extends one run)"
+        )
+    if problems:
+        raise ConfigError([f"{run_dir.name}: {p}" for p in problems])
+    on_step(summary.steps, {})
+    return summary

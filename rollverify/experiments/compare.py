@@ -31,6 +31,7 @@ from rollverify.experiments.child_runs import (
     latest_parent,
     open_parent,
     run_child,
+    run_folder_of,
 )
 from rollverify.experiments.parent_record import record_report
 from rollverify.infra.faults import one_line
@@ -189,10 +190,4 @@ def latest_comparison(output: Path) -> Path:
 
 def child_folder(folder: Path, child: Child) -> Path | None:
     """The run folder of `child` in a comparison's folder, if it was started."""
-    import yaml
-
-    for config_file in sorted(folder.glob("*/config.yaml")):
-        train = (yaml.safe_load(config_file.read_text()) or {}).get("train", {})
-        if train.get("method") == child.method and train.get("seed") == child.seed:
-            return config_file.parent
-    return None
+    return run_folder_of(folder, {"train.method": child.method, "train.seed": child.seed})

@@ -4,8 +4,10 @@ Two steps. `load_report` (rollverify/tracking/run_records.py) reads the targets'
 MLflow into `RunRecord`s. `method_rows`, `sweep_rows` and `sweep_grid` are pure: records in,
 rows (dicts sharing keys) out.
 
-Only FINISHED runs are averaged; the others are counted in `unfinished`. A number that cannot
-be computed is None (null in json), never 0 or NaN.
+Only FINISHED runs are averaged, one per seed: the others are counted in `unfinished`, and a
+further finished run of a seed the row already counts in `duplicates` (a store may hold a
+sweep's grid point trained twice by older code). A number that cannot be computed is None (null
+in json), never 0 or NaN.
 
 Beside each method's means, its difference to grpo with a paired t interval: runs pair by
 seed, so what a seed does to both methods alike (data order, sampling) cancels out of it.
@@ -95,7 +97,7 @@ def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
             base = first.get(days)
             row[speedup] = base / row[days] if base is not None and row[days] else None
     order = ["method", *_corrections_column(rows), "status", "seeds", "unfinished"]
-    order += ["eval_accuracy_before"]
+    order += ["duplicates", "eval_accuracy_before"]
     order += ["eval_auc_mean", "eval_auc_ci95"]
     order += ["eval_accuracy_mean", "eval_accuracy_ci95", "gpu_days", "speedup_vs_grpo"]
     order += ["modeled_gpu_days", "modeled_speedup_vs_grpo"]
@@ -140,11 +142,11 @@ def paired_diffs(group: Sequence[RunRecord], grpo: Sequence[RunRecord]) -> dict[
     """`group` minus `grpo` on each seed both finished: mean, paired 95% t half-width, and
     the detectable difference at 80% power given the differences' spread.
 
-    `pairs` counts those seeds. A seed finished twice on one side counts once (its runs
-    averaged). With fewer than MIN_PAIRS differences the half-width and the detectable
+    `pairs` counts those seeds. A seed finished twice on one side counts once (its first
+    run: counted). With fewer than MIN_PAIRS differences the half-width and the detectable
     difference are None.
     """
-    ours, theirs = _seed_runs(group), _seed_runs(grpo)
+    ours, theirs = _seed_runs(counted(group)), _seed_runs(counted(grpo))
     seeds = sorted(ours.keys() & theirs.keys())
     row: dict[str, Any] = {"pairs": len(seeds)}
     for name, value in PAIRED.items():
@@ -182,9 +184,9 @@ def sweep_rows(runs: Sequence[RunRecord], sweep_params: Sequence[str]) -> list[d
         row = dict(zip(keys, values, strict=True))
         choices = {correction_choices(r) for r in groups[values]} - {None}
         row["corrections"] = "; ".join(sorted(choices)) or None
-        for key in ["status", "seeds", "unfinished", "eval_auc_mean", "eval_auc_ci95"]:
+        for key in ["status", "seeds", "unfinished", "duplicates", "eval_auc_mean"]:
             row[key] = summary[key]
-        for key in ["eval_accuracy_mean", "eval_accuracy_ci95"]:
+        for key in ["eval_auc_ci95", "eval_accuracy_mean", "eval_accuracy_ci95"]:
             row[key] = summary[key]
         row["gpu_days"] = summary["gpu_days"]
         row["modeled_gpu_days"] = summary["modeled_gpu_days"]
@@ -263,21 +265,37 @@ def run_groups(report: Report) -> dict[str, list[RunRecord]]:
 
     groups = {}
     for name, group in _group(report.runs, label).items():
-        finished = [r for r in group if r.finished]
+        finished = counted(group)
         groups[name if finished else f"{name} (unfinished)"] = finished or group
     return groups
 
 
+def counted(runs: Iterable[RunRecord]) -> list[RunRecord]:
+    """The finished runs a row averages: the first of each seed (`runs` oldest first, as
+    load_report gives them); runs of an unknown seed all count."""
+    seen: set[int] = set()
+    kept = []
+    for run in runs:
+        if not run.finished or run.seed in seen:
+            continue
+        kept.append(run)
+        if run.seed is not None:
+            seen.add(run.seed)
+    return kept
+
+
 def _summary(group: Sequence[RunRecord]) -> dict[str, Any]:
-    """Means over the finished runs of a group; unfinished ones are only counted."""
-    done = [r for r in group if r.finished]
+    """Means over the finished runs of a group, one per seed; the others are only counted."""
+    done = counted(group)
+    finished = sum(r.finished for r in group)
     accuracy, ci95 = mean_ci95(_present(r.last(m.EVAL_ACCURACY) for r in done))
     area, area_ci95 = mean_ci95(_present(eval_area(r) for r in done))
     switches = _present(_first_step(r, m.SWITCHED, lambda v: v >= 0.5) for r in done)
     return {
         "status": "finished" if done else "unfinished",
         "seeds": len(done),
-        "unfinished": len(group) - len(done),
+        "unfinished": len(group) - finished,
+        "duplicates": finished - len(done),
         "eval_accuracy_before": _mean(r.history.get(m.EVAL_ACCURACY, {}).get(0) for r in done),
         "eval_auc_mean": area,
         "eval_auc_ci95": area_ci95,
@@ -307,11 +325,11 @@ def _summary(group: Sequence[RunRecord]) -> dict[str, Any]:
 
 
 def seed_rows(report: Report) -> list[dict[str, Any]]:
-    """Every finished run's own figures, one row each (what a table's means are means of):
+    """Every counted run's own figures, one row each (what a table's means are means of):
     `rvctl report --per-seed FILE` writes them beside the table, so a reader can redo it."""
     rows = []
     for label, group in run_groups(report).items():
-        for run in sorted((r for r in group if r.finished), key=lambda r: (r.seed is None, r.seed)):
+        for run in sorted(counted(group), key=lambda r: (r.seed is None, r.seed)):
             entropy = run.history.get(m.ENTROPY_MEAN, {})
             rows.append(
                 _clean(

@@ -2,8 +2,10 @@
 
 Ray Tune expands the grid and schedules the trials by their resources (a local Ray by
 default, `address` for a cluster). Every trial is an MLflow child of the sweep's parent run.
-The sweep folder holds `parent.json` and Tune's experiment state (`trials/`), so a sweep that
-was stopped resumes (`resume=True`) without rerunning the trials that finished.
+The sweep folder holds `parent.json`, Tune's experiment state (`trials/`) and the trials' run
+folders, so a sweep that was stopped resumes (`resume=True`): Tune runs again what its state
+had not seen end, and each such trial goes on with its grid point's run (train_point), so a
+point is trained once whatever moment the stop came (docs/checkpoints.md).
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ import yaml
 
 from rollverify.config import RunConfig, with_overrides
 from rollverify.core.methods import METHODS
-from rollverify.experiments.child_runs import open_parent, trial_resources
+from rollverify.experiments.child_runs import open_parent, run_child, run_folder_of, trial_resources
 from rollverify.experiments.parent_record import record_report
-from rollverify.infra.faults import one_line, own_error
+from rollverify.infra.faults import kill_point, one_line, own_error
 from rollverify.infra.nested_dicts import config_fields, flatten
 from rollverify.infra.paths import locate
+from rollverify.training.run_plan import RunSummary
 
 SWEEPS = Path("sweeps")  # in the working directory, else the package's (rollverify/infra/paths.py)
 
@@ -252,39 +255,31 @@ def _tune_quiet():
 
 
 def run_trial(params: dict[str, Any], base: dict[str, Any], parent_run_id: str) -> None:
-    """One grid point, in a Ray worker: train, report the summary to Tune."""
-    import dataclasses
-
+    """One grid point, in a Ray worker: train it (once: train_point), report the summary to
+    Tune."""
     from rollverify.infra.quiet import quiet_environment
 
     quiet_environment()  # before TRL and transformers load in this worker
     from ray import tune
 
     from rollverify.config import load_config
-    from rollverify.training.run import train
 
     config = load_config(overrides=base | params)
-    # the grid point as the run's config holds it (a grid's `--dt 2` is the field's 2.0)
-    resolved = config_fields(config.to_dict())
-    done = finished_child(base["tracking.uri"], parent_run_id, {k: resolved[k] for k in params})
-    if done is None:
-        done = dataclasses.asdict(train(config, parent_run_id=parent_run_id))
-    tune.report({k: v for k, v in done.items() if v is not None})
+    summary = train_point(config, list(params), parent_run_id)
+    kill_point("end-tune", config.train.steps)  # tests: the point's run closed, Tune not told
+    tune.report({k: v for k, v in asdict(summary).items() if v is not None})
 
 
-def finished_child(uri: str, parent_run_id: str, params: dict[str, Any]) -> dict | None:
-    """The summary of a finished run of this grid point, if one exists: a resumed sweep does
-    not train it again, even when Tune's saved state predates its end."""
-    from mlflow.tracking import MlflowClient
-
-    from rollverify.tracking.tracker import child_runs
-
-    for run in child_runs(MlflowClient(uri), parent_run_id, finished_only=True):
-        if all(run.data.params.get(k) == str(v) for k, v in params.items()):
-            summary = Path(run.data.tags["run_dir"]) / "summary.json"
-            if summary.exists():
-                return json.loads(summary.read_text())
-    return None
+def train_point(config: RunConfig, fields: list[str], parent_run_id: str) -> RunSummary:
+    """The run of the grid point `config` is at (its values of `fields`, the swept ones and
+    the seed): a new one; or the one a stopped sweep left in the sweep's folder, kept if it
+    trained all its steps (its end completed if the stop cut it off), else resumed from its
+    last checkpoint. Tune's saved state may predate any of these: whatever it reruns, a
+    point is trained once, in one folder and one MLflow run."""
+    resolved = config_fields(config.to_dict())  # a grid's `--dt 2` is the field's 2.0
+    point = {name: resolved[name] for name in [*fields, "train.method"]}
+    run_dir = run_folder_of(Path(config.output), point)
+    return run_child(config, run_dir, lambda step, metrics: None, parent_run_id, engine=None)
 
 
 class ChildWatcher(threading.Thread):

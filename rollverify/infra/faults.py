@@ -10,7 +10,10 @@ rollout), train (after the optimizer step, before the weight sync), checkpoint-w
 step's metrics logged, its checkpoint's tensors written, no manifest yet), tool-call (a task
 with a tool: as the step's first tool call starts). The step is the
 one being trained (rollout of step 3: `rollout:3`). In a run of several processes,
-`train:2@1` kills rank 1 alone.
+`train:2@1` kills rank 1 alone. A run's end, at its last step N (training/run_end.py has
+the order): end-summary (the last checkpoint written, no summary.json), end-mlflow
+(summary.json written, the MLflow run not closed), end-tune (a sweep's trial: its run closed,
+Tune not told).
 A real SIGKILL: no handler, no cleanup, exactly what a preempted or OOM-killed job sees.
 Unset (always, outside tests), `kill_point` costs one dictionary lookup.
 """

@@ -11,13 +11,11 @@ checkpoints, every rank with the model and its share of each batch.
 from __future__ import annotations
 
 import json
-import math
 import secrets
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,7 @@ from rollverify.infra.faults import describe, kill_point
 from rollverify.infra.hub import model_folder
 from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.tasks.base import Task
-from rollverify.tracking.metric_names import EVAL_ACCURACY, OPS_MEAN, REWARD_MEAN
+from rollverify.tracking.metric_names import EVAL_ACCURACY
 from rollverify.tracking.tracker import MLflowTracker, default_tracking_uri
 from rollverify.training.checkpoint.files import latest
 from rollverify.training.checkpoint.run_state import config_changes, restore_loop
@@ -48,7 +46,8 @@ from rollverify.training.parts import (
 )
 from rollverify.training.preflight import check_before_start, sharding_problems
 from rollverify.training.records import evaluation_metrics
-from rollverify.training.run_folder import find_run, is_finished, resumed_config
+from rollverify.training.run_end import finished_run, store_artifacts, summary_of, write_summary
+from rollverify.training.run_folder import find_run, is_finished, resumed_config, run_lock
 from rollverify.training.run_plan import RunPlan, RunSummary
 from rollverify.training.stopping import RunInterrupted, StopRequest
 from rollverify.training.weight_sync import WeightStream
@@ -88,8 +87,14 @@ def resume(
     parent_run_id: str | None = None,
 ) -> RunSummary:
     """Continue a run from its last good checkpoint (resume_plan says how). parent_run_id:
-    for a run killed before its MLflow run existed (a comparison's child)."""
-    return run(resume_plan(run_dir, overrides, config_path, on_step, engine, parent_run_id))
+    for a run killed before its MLflow run existed (a comparison's child). A run at its last
+    step raises RunFinished, its end completed first if a stop cut it off (run_end.py)."""
+    try:
+        plan = resume_plan(run_dir, overrides, config_path, on_step, engine, parent_run_id)
+    except RunFinished:
+        finished_run(find_run(Path(run_dir)))
+        raise
+    return run(plan)
 
 
 def resume_plan(
@@ -230,8 +235,8 @@ def _train(
     world: World,
 ) -> RunSummary:
     """The MLflow run, the loop and its trainer; step 0's evaluation (or a resumed run's
-    pending one); TRL's training loop to the last step; the summary, written before the MLflow
-    run is marked FINISHED (a resumed sweep takes a finished child's summary as done).
+    pending one); TRL's training loop to the last step; the end's writes (run_end.py: after the
+    last checkpoint, summary.json, then the MLflow run's artifacts and FINISHED).
     engine: rank 0's; the other ranks have none, nor an MLflow run."""
     config, checkpoint = plan.config, plan.checkpoint
     method = METHODS[config.train.method]
@@ -274,10 +279,10 @@ def _train(
                 resume_from_checkpoint=str(checkpoint.folder) if checkpoint is not None else None
             )
         summary = None
-        if world.main:
-            summary = _summary(plan, loop, time.perf_counter() - started)
-            text = json.dumps(asdict(summary), indent=2) + "\n"
-            atomic_write_text(plan.run_dir / "summary.json", text)
+        if world.main:  # the end's writes, in run_end.py's order
+            summary = summary_of(plan, loop, time.perf_counter() - started)
+            kill_point("end-summary", config.train.steps)  # tests: last checkpoint, no summary
+            write_summary(plan.run_dir, summary)
         summary = world.broadcast(summary)
         status = "FINISHED"
     except KeyboardInterrupt as interrupt:
@@ -297,71 +302,11 @@ def _train(
         if tracker is not None:
             if world.main and status == "FINISHED":  # a stop's grace is not spent on them
                 try:
-                    _store_artifacts(plan, tracker)
+                    store_artifacts(plan.run_dir, tracker, plan.config.tracking.plots)
                 except Exception as error:  # the run's results are in its folder anyway
                     warnings.warn(f"MLflow artifacts not stored: {describe(error)}", stacklevel=2)
             tracker.finish(status)
     return summary
-
-
-def _store_artifacts(plan: RunPlan, tracker: MLflowTracker) -> None:
-    """The run folder's results on its MLflow run: config, ledger, summary, and (tracking.
-    plots) the run's curves, drawn from what it logged."""
-    files = [plan.run_dir / n for n in ("config.yaml", "ledger.json", "summary.json")]
-    tracker.log_artifacts([f for f in files if f.is_file()])
-    if plan.config.tracking.plots:
-        tracker.deliver()  # metrics a busy store kept back: in the curves too
-        from rollverify.tracking.plots import plot_metrics
-        from rollverify.tracking.run_records import run_record
-
-        record = run_record(tracker.uri, tracker.run_id)
-        tracker.log_artifacts(
-            plot_metrics({record.method: [record]}, plan.run_dir / "plots"), "plots"
-        )
-
-
-def _summary(plan: RunPlan, loop: TrainingLoop, wall_seconds: float) -> RunSummary:
-    counters, last = loop.counters, loop.last_metrics
-    return RunSummary(
-        run_dir=str(plan.run_dir),
-        run_id=loop.tracker.run_id,
-        tracking_uri=loop.tracker.uri,
-        method=loop.method.name,
-        seed=plan.config.train.seed,
-        steps=plan.config.train.steps,
-        eval_accuracy_before=counters.eval_before,
-        eval_accuracy_after=counters.last_eval if counters.last_eval is not None else math.nan,
-        reward_mean_first=counters.first_metrics.get(REWARD_MEAN, math.nan),
-        reward_mean_last=last.get(REWARD_MEAN, math.nan),
-        ops_mean_last=last.get(OPS_MEAN, math.nan),
-        acceptance_window_mean=loop.monitor.window_mean,
-        switch_step=loop.monitor.switch_step,
-        wall_seconds=wall_seconds,
-        device_seconds=counters.device_seconds,
-    )
-
-
-@contextmanager
-def run_lock(run_dir: Path) -> Iterator[None]:
-    """One process per run folder: a second `rvctl resume` of a running run is refused."""
-    import fcntl
-
-    with (run_dir / ".lock").open("a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunBusy(
-                f"RUN_DIR {run_dir}: another process is training this run; wait for it to "
-                "end or stop it first"
-            ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-class RunBusy(RuntimeError):
-    exit_code = 2  # a usage error: nothing was touched
 
 
 def _tracker(plan: RunPlan, method: str) -> MLflowTracker:

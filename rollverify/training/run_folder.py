@@ -1,8 +1,13 @@
-"""A run's folder as `rvctl resume` finds it, and the config it resumes with: light (no torch,
-no TRL), so a wrong folder or config is told before anything heavy loads."""
+"""A run's folder as `rvctl resume` finds it, the config it resumes with, and the lock of the
+one process that trains it: light (no torch, no TRL), so a wrong folder or config is told
+before anything heavy loads."""
 
 from __future__ import annotations
 
+import fcntl
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,3 +41,48 @@ def resumed_config(
     (whether it may: training/run.py's resume_plan, against the checkpoint)."""
     base = load_config(config_path if config_path is not None else run_dir / "config.yaml")
     return with_overrides(base, overrides or {})
+
+
+class RunBusy(RuntimeError):
+    exit_code = 2  # a usage error: nothing was touched
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """One process per run folder: a second `rvctl resume` of a running run is refused."""
+    with (run_dir / ".lock").open("a+") as handle:
+        if not _locked(handle):
+            raise _busy(run_dir)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def wait_for_its_process(run_dir: Path, seconds: float = 120.0) -> None:
+    """Return once no process trains the run, raising RunBusy after `seconds`. A sweep's trial
+    may outlive the sweep: Ray runs each worker in a process group of its own, so a SIGKILL of
+    the sweep's group reaches it only when it sees its raylet gone (a tiny trial was seen
+    training 11 more steps, 2.7 s). What to do with the run is decided after it."""
+    deadline = time.monotonic() + seconds
+    with (run_dir / ".lock").open("a+") as handle:
+        while not _locked(handle):
+            if time.monotonic() > deadline:
+                raise _busy(run_dir)
+            time.sleep(0.2)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _locked(handle) -> bool:
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _busy(run_dir: Path) -> RunBusy:
+    return RunBusy(
+        f"RUN_DIR {run_dir}: another process is training this run; wait for it to end or "
+        "stop it first"
+    )

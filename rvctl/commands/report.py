@@ -14,6 +14,7 @@ from rvctl.output import Format, print_split, stderr
 # "…" when a table is wider than the terminal, so wide tables are split (see _print).
 TABLE_HEADERS = {
     "unfinished": "unfin.",
+    "duplicates": "dup.",
     "eval_accuracy_before": "acc@0",
     "eval_auc_mean": "AUC",
     "eval_auc_ci95": "±AUC",
@@ -56,7 +57,8 @@ LEGEND = (
     "section 6): uncounted: masked tokens out of the loss's count "
     "(correction.masked_tokens_in_count false), micro-batch: M2PO's mask per pass "
     "(m2po_scope), unclipped: m2po_clip false; unfin.: "
-    "runs not finished; Δ: the row minus grpo, mean over the seeds both finished (pairs), "
+    "runs not finished; dup.: finished runs of a seed the row already counts, left out; "
+    "Δ: the row minus grpo, mean over the seeds both finished (pairs), "
     f"±Δ: its paired Student t half-width ({FEW_PAIRS}: under 3 pairs, no interval); mde: the "
     "smallest difference those pairs detect with 80% power (two-sided 5% paired t test, the "
     "observed spread)"
@@ -127,6 +129,7 @@ def show_report(
         keys = 2 if "corrections" in rows[0] else 1  # method, and the choices it ran with
         _print(rows, format, f"methods ({found.kind})", keys=keys)
 
+    _say_duplicates(rows)
     if format is Format.table:
         _log(LEGEND)
     if per_seed is not None:
@@ -160,6 +163,17 @@ def _write_seed_rows(found: Any, path: Path) -> None:
         writer.writerows(rows)
         text = out.getvalue()
     atomic_write_text(path, text)
+
+
+def _say_duplicates(rows: list[dict[str, Any]]) -> None:
+    """A seed finished twice in a row's runs counts once; the report says so, in every format
+    (a resumed sweep of older code could train a grid point again)."""
+    repeated = sum(row.get("duplicates") or 0 for row in rows)
+    if repeated:
+        _log(
+            f"note: {repeated} finished run(s) repeat a seed their row already counts; each "
+            "seed counts once (its first run), the others are left out (column duplicates)"
+        )
 
 
 def _mark_few_pairs(row: dict[str, Any]) -> dict[str, Any]:

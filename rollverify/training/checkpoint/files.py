@@ -139,6 +139,18 @@ def newest_step(root: Path) -> int | None:
     return max(steps(root), default=None)
 
 
+def newest_state(root: Path) -> tuple[int, dict[str, Any]] | None:
+    """The step and state.json of the newest checkpoint whose state.json matches its
+    manifest; its tensors are not read (a finished run's summary needs the state alone)."""
+    if root.is_dir():
+        _recover(root)
+    for folder in sorted(root.glob("step-*"), reverse=True):
+        if matches_manifest(folder, STATE) is None:
+            state = json.loads((folder / STATE).read_text())
+            return state.pop("step"), state
+    return None
+
+
 def matches_manifest(folder: Path, name: str) -> str | None:
     """None if the file `name` of a checkpoint matches its manifest entry; else what is
     wrong (a reader of one file need not hash the others)."""

@@ -156,6 +156,30 @@ def from_store(store: str) -> dict:
     return {"runs": runs}
 
 
+def runs_table(runs: list[dict]) -> Table:
+    """Per method: seeds, the mean share of trained tokens 8+ versions old, grpo's stability."""
+    table = Table(title="the study's runs")
+    for column in ("method", "seeds", "stale_token_share_8 (mean)", "stable seeds"):
+        table.add_column(column, justify="right")
+    methods: dict[str, list[dict]] = {}
+    for run in runs:
+        methods.setdefault(run["method"], []).append(run)
+    for method, group in sorted(methods.items()):
+        shares = [
+            r["stale_token_share_8_mean"]
+            for r in group
+            if r["stale_token_share_8_mean"] is not None
+        ]
+        stable_seeds = sorted(r["seed"] for r in group if r["stable"])
+        table.add_row(
+            method,
+            str(len(group)),
+            f"{statistics.fmean(shares):.4f}" if shares else "-",
+            f"{len(stable_seeds)} of {len(group)} {stable_seeds}",
+        )
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True)
@@ -169,12 +193,15 @@ def main() -> None:
     result = {"config": args.config, "overrides": overrides, "policy": starting_policy(config)}
     if args.store:
         result |= from_store(args.store)
-    table = Table(title=f"preconditions of {args.config}")
+    console = Console()
+    table = Table(title=f"the starting policy of {args.config}")
     table.add_column("figure")
     table.add_column("value", justify="right")
     for key, value in result["policy"].items():
         table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
-    Console().print(table)
+    console.print(table)
+    if args.store:
+        console.print(runs_table(result["runs"]))
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
 

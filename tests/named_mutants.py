@@ -920,9 +920,8 @@ MUTANTS = [
         "async-checkpoint-misses-the-engine",
         "a checkpoint of asynchronous training holds the sequences the engine runs or queues",
         "rollverify/training/loop.py",
-        "        if self.asynchronous:\n            self.async_state.take_out(self.engine)\n"
-        "        return self._state_dict()",
-        "        return self._state_dict()",
+        "        with self._sequences_out():  # (a checkpoint's)",
+        "        with nullcontext():  # (a checkpoint's)",
         (
             "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them[2]",
             "tests/test_async_training.py::test_killed_in_generation_and_in_training_resumes_bit_for_bit",
@@ -932,9 +931,8 @@ MUTANTS = [
         "async-evaluation-takes-the-sequences",
         "an evaluation between steps leaves the sequences in flight be",
         "rollverify/training/loop.py",
-        "        if self.asynchronous:\n            self.async_state.take_out(self.engine)\n"
-        "        return self._evaluate()",
-        "        return self._evaluate()",
+        "            self._sequences_out(),  # (an evaluation's)",
+        "            nullcontext(),  # (an evaluation's)",
         (
             "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them[2]",
         ),
@@ -943,8 +941,8 @@ MUTANTS = [
         "async-no-in-flight-update",
         "in asynchronous training an update reaches the engine between two tokens",
         "rollverify/training/loop.py",
-        "            if self.world.main and self.asynchronous:  # between two tokens",
-        "            if False:  # between two tokens",
+        "        if self.world.main and self.async_ is not None:  # between two tokens",
+        "        if False:  # between two tokens",
         (
             "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them[2]",
         ),

@@ -751,7 +751,7 @@ MUTANTS = [
     Mutant(
         "kv-preempts-oldest",
         "out of KV cache, vLLM preempts the newest running row (not the oldest)",
-        "rollverify/rollout/engines/simulated.py",
+        "rollverify/rollout/engines/simulated_kv.py",
         "row_id = next(reversed(self._rows))",
         "row_id = next(iter(self._rows))",
         (
@@ -779,7 +779,7 @@ MUTANTS = [
     Mutant(
         "kv-admission-ignores-memory",
         "a queued row is admitted only if its blocks fit beside the running rows'",
-        "rollverify/rollout/engines/simulated.py",
+        "rollverify/rollout/engines/simulated_kv.py",
         "if held + blocks_for(context, size) > self.kv_blocks and (admitted or self._rows):",
         "if False:",
         (
@@ -1071,7 +1071,7 @@ MUTANTS = [
     Mutant(
         "compiled-returns-late",
         "the compiled engine hands finished trajectories back when their group may be complete",
-        "rollverify/rollout/engines/simulated_kernel.py",
+        "rollverify/rollout/engines/kernel/polls.py",
         "        if count and (ints[WAKE] or idle):",
         "        if count and idle:",
         (
@@ -1081,7 +1081,7 @@ MUTANTS = [
     Mutant(
         "compiled-stale-finishes-kept",
         "the compiled engine drops preempted rows' finishes when the reference does",
-        "rollverify/rollout/engines/simulated_kernel.py",
+        "rollverify/rollout/engines/kernel/preemption.py",
         "    ints[STALE] += preempted  # their entries in `ends`, dropped when they come up",
         "    ints[STALE] += 0",
         ("tests/test_simulated_compiled.py::test_random_small_engines_give_the_same_rollouts",),
@@ -1089,7 +1089,7 @@ MUTANTS = [
     Mutant(
         "compiled-prefix-cache-ignored",
         "a preempted row's cached prefix is not recomputed when it returns (compiled)",
-        "rollverify/rollout/engines/simulated_kernel.py",
+        "rollverify/rollout/engines/kernel/admission.py",
         "                found = min(hits * size, context - 1)  # the last is computed",
         "                found = 0",
         (
@@ -1099,10 +1099,19 @@ MUTANTS = [
     Mutant(
         "compiled-decode-overhead-dropped",
         "the compiled prices add each decode step's fixed overhead, as the roofline does",
-        "rollverify/rollout/engines/simulated_kernel.py",
+        "rollverify/rollout/engines/kernel/prices.py",
         "        + steps * fixed",
         "        + 0 * fixed",
         ("tests/test_simulated_compiled.py::test_the_kernels_prices_are_the_cost_models",),
+    ),
+    # -- issue 50: the compiled kernel over several files -----------------------------------
+    Mutant(
+        "compiled-cache-kept-after-a-callee-changed",
+        "a compiled function whose callee's file changed is compiled again (numba's cache)",
+        "rollverify/infra/numba_cache.py",
+        "    if all(_stamp(folder) == digest for folder in folders):",
+        "    if True:",
+        ("tests/test_numba_cache.py::test_a_changed_callee_in_another_file_is_compiled_again",),
     ),
     # -- issue 49: rewards the program cannot forge, a sandbox that fails closed -------------
     Mutant(

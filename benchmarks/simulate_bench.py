@@ -21,7 +21,8 @@ from pathlib import Path
 from provenance import provenance
 
 from rollverify.config import load_config
-from rollverify.experiments.simulate import rows, simulate_one
+from rollverify.experiments.simulate import simulate_one
+from rollverify.experiments.simulate_results import rows
 from rollverify.experiments.simulate_settings import Settings
 
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "qwen3-8b-dapo-math.yaml"

@@ -239,7 +239,7 @@ MUTANTS = [
     Mutant(
         "simulate-acceptance-constant",
         "rvctl simulate follows an acceptance curve step by step (--acceptance-from)",
-        "rollverify/experiments/simulate.py",
+        "rollverify/experiments/simulate_trainer.py",
         "acceptance = settings.acceptance[min(step, len(settings.acceptance)) - 1]",
         "acceptance = settings.acceptance[-1]",
         (

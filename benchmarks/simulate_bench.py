@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from provenance import provenance
+from simulate_runs import timed_table
 
 from rollverify.config import load_config
 from rollverify.experiments.simulate import simulate_one
-from rollverify.experiments.simulate_results import rows
 from rollverify.experiments.simulate_settings import Settings
 
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "qwen3-8b-dapo-math.yaml"
@@ -79,28 +78,11 @@ def main() -> None:
         kv_cache=args.kv_cache,
     )
     settings.check()
-    results, seconds = [], []
-    for context in settings.contexts:
-        for method in settings.methods:
-            started = time.perf_counter()
-            results.append(simulate_one(config, settings, method, context, seed=0))
-            seconds.append(
-                {"method": method, "context": context, "seconds": time.perf_counter() - started}
-            )
+    timed = timed_table(config, settings)
     report = {
         "benchmark": "simulate_bench",
         "sensitivity": sensitivity(config, settings, args.sensitivity_steps),
-        "rows": rows(results),
-        "phase_seconds": [
-            {
-                "method": r.method,
-                "context": r.context,
-                **r.seconds,
-                "of_rollout_prefill": r.prefill_seconds,
-            }
-            for r in results
-        ],
-        "simulation_wall_seconds": seconds,
+        **timed,
         "settings": asdict(settings),
         "paper": {"gpu_days_grpo_vs_rollverify": {"8192": [16.6, 15.1], "65536": [261, 137]}},
         "provenance": provenance(config.to_dict()),

@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from provenance import provenance
+from simulate_runs import timed_table
 
 from rollverify.config import load_config
-from rollverify.experiments.simulate import simulate_one
-from rollverify.experiments.simulate_results import rows
 from rollverify.experiments.simulate_settings import LengthModel, Settings
 
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "qwen3-8b-dapo-math.yaml"
@@ -64,26 +62,8 @@ def main() -> None:
     report: dict = {"benchmark": "simulate_terms", "variants": {}}
     for name, settings in chosen.items():
         settings.check()
-        results, seconds = [], []
-        for context in settings.contexts:
-            for method in settings.methods:
-                started = time.perf_counter()
-                results.append(simulate_one(config, settings, method, context, seed=0))
-                seconds.append(
-                    {"method": method, "context": context, "seconds": time.perf_counter() - started}
-                )
         report["variants"][name] = {
-            "rows": rows(results),
-            "phase_seconds": [
-                {
-                    "method": r.method,
-                    "context": r.context,
-                    **r.seconds,
-                    "of_rollout_prefill": r.prefill_seconds,
-                }
-                for r in results
-            ],
-            "simulation_wall_seconds": seconds,
+            **timed_table(config, settings),
             "settings": asdict(settings),
         }
     report["paper"] = {"gpu_days_grpo_vs_rollverify": {"8192": [16.6, 15.1], "65536": [261, 137]}}

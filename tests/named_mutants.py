@@ -296,7 +296,7 @@ MUTANTS = [
     Mutant(
         "killed-at-start-new-mlflow-run",
         "a run killed before its first checkpoint resumes in its own MLflow run",
-        "rollverify/training/run.py",
+        "rollverify/training/run_tracking.py",
         "    return json.loads(path.read_text()) if path.is_file() else None",
         "    return None",
         (

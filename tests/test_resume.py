@@ -188,7 +188,7 @@ def test_resume_refuses_a_config_that_breaks_the_run_and_changes_nothing(
 
 
 def test_a_run_being_trained_cannot_be_resumed_by_a_second_process(reference):
-    from rollverify.training.run import RunBusy, run_lock
+    from rollverify.training.run_folder import RunBusy, run_lock
 
     with run_lock(Path(reference.run_dir)), pytest.raises(RunBusy, match="another process"):
         resume(reference.run_dir, {"train.steps": STEPS + 1})

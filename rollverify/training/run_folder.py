@@ -1,8 +1,13 @@
-"""A run's folder as `rvctl resume` finds it, and the config it resumes with: light (no torch,
-no TRL), so a wrong folder or config is told before anything heavy loads."""
+"""A run's folder: its name when it starts, as `rvctl resume` finds it, the config it resumes
+with, one process at a time in it. Light (no torch, no TRL), so a wrong folder or config is
+told before anything heavy loads."""
 
 from __future__ import annotations
 
+import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,3 +41,33 @@ def resumed_config(
     (whether it may: training/run.py's resume_plan, against the checkpoint)."""
     base = load_config(config_path if config_path is not None else run_dir / "config.yaml")
     return with_overrides(base, overrides or {})
+
+
+def run_dir_for(config: RunConfig) -> Path:
+    """A new run's folder: method, seed, time, and a random tag of 8 hex digits (a sweep's
+    trials of one seed start in the same second, side by side)."""
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
+    return Path(config.output) / f"{config.train.method}-s{config.train.seed}-{stamp}"
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """One process per run folder: a second `rvctl resume` of a running run is refused."""
+    import fcntl
+
+    with (run_dir / ".lock").open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunBusy(
+                f"RUN_DIR {run_dir}: another process is training this run; wait for it to "
+                "end or stop it first"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class RunBusy(RuntimeError):
+    exit_code = 2  # a usage error: nothing was touched

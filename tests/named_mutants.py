@@ -1113,6 +1113,15 @@ MUTANTS = [
         "    if True:",
         ("tests/test_numba_cache.py::test_a_changed_callee_in_another_file_is_compiled_again",),
     ),
+    Mutant(
+        "cost-reads-the-run-config",
+        "no part below training/ takes the whole RunConfig (each its own settings)",
+        "rollverify/cost/ledger.py",
+        "from rollverify.tracking import metric_names as m\n",
+        "from rollverify.config import RunConfig  # noqa: F401\n"
+        "from rollverify.tracking import metric_names as m\n",
+        ("tests/test_layout.py::test_no_part_below_training_reads_the_whole_run_config",),
+    ),
     # -- issue 49: rewards the program cannot forge, a sandbox that fails closed -------------
     Mutant(
         "judge-takes-builtins-from-the-program",

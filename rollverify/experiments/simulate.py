@@ -43,9 +43,6 @@ from rollverify.config import RunConfig
 from rollverify.core.methods import METHODS
 from rollverify.core.switching import AcceptanceMonitor
 from rollverify.cost.costmodel import (
-    GPUS,
-    Layout,
-    ModelShape,
     Pricing,
 )
 from rollverify.cost.kv_cache import BLOCK_SIZE
@@ -63,6 +60,7 @@ from rollverify.rollout.engines.simulated import SimulatedEngine, Sketch
 from rollverify.rollout.engines.simulated_compiled import CompiledSimulatedEngine
 from rollverify.rollout.schedules import PromptGroup, RolloutState, collect
 from rollverify.rollout.trajectory import Trajectory
+from rollverify.training.cost_settings import run_pricing
 
 
 @dataclass(frozen=True)
@@ -200,8 +198,7 @@ def simulate_async(
 
 def _pricing(config: RunConfig, settings: Settings) -> Pricing:
     """What a run's work costs on `settings.gpu`: its model's shape, on its layout."""
-    shape = ModelShape.of(config.model_path(), revision=config.model.revision)
-    return Pricing(shape, GPUS[settings.gpu], Layout.of(config))
+    return run_pricing(config, settings.gpu)
 
 
 def _oldest(trajectory: Trajectory, default: int) -> int:

@@ -126,7 +126,7 @@ def simulate(
         bool,
         typer.Option(
             help="Run the exact model in Python (rollverify/rollout/engines/simulated.py), not "
-            "compiled: the same table, ~5x slower; for checking the compiled engine."
+            "compiled: the same table, ~7x slower; for checking the compiled engine."
         ),
     ] = False,
     workers: Annotated[

@@ -12,19 +12,15 @@ rollout share of 70-80%. Nothing here is tuned to those figures.
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import asdict, replace
-from pathlib import Path
 
 from provenance import provenance
-from simulate_runs import timed_table
+from simulate_runs import CONFIG, parser_of, settings_of, timed_table
 
 from rollverify.config import load_config
 from rollverify.experiments.simulate import simulate_one
 from rollverify.experiments.simulate_settings import Settings
-
-CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "qwen3-8b-dapo-math.yaml"
 
 
 def sensitivity(config, settings: Settings, steps: int) -> list[dict]:
@@ -56,10 +52,7 @@ def sensitivity(config, settings: Settings, steps: int) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=700)
-    parser.add_argument("--context", default="8192,65536")
-    parser.add_argument("--methods", default="grpo,partial,rollverify")
+    parser = parser_of(__doc__.splitlines()[0])
     parser.add_argument(
         "--sensitivity-steps", type=int, default=100, help="steps of the sensitivity runs"
     )
@@ -71,12 +64,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     config = load_config(CONFIG)
-    settings = Settings(
-        methods=tuple(args.methods.split(",")),
-        contexts=tuple(int(c) for c in args.context.split(",")),
-        steps=args.steps,
-        kv_cache=args.kv_cache,
-    )
+    settings = settings_of(args, kv_cache=args.kv_cache)
     settings.check()
     timed = timed_table(config, settings)
     report = {

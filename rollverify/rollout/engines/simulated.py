@@ -39,13 +39,12 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import torch
 
 from rollverify.cost.costmodel import StepCost
-from rollverify.cost.kv_cache import BLOCK_SIZE, BlockCount, PrefixCache, blocks_for
-from rollverify.cost.tool_latency import ToolCallSampler
+from rollverify.cost.kv_cache import BlockCount, PrefixCache, blocks_for
 from rollverify.cost.trace import EngineStep
 from rollverify.rollout.engines.batching import DECODE_KEEP, padded_positions
 from rollverify.rollout.engines.protocol import EngineStats, QueuedSlots
@@ -59,21 +58,9 @@ from rollverify.rollout.trajectory import Trajectory
 class SimulatedEngine(SimulatedBase, KVCacheRows, QueuedSlots):
     # (rvctl simulate runs this model compiled where it can: engines/simulated_compiled.py)
 
-    def __init__(
-        self,
-        cost: StepCost,
-        slots: int,
-        max_new_tokens: int,
-        lengths: Callable[[int, int], int],
-        admit_batch: int | None = None,
-        finishes_per_poll: int = 1,
-        version: int = 0,
-        kv_tokens: int | None = None,
-        block_size: int = BLOCK_SIZE,
-        tool_calls: ToolCallSampler | None = None,
-    ) -> None:
-        settings = (admit_batch, finishes_per_poll, kv_tokens, block_size)
-        super().__init__(cost, slots, max_new_tokens, lengths, *settings)
+    cost: StepCost  # each iteration's price: Pricing (a GPU), LinearStepCost (fitted)
+
+    def _start(self, version: int) -> None:
         self.version = version
         self.stats = EngineStats()
         self.clock = 0.0  # virtual seconds on the modeled GPUs
@@ -86,14 +73,13 @@ class SimulatedEngine(SimulatedBase, KVCacheRows, QueuedSlots):
         self._finishing: list[tuple[int, int]] = []
         self._ids = itertools.count()
         self._context0 = 0  # sum over rows of (base - admitted_at): context = this + rows x step
-        self._blocks = BlockCount(block_size)  # blocks the rows hold: c_i = base - admitted_at
+        self._blocks = BlockCount(self.block_size)  # the rows': c_i = base - admitted_at
         self._cached = PrefixCache(self.kv_blocks or 0)  # preempted rows' prefixes
         self._stale = 0  # entries of preempted rows left in _finishing
         # weights on the way, in the order the trainer sent them: (at, version, seconds,
         # recompute_kv); a trainer slower than the engines can send the next before one lands
         self._pending: deque[tuple[float, int, float, bool]] = deque()
-        self.tool_calls = tool_calls  # where responses call a tool (cost/tool_latency.py)
-        self._tools = ToolCallsOut(tool_calls)  # responses off the engine until it answers
+        self._tools = ToolCallsOut(self.tool_calls)  # responses off the engine until it answers
 
     # -- the engine interface -----------------------------------------------------------------
 

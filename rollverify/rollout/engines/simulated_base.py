@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import torch
 
 from rollverify.cost.kv_cache import BLOCK_SIZE
+from rollverify.cost.tool_latency import ToolCallSampler
 from rollverify.cost.trace import EngineStep
 
 
@@ -42,12 +43,14 @@ class NoModel:
 
 
 class SimulatedBase(NoModel):
-    """A simulated engine's settings: `cost` prices each iteration (Pricing, a GPU; the
-    reference also takes a fitted LinearStepCost), `slots` rows, responses of up to
+    """A simulated engine, built from its settings: `cost` prices each iteration (Pricing, a
+    GPU; the reference also takes a fitted StepCost), `slots` rows, responses of up to
     `max_new_tokens`, each as long as `lengths(group_id, sample_index)` draws; admission in
     batches of `admit_batch` (default: as the hf engine), `finishes_per_poll` finishes a poll
-    (engines/simulated.py says what it trades), a KV cache of `kv_tokens` (None: without
-    limit) in blocks of `block_size`. Sampling settings are a model's: the defaults."""
+    (engines/simulated.py says what it trades), the policy `version` it starts at, a KV cache
+    of `kv_tokens` (None: without limit) in blocks of `block_size`, and where responses call a
+    tool (`tool_calls`, cost/tool_latency.py; None: never). Sampling settings are a model's:
+    the defaults. Each engine sets up its own state in `_start`."""
 
     def __init__(
         self,
@@ -57,8 +60,10 @@ class SimulatedBase(NoModel):
         lengths: Callable[[int, int], int],
         admit_batch: int | None = None,
         finishes_per_poll: int = 1,
+        version: int = 0,
         kv_tokens: int | None = None,
         block_size: int = BLOCK_SIZE,
+        tool_calls: ToolCallSampler | None = None,
     ) -> None:
         self.cost = cost
         self.slots = slots
@@ -69,6 +74,13 @@ class SimulatedBase(NoModel):
         self.finishes_per_poll = finishes_per_poll
         # KV blocks: None is a cache without limit (today's engines up to their slots)
         self.kv_blocks = None if kv_tokens is None else kv_tokens // block_size
+        self.block_size = block_size
+        self.tool_calls = tool_calls  # where responses call a tool
         self.idle_seconds = 0.0  # virtual seconds waiting for weights (asynchronous training)
         self.calls_made = 0  # tool calls the responses made
         self.tool_wait_seconds = 0.0  # idle: every response was waiting for a tool
+        self._start(version)
+
+    def _start(self, version: int) -> None:
+        """The engine's own state, empty, at policy `version`."""
+        raise NotImplementedError

@@ -6,14 +6,13 @@ pause)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import torch
 
 from rollverify.config.model_shape import ModelShape
 from rollverify.cost.costmodel import GPUS, Layout, Pricing
-from rollverify.cost.kv_cache import BLOCK_SIZE
 from rollverify.rollout.engines import kernel
 from rollverify.rollout.engines.kernel import arrays
 from rollverify.rollout.engines.protocol import EngineStats
@@ -41,25 +40,17 @@ class CompiledSimulatedEngine(SimulatedBase):
     nothing (LengthSampler: a moving median is fixed at a group's first admission, as the
     reference asks `lengths` then); it is then called for real as each trajectory leaves."""
 
-    def __init__(
-        self,
-        cost: Pricing,
-        slots: int,
-        max_new_tokens: int,
-        lengths: Callable[[int, int], int],
-        admit_batch: int | None = None,
-        finishes_per_poll: int = 1,
-        version: int = 0,
-        kv_tokens: int | None = None,
-        block_size: int = BLOCK_SIZE,
-    ) -> None:
-        settings = (admit_batch, finishes_per_poll, kv_tokens, block_size)
-        super().__init__(cost, slots, max_new_tokens, lengths, *settings)
+    cost: Pricing
+
+    def _start(self, version: int) -> None:
         # (weights load between steps, never waited for; no tool calls: idle_seconds,
         # calls_made and tool_wait_seconds stay 0)
-        self._peek_draws = getattr(lengths, "peek", None)
-        self._keep_draws = getattr(lengths, "keep", None)
-        self._prices = kernel.price_terms(cost)
+        if self.tool_calls is not None:
+            raise TypeError("the compiled simulated engine takes no tool calls")
+        slots, max_new_tokens, block_size = self.slots, self.max_new_tokens, self.block_size
+        self._peek_draws = getattr(self.lengths, "peek", None)
+        self._keep_draws = getattr(self.lengths, "keep", None)
+        self._prices = kernel.price_terms(self.cost)
         self._arrays = kernel.empty_state(slots, block_size, max_new_tokens)
         ints = self._arrays["ints"]
         ints[arrays.SLOTS], ints[arrays.MAX_NEW], ints[arrays.BLOCK] = (
@@ -70,7 +61,7 @@ class CompiledSimulatedEngine(SimulatedBase):
         ints[arrays.KV_BLOCKS] = arrays.NO_LIMIT if self.kv_blocks is None else self.kv_blocks
         ints[arrays.CACHE_BLOCKS] = ints[arrays.FREED] = self.kv_blocks or 0
         ints[arrays.ADMIT_BATCH] = self.admit_batch
-        ints[arrays.FINISHES_PER_POLL] = finishes_per_poll
+        ints[arrays.FINISHES_PER_POLL] = self.finishes_per_poll
         ints[arrays.VERSION] = version
         ints[arrays.Q_HEAD] = ints[arrays.Q_TAIL] = 2 * slots  # room to put rows before it
         self._inside: list[Sketch] = []  # by slot: the trajectories in the engine this step

@@ -16,6 +16,7 @@ import rollverify
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "rollverify"
 DATA_FOLDERS = {"assets", "__pycache__"}  # package data, not code
+MOST_LINES = 400  # a module longer than this is split along the design (docs/layout.md)
 # The parts below training/ (pyproject.toml's layers): each takes its own settings, never the
 # whole RunConfig (docs/layout.md, "Settings").
 BELOW_TRAINING = ("tasks", "rollout", "cost", "tracking", "core", "infra", "tools")
@@ -86,3 +87,16 @@ def test_no_part_below_training_reads_the_whole_run_config():
     readers = [r for part in BELOW_TRAINING for r in run_config_readers(PACKAGE / part)]
     assert readers == [], f"take the part's own settings instead of RunConfig: {readers}"
     assert run_config_readers(PACKAGE / "training"), "the check finds RunConfig where it is"
+
+
+def test_no_module_is_over_400_lines():
+    """Every module of rollverify/ and rvctl/ reads in a sitting: a longer one is split where
+    the design has a seam (the step and the asynchronous schedule, the kernel by what it
+    models), not at its 400th line."""
+    modules = [*PACKAGE.rglob("*.py"), *(ROOT / "rvctl").rglob("*.py")]
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in modules
+        if (n := len(p.read_text().splitlines())) > MOST_LINES
+    }
+    assert long == {}, f"split these along the design: {long}"

@@ -217,12 +217,10 @@ class TrainingLoop:
                 max_staleness=rollout.max_staleness,
             )
         except RolloutInterrupted as interrupted:  # booked now: the checkpoint keeps it
-            self.booking.paused_rollout(interrupted, self._engine_steps(), self.version + 1)
+            self.booking.paused_rollout(
+                interrupted, (self.async_ or self.engine).take_trace(), self.version + 1
+            )
             return None
-
-    def _engine_steps(self) -> list:
-        """The engine's steps since the last call."""
-        return (self.async_ or self.engine).take_trace()
 
     def batch(
         self,
@@ -243,7 +241,7 @@ class TrainingLoop:
             self.version,
             cache_size=len(self.state.cache),
             engine_restarts=self.engine.stats.restarts,
-            engine_steps=self._engine_steps(),
+            engine_steps=(self.async_ or self.engine).take_trace(),
             tool_calls=tool_calls,
         )
         keep = self.generation.keep

@@ -12,19 +12,15 @@ rollout share of 70-80%. Nothing here is tuned to those figures.
 
 from __future__ import annotations
 
-import argparse
 import json
-import time
 from dataclasses import asdict, replace
-from pathlib import Path
 
 from provenance import provenance
+from simulate_runs import CONFIG, parser_of, settings_of, timed_table
 
 from rollverify.config import load_config
-from rollverify.experiments.simulate import rows, simulate_one
+from rollverify.experiments.simulate import simulate_one
 from rollverify.experiments.simulate_settings import Settings
-
-CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "qwen3-8b-dapo-math.yaml"
 
 
 def sensitivity(config, settings: Settings, steps: int) -> list[dict]:
@@ -56,10 +52,7 @@ def sensitivity(config, settings: Settings, steps: int) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=700)
-    parser.add_argument("--context", default="8192,65536")
-    parser.add_argument("--methods", default="grpo,partial,rollverify")
+    parser = parser_of(__doc__.splitlines()[0])
     parser.add_argument(
         "--sensitivity-steps", type=int, default=100, help="steps of the sensitivity runs"
     )
@@ -71,35 +64,13 @@ def main() -> None:
     )
     args = parser.parse_args()
     config = load_config(CONFIG)
-    settings = Settings(
-        methods=tuple(args.methods.split(",")),
-        contexts=tuple(int(c) for c in args.context.split(",")),
-        steps=args.steps,
-        kv_cache=args.kv_cache,
-    )
+    settings = settings_of(args, kv_cache=args.kv_cache)
     settings.check()
-    results, seconds = [], []
-    for context in settings.contexts:
-        for method in settings.methods:
-            started = time.perf_counter()
-            results.append(simulate_one(config, settings, method, context, seed=0))
-            seconds.append(
-                {"method": method, "context": context, "seconds": time.perf_counter() - started}
-            )
+    timed = timed_table(config, settings)
     report = {
         "benchmark": "simulate_bench",
         "sensitivity": sensitivity(config, settings, args.sensitivity_steps),
-        "rows": rows(results),
-        "phase_seconds": [
-            {
-                "method": r.method,
-                "context": r.context,
-                **r.seconds,
-                "of_rollout_prefill": r.prefill_seconds,
-            }
-            for r in results
-        ],
-        "simulation_wall_seconds": seconds,
+        **timed,
         "settings": asdict(settings),
         "paper": {"gpu_days_grpo_vs_rollverify": {"8192": [16.6, 15.1], "65536": [261, 137]}},
         "provenance": provenance(config.to_dict()),

@@ -13,19 +13,15 @@ grow": an assumption, not a measured figure). The paper reports, for GRPO vs Rol
 
 from __future__ import annotations
 
-import argparse
 import json
-import time
 from dataclasses import asdict, replace
-from pathlib import Path
 
 from provenance import provenance
+from simulate_runs import CONFIG, parser_of, settings_of, timed_table
 
 from rollverify.config import load_config
-from rollverify.experiments.simulate import rows, simulate_one
 from rollverify.experiments.simulate_settings import LengthModel, Settings
 
-CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "qwen3-8b-dapo-math.yaml"
 GROWN = {"end_median": 4500.0, "growth": "log"}
 
 
@@ -40,10 +36,7 @@ def variants(base: Settings) -> dict[str, Settings]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=700)
-    parser.add_argument("--context", default="8192,65536")
-    parser.add_argument("--methods", default="grpo,partial,rollverify")
+    parser = parser_of(__doc__.splitlines()[0])
     parser.add_argument(
         "--variants",
         default="",
@@ -51,38 +44,15 @@ def main() -> None:
     )
     args = parser.parse_args()
     config = load_config(CONFIG)
-    base = Settings(
-        methods=tuple(args.methods.split(",")),
-        contexts=tuple(int(c) for c in args.context.split(",")),
-        steps=args.steps,
-        lengths=LengthModel(),
-    )
+    base = settings_of(args, lengths=LengthModel())
     chosen = variants(base)
     if args.variants:
         chosen = {k: v for k, v in chosen.items() if k in args.variants.split(",")}
     report: dict = {"benchmark": "simulate_terms", "variants": {}}
     for name, settings in chosen.items():
         settings.check()
-        results, seconds = [], []
-        for context in settings.contexts:
-            for method in settings.methods:
-                started = time.perf_counter()
-                results.append(simulate_one(config, settings, method, context, seed=0))
-                seconds.append(
-                    {"method": method, "context": context, "seconds": time.perf_counter() - started}
-                )
         report["variants"][name] = {
-            "rows": rows(results),
-            "phase_seconds": [
-                {
-                    "method": r.method,
-                    "context": r.context,
-                    **r.seconds,
-                    "of_rollout_prefill": r.prefill_seconds,
-                }
-                for r in results
-            ],
-            "simulation_wall_seconds": seconds,
+            **timed_table(config, settings),
             "settings": asdict(settings),
         }
     report["paper"] = {"gpu_days_grpo_vs_rollverify": {"8192": [16.6, 15.1], "65536": [261, 137]}}

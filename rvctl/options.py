@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -62,3 +66,69 @@ def run_overrides(
         "tracking.uri": tracking_uri,
     }
     return parse_settings(settings) | {k: v for k, v in given.items() if v is not None}
+
+
+# the run options, in the order --help lists them: parameter name -> its alias
+RUN_OPTIONS = {
+    "config": ConfigOption,
+    "steps": StepsOption,
+    "engine": EngineOption,
+    "processes": ProcessesOption,
+    "output": OutputOption,
+    "tracking_uri": TrackingOption,
+    "settings": SetOption,
+}
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The run options as given (None: not given), for a command that starts runs."""
+
+    config: Path | None = None
+    steps: int | None = None
+    engine: str | None = None
+    processes: int | None = None
+    output: Path | None = None
+    tracking_uri: str | None = None
+    settings: list[str] | None = None
+
+    def overrides(self, **named: Any) -> dict[str, Any]:
+        """run_overrides of these, with `named` (dotted fields) among the named options."""
+        return run_overrides(
+            self.steps,
+            self.engine,
+            self.output,
+            self.tracking_uri,
+            self.processes,
+            self.settings,
+            **named,
+        )
+
+    def load(self, **named: Any):
+        """The run's config: --config's file (or the defaults) with the overrides."""
+        from rollverify.config import load_config
+
+        return load_config(self.config, self.overrides(**named))
+
+
+def with_run_options(command: Callable) -> Callable:
+    """`command`, taking the run options (RUN_OPTIONS) on the command line where its parameter
+    `run: RunOptions` stands, and getting them as that one RunOptions: one place for the
+    options that train, compare and sweep share."""
+    signature = inspect.signature(command, eval_str=True)
+    parameters = []
+    for parameter in signature.parameters.values():
+        if parameter.name != "run":
+            parameters.append(parameter)
+            continue
+        for name, alias in RUN_OPTIONS.items():
+            parameters.append(parameter.replace(name=name, default=None, annotation=alias))
+
+    @functools.wraps(command)
+    def with_options(*args: Any, **kwargs: Any) -> Any:
+        run = RunOptions(**{name: kwargs.pop(name, None) for name in RUN_OPTIONS})
+        return command(*args, run=run, **kwargs)
+
+    with_options.__signature__ = signature.replace(parameters=parameters)
+    with_options.__annotations__ = {p.name: p.annotation for p in parameters}
+    return with_options

@@ -239,7 +239,7 @@ MUTANTS = [
     Mutant(
         "simulate-acceptance-constant",
         "rvctl simulate follows an acceptance curve step by step (--acceptance-from)",
-        "rollverify/experiments/simulate.py",
+        "rollverify/experiments/simulate_trainer.py",
         "acceptance = settings.acceptance[min(step, len(settings.acceptance)) - 1]",
         "acceptance = settings.acceptance[-1]",
         (
@@ -296,7 +296,7 @@ MUTANTS = [
     Mutant(
         "killed-at-start-new-mlflow-run",
         "a run killed before its first checkpoint resumes in its own MLflow run",
-        "rollverify/training/run.py",
+        "rollverify/training/run_tracking.py",
         "    return json.loads(path.read_text()) if path.is_file() else None",
         "    return None",
         (
@@ -751,7 +751,7 @@ MUTANTS = [
     Mutant(
         "kv-preempts-oldest",
         "out of KV cache, vLLM preempts the newest running row (not the oldest)",
-        "rollverify/rollout/engines/simulated.py",
+        "rollverify/rollout/engines/simulated_kv.py",
         "row_id = next(reversed(self._rows))",
         "row_id = next(iter(self._rows))",
         (
@@ -779,7 +779,7 @@ MUTANTS = [
     Mutant(
         "kv-admission-ignores-memory",
         "a queued row is admitted only if its blocks fit beside the running rows'",
-        "rollverify/rollout/engines/simulated.py",
+        "rollverify/rollout/engines/simulated_kv.py",
         "if held + blocks_for(context, size) > self.kv_blocks and (admitted or self._rows):",
         "if False:",
         (
@@ -920,9 +920,8 @@ MUTANTS = [
         "async-checkpoint-misses-the-engine",
         "a checkpoint of asynchronous training holds the sequences the engine runs or queues",
         "rollverify/training/loop.py",
-        "        if self.asynchronous:\n            self.async_state.take_out(self.engine)\n"
-        "        return self._state_dict()",
-        "        return self._state_dict()",
+        "        with self._sequences_out():  # (a checkpoint's)",
+        "        with nullcontext():  # (a checkpoint's)",
         (
             "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them[2]",
             "tests/test_async_training.py::test_killed_in_generation_and_in_training_resumes_bit_for_bit",
@@ -932,9 +931,8 @@ MUTANTS = [
         "async-evaluation-takes-the-sequences",
         "an evaluation between steps leaves the sequences in flight be",
         "rollverify/training/loop.py",
-        "        if self.asynchronous:\n            self.async_state.take_out(self.engine)\n"
-        "        return self._evaluate()",
-        "        return self._evaluate()",
+        "            self._sequences_out(),  # (an evaluation's)",
+        "            nullcontext(),  # (an evaluation's)",
         (
             "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them[2]",
         ),
@@ -943,8 +941,8 @@ MUTANTS = [
         "async-no-in-flight-update",
         "in asynchronous training an update reaches the engine between two tokens",
         "rollverify/training/loop.py",
-        "            if self.world.main and self.asynchronous:  # between two tokens",
-        "            if False:  # between two tokens",
+        "        if self.world.main and self.async_ is not None:  # between two tokens",
+        "        if False:  # between two tokens",
         (
             "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them[2]",
         ),
@@ -1073,7 +1071,7 @@ MUTANTS = [
     Mutant(
         "compiled-returns-late",
         "the compiled engine hands finished trajectories back when their group may be complete",
-        "rollverify/rollout/engines/simulated_kernel.py",
+        "rollverify/rollout/engines/kernel/polls.py",
         "        if count and (ints[WAKE] or idle):",
         "        if count and idle:",
         (
@@ -1083,7 +1081,7 @@ MUTANTS = [
     Mutant(
         "compiled-stale-finishes-kept",
         "the compiled engine drops preempted rows' finishes when the reference does",
-        "rollverify/rollout/engines/simulated_kernel.py",
+        "rollverify/rollout/engines/kernel/preemption.py",
         "    ints[STALE] += preempted  # their entries in `ends`, dropped when they come up",
         "    ints[STALE] += 0",
         ("tests/test_simulated_compiled.py::test_random_small_engines_give_the_same_rollouts",),
@@ -1091,7 +1089,7 @@ MUTANTS = [
     Mutant(
         "compiled-prefix-cache-ignored",
         "a preempted row's cached prefix is not recomputed when it returns (compiled)",
-        "rollverify/rollout/engines/simulated_kernel.py",
+        "rollverify/rollout/engines/kernel/admission.py",
         "                found = min(hits * size, context - 1)  # the last is computed",
         "                found = 0",
         (
@@ -1101,10 +1099,28 @@ MUTANTS = [
     Mutant(
         "compiled-decode-overhead-dropped",
         "the compiled prices add each decode step's fixed overhead, as the roofline does",
-        "rollverify/rollout/engines/simulated_kernel.py",
+        "rollverify/rollout/engines/kernel/prices.py",
         "        + steps * fixed",
         "        + 0 * fixed",
         ("tests/test_simulated_compiled.py::test_the_kernels_prices_are_the_cost_models",),
+    ),
+    # -- issue 50: the compiled kernel over several files -----------------------------------
+    Mutant(
+        "compiled-cache-kept-after-a-callee-changed",
+        "a compiled function whose callee's file changed is compiled again (numba's cache)",
+        "rollverify/infra/numba_cache.py",
+        "    if all(_stamp(folder) == digest for folder in folders):",
+        "    if True:",
+        ("tests/test_numba_cache.py::test_a_changed_callee_in_another_file_is_compiled_again",),
+    ),
+    Mutant(
+        "cost-reads-the-run-config",
+        "no part below training/ takes the whole RunConfig (each its own settings)",
+        "rollverify/cost/ledger.py",
+        "from rollverify.tracking import metric_names as m\n",
+        "from rollverify.config import RunConfig  # noqa: F401\n"
+        "from rollverify.tracking import metric_names as m\n",
+        ("tests/test_layout.py::test_no_part_below_training_reads_the_whole_run_config",),
     ),
     # -- issue 49: rewards the program cannot forge, a sandbox that fails closed -------------
     Mutant(

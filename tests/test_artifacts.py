@@ -9,9 +9,9 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from rollverify.cost.memory_estimate import estimate
 from rollverify.tracking.run_records import load_report
 from rollverify.training.checkpoint.files import latest
+from rollverify.training.cost_settings import memory_estimate
 from rollverify.training.run import train
 from tests.runs import tiny
 
@@ -32,7 +32,7 @@ def test_a_run_stores_its_config_ledger_summary_and_curves_and_reports_from_its_
     # the dry run's checkpoint-size estimate (cost/memory_estimate.py), against this run's
     folder = latest(Path(summary.run_dir) / "checkpoints").folder
     written = sum(p.stat().st_size for p in folder.rglob("*.safetensors"))
-    assert 0.9 < written / estimate(config).checkpoint_bytes < 1.1
+    assert 0.9 < written / memory_estimate(config).checkpoint_bytes < 1.1
 
     report = load_report([summary.run_dir])  # what `rvctl report RUN_DIR` reads
     assert [run.run_id for run in report.runs] == [summary.run_id]

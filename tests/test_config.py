@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from rollverify.config import ConfigError, RunConfig, load_config
-from rollverify.cost.costmodel import Layout
+from rollverify.training.cost_settings import pricing_layout
 
 EXPERIMENTS = Path(__file__).parents[1] / "experiments"  # the repository's top level
 
@@ -79,11 +79,11 @@ def test_missing_file_is_named(tmp_path):
 
 def test_the_cost_layout_follows_the_engine_unless_set():
     hf = load_config(overrides={"rollout.engine": "hf", "train.processes": 2})
-    assert (Layout.of(hf).kind, Layout.of(hf).gpus) == ("colocated", 2)
+    assert (pricing_layout(hf).kind, pricing_layout(hf).gpus) == ("colocated", 2)
     vllm = {"rollout.engine": "vllm", "vllm.engines": 4, "vllm.tensor_parallel_size": 2}
     vllm |= {"rollout.slots": 64, "train.processes": 4}
-    assert Layout.of(load_config(overrides=vllm)).gpus == 4 + 8
+    assert pricing_layout(load_config(overrides=vllm)).gpus == 4 + 8
     colocated = load_config(overrides=vllm | {"cost.layout": "colocated"})
-    assert Layout.of(colocated).gpus == 8
+    assert pricing_layout(colocated).gpus == 8
     with pytest.raises(ConfigError, match="cost.gpu: must be one of a100, h100, h200, b200"):
         load_config(overrides={"cost.gpu": "v100"})

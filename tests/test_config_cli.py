@@ -13,9 +13,9 @@ import yaml
 from rollverify.config import ConfigError, RunConfig, load_config, parse_settings, with_overrides
 from rollverify.config.tiny_defaults import TINY_DEFAULTS, TinyDefaultWarning
 from rollverify.core.methods import METHODS
-from rollverify.cost.memory_estimate import estimate
 from rollverify.infra.nested_dicts import config_fields
 from rollverify.training.checkpoint.files import latest
+from rollverify.training.cost_settings import memory_estimate
 from rollverify.training.run import train
 from rollverify.training.trl_adapter import grpo_config
 from tests.cli import run_rvctl
@@ -102,16 +102,16 @@ def test_dry_run_of_the_8b_config_here_names_every_problem_and_starts_nothing(tm
 
 def test_the_memory_estimate_sees_what_the_8b_config_needs():
     config = load_config(EIGHT_B)
-    memory = estimate(config)
+    memory = memory_estimate(config)
     parts = memory.trainer_parts
     params = parts["weights"] * config.train.processes / 4  # fp32 masters, 4 shards
     assert 8.0e9 < params < 8.4e9  # Qwen3-8B: 8.19B
     assert memory.problems() == []  # the config fits an H100 as written
     # Without gradient checkpointing, 2 x 9K-token sequences per pass would not.
-    unchecked = estimate(with_overrides(config, {"train.gradient_checkpointing": False}))
+    unchecked = memory_estimate(with_overrides(config, {"train.gradient_checkpointing": False}))
     assert unchecked.trainer_parts["activations"] > 8 * parts["activations"]
     assert any("train.gradient_checkpointing" in p for p in unchecked.problems())
-    pure = estimate(with_overrides(config, {"train.precision": "pure"}))
+    pure = memory_estimate(with_overrides(config, {"train.precision": "pure"}))
     assert pure.checkpoint_bytes == memory.checkpoint_bytes / 2  # bf16 instead of fp32
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from rollverify.config import load_config, with_overrides
 from rollverify.core.methods import METHODS
-from rollverify.tasks.math_task import MathTask
+from rollverify.tasks.math_task import MathTask, ProblemFiles
 from rollverify.training.parts import make_engine
 from rollverify.training.run import train
 from rollverify.training.trl_adapter import grpo_config
@@ -75,15 +75,10 @@ def test_prompts_over_max_prompt_tokens_are_skipped_and_counted(tmp_path):
     data.write_text(json.dumps(records))
 
     def task_of(path) -> MathTask:
-        return MathTask(
-            char_tokenizer(),
-            str(path),
-            str(path),
-            seed=0,
-            eval_size=9,
-            eval_seed=0,
-            max_prompt_tokens=200,
+        files = ProblemFiles(
+            str(path), str(path), seed=0, eval_size=9, eval_seed=0, max_prompt_tokens=200
         )
+        return MathTask(char_tokenizer(), files)
 
     task = task_of(data)
     with pytest.warns(UserWarning, match="skipping training prompts longer than 200 tokens"):

@@ -19,7 +19,7 @@ from rollverify.config.math_prompts import DAPO_TEMPLATE, INSTRUCTION
 from rollverify.config.run_config import missing_data
 from rollverify.tasks.data.hub_data import HubData, parse
 from rollverify.tasks.data.math_problems import MATH_DATA_DIR, load_math_set
-from rollverify.tasks.math_task import MathTask, set_name
+from rollverify.tasks.math_task import MathTask, ProblemFiles, set_name
 from rollverify.tasks.rewards.math_answer import math_answer_reward
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -293,7 +293,8 @@ def embedded_tokenizer():
 
 
 def math_task(tokenizer, train: Path, **options) -> MathTask:
-    return MathTask(tokenizer, str(train), str(train), seed=0, eval_size=4, eval_seed=1, **options)
+    files = ProblemFiles(str(train), str(train), seed=0, eval_size=4, eval_seed=1, **options)
+    return MathTask(tokenizer, files)
 
 
 def test_chat_prompts_go_through_the_chat_template_as_they_are(tmp_path, embedded_tokenizer):
@@ -338,8 +339,7 @@ def test_eval_files_are_sets_read_with_the_defaults_where_they_lack_the_named_fi
     from tests.test_math_task import char_tokenizer
 
     train = write(tmp_path / "train.parquet", [{"q": "What is 1 + 1?", "gt": ["2"]}])
-    task = MathTask(
-        char_tokenizer(),
+    files = ProblemFiles(
         str(train),
         "unused.json",
         seed=0,
@@ -347,8 +347,8 @@ def test_eval_files_are_sets_read_with_the_defaults_where_they_lack_the_named_fi
         eval_seed=1,
         eval_files={"aime24": "data/math/aime24.json", "mine": str(train)},
         prompt_field="q",
-        answer_field="gt",
     )
+    task = MathTask(char_tokenizer(), files, answer_field="gt")
     sets = task.eval_sets()
     assert list(sets) == ["aime24", "mine"] and [len(s) for s in sets.values()] == [5, 1]
     assert task.next_group().answer == "2" and sets["mine"][0].answer == "2"
@@ -358,7 +358,8 @@ def test_training_refuses_a_file_without_usable_problems_in_one_line(tmp_path):
     path = tmp_path / "answerless.json"
     path.write_text(json.dumps([{"problem": "p", "answer": ""}] * 3 + [{"problem": "q"}]))
     with pytest.raises(ValueError) as error:  # the eval file is fine: the training file is not
-        MathTask(None, str(path), "data/math/aime24.json", seed=0, eval_size=4, eval_seed=1)
+        aime = "data/math/aime24.json"
+        MathTask(None, ProblemFiles(str(path), aime, seed=0, eval_size=4, eval_seed=1))
     assert str(error.value).startswith(f"{path}: no usable problems in 4 records")
     assert "most common reason: empty answer (3 records, e.g. record 0)" in str(error.value)
     assert "\n" not in str(error.value)

@@ -9,6 +9,7 @@ from rollverify.config import load_config
 from rollverify.cost.ledger import PHASES, CostLedger, DeviceLayout
 from rollverify.cost.overlap import both_busy_seconds, busy_seconds, clipped
 from rollverify.rollout.trajectory import Trajectory
+from rollverify.training.cost_settings import device_layout
 
 
 def test_phases_and_idle_add_up_to_wall_time_times_devices_held():
@@ -42,7 +43,7 @@ def test_round_trips_through_json_dict():
 
 
 def test_layout_comes_from_the_config():
-    assert DeviceLayout.of(load_config(overrides={"rollout.engine": "hf"})) == DeviceLayout(1, 0)
+    assert device_layout(load_config(overrides={"rollout.engine": "hf"})) == DeviceLayout(1, 0)
     gpu = load_config(
         overrides={
             "rollout.engine": "vllm",
@@ -52,7 +53,7 @@ def test_layout_comes_from_the_config():
             "train.processes": 8,
         }
     )
-    assert DeviceLayout.of(gpu) == DeviceLayout(trainer=8, engines=8)
+    assert device_layout(gpu) == DeviceLayout(trainer=8, engines=8)
 
 
 def test_regenerated_tokens_are_the_ones_below_the_high_water_mark():
@@ -137,7 +138,7 @@ def test_an_overlapped_step_books_each_sides_busy_seconds_and_the_rest_as_idle()
     assert CostLedger.from_dict(ledger.to_dict()) == ledger
     assert "cost_overlap_seconds" not in CostLedger(DeviceLayout(1, 0)).metrics()
     threaded = {"rollout.engine": "hf", "rollout.mode": "async", "rollout.lockstep": False}
-    assert DeviceLayout.of(load_config(overrides=threaded)) == DeviceLayout(1, 1)
+    assert device_layout(load_config(overrides=threaded)) == DeviceLayout(1, 1)
 
 
 def test_both_busy_is_the_length_of_the_intervals_intersection():

@@ -12,7 +12,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from rollverify.tasks.data.math_problems import MATH_DATA_DIR
-from rollverify.tasks.math_task import INSTRUCTION, MathTask
+from rollverify.tasks.math_task import INSTRUCTION, MathTask, ProblemFiles
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Qwen's template, reduced to what a single user turn uses.
@@ -50,14 +50,9 @@ def problems(tmp_path_factory):
 
 
 def task(problems, seed: int = 0, tokenizer=None) -> MathTask:
-    return MathTask(
-        tokenizer or char_tokenizer(),
-        str(problems),
-        str(MATH_DATA_DIR / "math500.json"),
-        seed=seed,
-        eval_size=4,
-        eval_seed=1,
-    )
+    eval_file = str(MATH_DATA_DIR / "math500.json")
+    files = ProblemFiles(str(problems), eval_file, seed=seed, eval_size=4, eval_seed=1)
+    return MathTask(tokenizer or char_tokenizer(), files)
 
 
 def drawn(math_task: MathTask, count: int) -> list[str]:

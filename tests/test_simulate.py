@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from rollverify.config import load_config
-from rollverify.experiments.simulate import rows, simulate
+from rollverify.experiments.simulate import simulate
+from rollverify.experiments.simulate_results import rows
 from rollverify.experiments.simulate_settings import (
     LengthModel,
     Settings,

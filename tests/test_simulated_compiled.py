@@ -1,5 +1,5 @@
 """The compiled exact model (rollverify/rollout/engines/simulated_compiled.py, its kernel in
-simulated_kernel.py) against the Python engine it compiles (engines/simulated.py): the same
+kernel/) against the Python engine it compiles (engines/simulated.py): the same
 results, number for number, through the real schedules; the same prices; and what it refuses."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rollverify.cost.costmodel import GPUS, Layout, Pricing
 from rollverify.cost.trace import EngineStep
 from rollverify.experiments.simulate import simulate_one
 from rollverify.experiments.simulate_settings import LengthModel, Settings
-from rollverify.rollout.engines import simulated_kernel as kernel
+from rollverify.rollout.engines import kernel
 from rollverify.rollout.engines.simulated import SimulatedEngine
 from rollverify.rollout.engines.simulated_compiled import CompiledSimulatedEngine
 from rollverify.rollout.engines.sketch import Sketch

@@ -8,7 +8,8 @@ import torch
 from rollverify.config import load_config
 from rollverify.cost.costmodel import GPUS, Layout, ModelShape, Pricing
 from rollverify.cost.tool_latency import ToolCallModel
-from rollverify.experiments.simulate import rows, simulate
+from rollverify.experiments.simulate import simulate
+from rollverify.experiments.simulate_results import rows
 from rollverify.experiments.simulate_settings import Settings
 from rollverify.rollout.engines.simulated import SimulatedEngine, Sketch
 

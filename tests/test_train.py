@@ -10,10 +10,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollverify.core.methods import METHODS
 from rollverify.cost import trace
-from rollverify.cost.costmodel import Layout
 from rollverify.rollout.engines.protocol import SyncCheckError
 from rollverify.tasks.chain import ChainProblem, chain_reward
 from rollverify.tracking import metric_names as declared
+from rollverify.training.cost_settings import pricing_layout
 from rollverify.training.parts import make_engine
 from rollverify.training.run import run_dir_for, train
 from tests.runs import cached, comparable, history, tiny, unfinished
@@ -212,7 +212,7 @@ def test_the_trace_counts_what_the_engine_and_trainer_did_and_prices_it(tmp_path
         assert (trainer[step]["tokens_scored"] > 0) == verified, "verification is its cost"
         assert trainer[step]["tokens_measured"] > 0  # the batch's OPS, for the logs
     assert {r["phase"] for r in engine if r["step"] == 0} == {"eval"}  # the base model's
-    gpus = Layout.of(config).gpus
+    gpus = pricing_layout(config).gpus
     assert gpus == 1  # the in-process engine, colocated on train.processes
     modeled = metrics["modeled_wall_seconds"]
     assert all(modeled[s] < modeled[s + 1] for s in (1, 2))

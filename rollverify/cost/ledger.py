@@ -41,13 +41,9 @@ seconds, the total and GPU-days, so that a speedup compares methods, not instrum
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.metric_names import MEASURE, MODELED_PHASES, PHASES, TOKEN_KINDS
-
-if TYPE_CHECKING:
-    from rollverify.config import RunConfig
 
 SECONDS_PER_DAY = 86_400.0
 OVERLAP = ("wall", "engines", "trainer", "both")
@@ -55,18 +51,10 @@ OVERLAP = ("wall", "engines", "trainer", "both")
 
 @dataclass(frozen=True)
 class DeviceLayout:
+    """The devices a run holds (a run's: rollverify/training/cost_settings.py)."""
+
     trainer: int = 1  # devices the trainer holds
     engines: int = 0  # devices the rollout engines hold; 0: the engine runs in the trainer
-
-    @classmethod
-    def of(cls, config: RunConfig) -> DeviceLayout:
-        """The devices a run of `config` holds: its trainer processes, and the vLLM engines'
-        GPUs (tensor parallel each); the in-process engine holds none of its own."""
-        engines = config.vllm.engines * config.vllm.tensor_parallel_size
-        if config.engine() == "hf":  # in the trainer, or beside it in a thread of its own
-            rollout = config.rollout
-            engines = int(rollout.mode == "async" and not rollout.lockstep)
-        return cls(config.train.processes, engines)
 
     @property
     def held(self) -> int:

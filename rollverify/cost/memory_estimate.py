@@ -1,5 +1,6 @@
-"""What a run will hold in memory on each GPU, and on disk per checkpoint, from its config and
-the model's shape alone: what `rvctl train --dry-run` prints before anything starts.
+"""What a run will hold in memory on each GPU, and on disk per checkpoint, from what it runs
+(MemorySettings, which training/cost_settings.py takes from its config) and the model's shape
+alone: what `rvctl train --dry-run` prints before anything starts.
 
 An estimate, not a measurement (no GPU is touched):
 - trainer states: weights, gradients and the two AdamW moments, each in the master dtype
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rollverify.config import RunConfig
 from rollverify.config.model_shape import ModelShape
 from rollverify.cost import kv_cache
 from rollverify.cost.costmodel.gpus import GPUS, GPUProfile
@@ -71,17 +71,41 @@ def size(n: float) -> str:
     return f"{gib(n):.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-def estimate(config: RunConfig, shape: ModelShape | None = None) -> MemoryEstimate:
-    """The memory estimate of `config` on its cost.gpu (see the module docstring)."""
-    shape = shape or ModelShape.of(config.model_path(), revision=config.model.revision)
-    train, gpu = config.train, GPUS[config.cost.gpu]
-    master = 4 if config.master_dtype() == "float32" else BF16
-    shards = train.processes if train.sharding == "fsdp" else 1
-    batch = config.rollout.batch_groups * config.rollout.group_size
-    per_step = batch // train.processes // train.updates_per_rollout
-    tokens = (train.micro_batch_size or max(per_step, 1)) * config.vllm.max_model_len
+@dataclass(frozen=True)
+class MemorySettings:
+    """What the estimate prices (a run's: rollverify/training/cost_settings.py)."""
+
+    gpu: str  # cost.gpu: the GPU every trainer and engine GPU is
+    master_dtype: str  # the trainer's weights and AdamW state ("float32" or "bfloat16")
+    compute_dtype: str  # model.dtype: the engines' weights, a reference model
+    processes: int  # train.processes
+    fsdp: bool  # train.sharding: fsdp (weights, gradients and moments over the processes)
+    micro_batch: int  # sequences of one pass of the trainer
+    max_model_len: int  # vllm.max_model_len: each sequence's tokens
+    gradient_checkpointing: bool
+    reference_model: bool  # train.beta > 0
+    in_process_engine: bool  # the hf engine: its own copy of the weights on the trainer's GPU
+    slots: int  # rollout.slots, over all engines
+    engines: int  # vllm.engines
+    tensor_parallel_size: int
+    gpu_memory_utilization: float
+    max_num_batched_tokens: int | None
+    block_size: int | None
+
+
+def _bytes(dtype: str) -> int:
+    return 4 if dtype == "float32" else BF16
+
+
+def estimate(settings: MemorySettings, shape: ModelShape) -> MemoryEstimate:
+    """The memory estimate of a run of `settings` and a model of `shape` (see the module
+    docstring)."""
+    gpu = GPUS[settings.gpu]
+    master = _bytes(settings.master_dtype)
+    shards = settings.processes if settings.fsdp else 1
+    tokens = settings.micro_batch * settings.max_model_len
     layer = ACTIVATION_BYTES_PER_LAYER * tokens * shape.hidden
-    if train.gradient_checkpointing:
+    if settings.gradient_checkpointing:
         activations = BF16 * tokens * shape.hidden * shape.layers + layer
     else:
         activations = layer * shape.layers
@@ -92,21 +116,20 @@ def estimate(config: RunConfig, shape: ModelShape | None = None) -> MemoryEstima
         "activations": activations,
         "logits": 2 * BF16 * tokens * shape.vocab,
     }
-    compute = 4 if config.model.dtype == "float32" else BF16
-    if train.beta > 0:
+    compute = _bytes(settings.compute_dtype)
+    if settings.reference_model:
         parts["reference_model"] = shape.parameters * compute / shards
-    if config.engine() == "hf":  # the in-process engine's own copy, on the trainer's device
+    if settings.in_process_engine:  # the in-process engine's own copy, on the trainer's device
         parts["engine_copy"] = shape.parameters * compute
-    vllm = config.vllm
-    engine_weights = shape.parameters * compute / vllm.tensor_parallel_size
+    engine_weights = shape.parameters * compute / settings.tensor_parallel_size
     kv = kv_cache.capacity(
         shape,
         gpu.memory,
-        vllm.gpu_memory_utilization,
-        vllm.tensor_parallel_size,
-        max_num_seqs=config.rollout.slots // vllm.engines,
-        max_num_batched_tokens=vllm.max_num_batched_tokens,
-        block_size=vllm.block_size,
+        settings.gpu_memory_utilization,
+        settings.tensor_parallel_size,
+        max_num_seqs=settings.slots // settings.engines,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        block_size=settings.block_size,
         dtype_bytes=compute,
     )
     return MemoryEstimate(
@@ -114,6 +137,6 @@ def estimate(config: RunConfig, shape: ModelShape | None = None) -> MemoryEstima
         trainer_parts=parts,
         engine_weights=engine_weights,
         kv_tokens=kv.tokens,
-        kv_tokens_wanted=config.rollout.slots // vllm.engines * vllm.max_model_len,
+        kv_tokens_wanted=settings.slots // settings.engines * settings.max_model_len,
         checkpoint_bytes=3 * shape.parameters * master,
     )

@@ -321,50 +321,6 @@ def _summary(group: Sequence[RunRecord]) -> dict[str, Any]:
     }
 
 
-# ---- per seed ------------------------------------------------------------------------------
-
-
-def seed_rows(report: Report) -> list[dict[str, Any]]:
-    """Every counted run's own figures, one row each (what a table's means are means of):
-    `rvctl report --per-seed FILE` writes them beside the table, so a reader can redo it."""
-    rows = []
-    for label, group in run_groups(report).items():
-        for run in sorted(counted(group), key=lambda r: (r.seed is None, r.seed)):
-            entropy = run.history.get(m.ENTROPY_MEAN, {})
-            rows.append(
-                _clean(
-                    {
-                        "group": label,
-                        "method": run.method,
-                        "seed": run.seed,
-                        "run_id": run.run_id,
-                        "eval_auc": eval_area(run),
-                        "eval_accuracy_before": run.history.get(m.EVAL_ACCURACY, {}).get(0),
-                        "eval_accuracy": run.last(m.EVAL_ACCURACY),
-                        "entropy_first": entropy[min(entropy)] if entropy else None,
-                        "entropy_last": run.last(m.ENTROPY_MEAN),
-                        "entropy_max": max(entropy.values()) if entropy else None,
-                        "staleness_mean": _mean(run.history.get(m.STALENESS_MEAN, {}).values()),
-                        "staleness_max": _highest(run, m.STALENESS_MAX),
-                        "staleness_token_mean": _mean(
-                            run.history.get(m.STALENESS_TOKEN_MEAN, {}).values()
-                        ),
-                        "stale_token_share_8": _mean(
-                            run.history.get(m.STALE_TOKEN_SHARE_8, {}).values()
-                        ),
-                        "mismatch_kl": _mean(run.history.get(m.MISMATCH_KL, {}).values()),
-                        "ops_mean": _mean(run.history.get(m.OPS_MEAN, {}).values()),
-                        "acceptance_window_min": _lowest(run, m.ACCEPTANCE_WINDOW_MEAN),
-                        "switch_step": _first_step(run, m.SWITCHED, lambda v: v >= 0.5),
-                        "tokens_cut_sequence_stage": _total(run, m.TOKENS_CUT_SEQUENCE_STAGE),
-                        "tokens_cut_token_stage": _total(run, m.TOKENS_CUT_TOKEN_STAGE),
-                        "modeled_gpu_days": run.last(m.MODELED_GPU_DAYS),
-                    }
-                )
-            )
-    return rows
-
-
 def _lowest(run: RunRecord, metric: str) -> float | None:
     values = _present(run.history.get(metric, {}).values())
     return min(values) if values else None

@@ -33,12 +33,9 @@ What it cannot know is modeled, and each model is named here:
 from __future__ import annotations
 
 import gc
-import math
-import statistics
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -46,61 +43,24 @@ from rollverify.config import RunConfig
 from rollverify.core.methods import METHODS
 from rollverify.core.switching import AcceptanceMonitor
 from rollverify.cost.costmodel import (
-    GPUS,
-    Layout,
-    ModelShape,
     Pricing,
-    prefill_seconds,
-    sync_seconds,
-    train_seconds,
 )
 from rollverify.cost.kv_cache import BLOCK_SIZE
-from rollverify.cost.trace import scoring_work
+from rollverify.experiments.simulate_results import Result, Trained, result_of
 from rollverify.experiments.simulate_settings import Settings, check_fits, kv_tokens
+from rollverify.experiments.simulate_trainer import (
+    trainer_seconds,
+    truncate_to_acceptance,
+    verify_cache,
+    weight_sync_seconds,
+)
 from rollverify.experiments.workers import worker_context
 from rollverify.rollout.async_rollout import AsyncState, next_batch
 from rollverify.rollout.engines.simulated import SimulatedEngine, Sketch
 from rollverify.rollout.engines.simulated_compiled import CompiledSimulatedEngine
 from rollverify.rollout.schedules import PromptGroup, RolloutState, collect
 from rollverify.rollout.trajectory import Trajectory
-
-
-@dataclass
-class Result:
-    """One simulated run; the table's row (json keys) without the speedup."""
-
-    method: str
-    context: int
-    gpu: str
-    seed: int
-    seconds: dict[str, float]  # modeled wall seconds by phase
-    gpus: int
-    slot_utilization: float
-    tokens_generated: int
-    tokens_regenerated: int
-    switch_step: int | None
-    prefill_seconds: float = 0.0  # of the rollout seconds, prefills (resumed ones too)
-    trained: int = 0  # trajectories trained on
-    truncated: int = 0  # of those, cut at the response budget (finish reason "length")
-    preemptions: int = 0  # rows the KV cache could not hold (recomputed when they return)
-    tokens_recomputed: int = 0  # prompt + generated tokens those rows prefilled again
-    staleness_max: int = 0  # the most versions a trained token lagged the policy training it
-    tool_calls: int = 0  # calls the responses made (--tool-calls)
-    wall_seconds: float | None = None  # asynchronous: engines and trainer overlap (else the sum)
-
-    @property
-    def wall(self) -> float:
-        return sum(self.seconds.values()) if self.wall_seconds is None else self.wall_seconds
-
-    @property
-    def gpu_days(self) -> float:
-        return self.wall * self.gpus / 86_400
-
-    @property
-    def rollout_share(self) -> float:
-        """Rollout seconds over the wall (asynchronous: the engines' busy share, whose idle
-        rest is waiting for the trainer)."""
-        return self.seconds["rollout"] / self.wall if self.wall else math.nan
+from rollverify.training.cost_settings import run_pricing
 
 
 @dataclass(frozen=True)
@@ -128,18 +88,13 @@ def simulate_one(
 ) -> Result:
     """One method at one context: `settings.steps` steps of its schedule on the virtual clock."""
     method, rollout, steps = METHODS[method_name], config.rollout, settings.steps
-    pricing = Pricing(
-        ModelShape.of(config.model_path(), revision=config.model.revision),
-        GPUS[settings.gpu],
-        Layout.of(config),
-    )
+    pricing = _pricing(config, settings)
     engine = _engine(config, settings, context, seed, pricing)
     lengths = engine.lengths
     source, state = _Prompts(settings.prompt_tokens), RolloutState()
     monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
     seconds = dict.fromkeys(("rollout", "train", "verify", "sync"), 0.0)
-    layout = pricing.layout
-    trained = truncated = staleness = 0
+    trained = Trained()
     for step in range(1, steps + 1):
         lengths.step = step  # groups first drawn now get this step's median
         started = engine.clock
@@ -154,18 +109,14 @@ def simulate_one(
         )
         seconds["rollout"] += engine.clock - started
         batch = list(result.trajectories())
-        trained += len(batch)
-        truncated += sum(t.finish_reason == "length" for t in batch)
-        staleness = max(staleness, _lag(batch, step - 1))
-        seconds["train"] += _train_seconds(settings, pricing, batch)
+        trained.add(batch, step - 1)
+        seconds["train"] += trainer_seconds(settings, pricing, batch)
         if method.verify:
-            seconds["verify"] += _verify(config, settings, method, state, monitor, step, pricing)
-        seconds["sync"] += _sync_seconds(settings, pricing)
+            seconds["verify"] += verify_cache(settings, method, state, monitor, step, pricing)
+        seconds["sync"] += weight_sync_seconds(settings, pricing)
         engine.load_weights([], version=step)
-    return _result(
-        method_name, context, seed, settings, engine, seconds, layout.gpus, monitor.switch_step,
-        trained=trained, truncated=truncated, staleness=staleness,
-    )  # fmt: skip
+    gpus, switch = pricing.layout.gpus, monitor.switch_step
+    return result_of(method_name, context, seed, settings, engine, seconds, gpus, switch, trained)
 
 
 def simulate_async(
@@ -188,17 +139,13 @@ def simulate_async(
     group waits. When the acceptance window collapses, admission becomes synchronous
     (eta 0) while the groups in play keep their deadlines."""
     rollout, steps = config.rollout, settings.steps
-    pricing = Pricing(
-        ModelShape.of(config.model_path(), revision=config.model.revision),
-        GPUS[settings.gpu],
-        Layout.of(config),
-    )
+    pricing = _pricing(config, settings)
     engine = _engine(config, settings, context, seed, pricing, in_flight=True)
     lengths = engine.lengths
     source, state = _Prompts(settings.prompt_tokens), AsyncState()
     seconds = dict.fromkeys(("rollout", "train", "verify", "sync"), 0.0)
     trainer_free = 0.0  # virtual time the trainer finishes its last step and sync
-    trained = truncated = staleness = 0
+    trained = Trained()
     monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
     scoring = {"step": 1, "seconds": 0.0}  # the verification of the step in progress
 
@@ -206,9 +153,9 @@ def simulate_async(
         stale = [t for t in trajectories if _oldest(t, version) < version]
         if not stale:
             return []
-        scoring["seconds"] += _score_seconds(settings, pricing, stale)
+        scoring["seconds"] += trainer_seconds(settings, pricing, stale, backward=False)
         lengths = [len(t) for t in stale]
-        kept = _truncate_to_acceptance(settings, scoring["step"], stale)
+        kept = truncate_to_acceptance(settings, scoring["step"], stale)
         monitor.update(sum(kept), sum(lengths), step=scoring["step"])
         return [t for t, n, k in zip(stale, lengths, kept, strict=True) if k < n]
 
@@ -232,11 +179,9 @@ def simulate_async(
         # the engines' busy time, overlapping training (waiting for weights is not rollout)
         seconds["rollout"] += engine.clock - before - (engine.idle_seconds - idle)
         batch = list(result.trajectories())
-        trained += len(batch)
-        truncated += sum(t.finish_reason == "length" for t in batch)
-        staleness = max(staleness, _lag(batch, step - 1))
-        train = _train_seconds(settings, pricing, batch)
-        sync = _sync_seconds(settings, pricing)
+        trained.add(batch, step - 1)
+        train = trainer_seconds(settings, pricing, batch)
+        sync = weight_sync_seconds(settings, pricing)
         seconds["train"] += train
         seconds["sync"] += sync
         seconds["verify"] += scoring["seconds"]
@@ -247,55 +192,13 @@ def simulate_async(
         )
     wall = max(engine.clock, trainer_free)
     name = f"async{'-verify' if verify else ''}-eta{eta}" + ("-keep-kv" if settings.keep_kv else "")
-    return _result(
-        name, context, seed, settings, engine, seconds, pricing.layout.gpus, monitor.switch_step,
-        trained=trained, truncated=truncated, staleness=staleness, wall=wall,
-    )  # fmt: skip
+    gpus, switch = pricing.layout.gpus, monitor.switch_step
+    return result_of(name, context, seed, settings, engine, seconds, gpus, switch, trained, wall)
 
 
-def _result(
-    method: str,
-    context: int,
-    seed: int,
-    settings: Settings,
-    engine: SimulatedEngine,
-    seconds: dict[str, float],
-    gpus: int,
-    switch_step: int | None,
-    *,
-    trained: int,
-    truncated: int,
-    staleness: int,
-    wall: float | None = None,
-) -> Result:
-    """A simulated run's row: what the schedule counted and what the engine's stats say."""
-    stats = engine.stats
-    return Result(
-        method=method,
-        context=context,
-        gpu=settings.profile.machine if settings.profile else settings.gpu,
-        seed=seed,
-        seconds=seconds,
-        gpus=gpus,
-        slot_utilization=stats.utilization(engine.slots),
-        tokens_generated=stats.tokens_generated,
-        tokens_regenerated=stats.tokens_regenerated,
-        switch_step=switch_step,
-        prefill_seconds=engine.prefill_seconds,
-        trained=trained,
-        truncated=truncated,
-        preemptions=stats.preemptions,
-        tokens_recomputed=stats.tokens_recomputed,
-        staleness_max=staleness,
-        wall_seconds=wall,
-        tool_calls=engine.calls_made,
-    )
-
-
-def _lag(batch: list[Trajectory], version: int) -> int:
-    """The most versions a trajectory of `batch` lags `version` (by its oldest token)."""
-    oldest = [t.oldest_version for t in batch if getattr(t, "oldest_version", None) is not None]
-    return version - min(oldest) if oldest else 0
+def _pricing(config: RunConfig, settings: Settings) -> Pricing:
+    """What a run's work costs on `settings.gpu`: its model's shape, on its layout."""
+    return run_pricing(config, settings.gpu)
 
 
 def _oldest(trajectory: Trajectory, default: int) -> int:
@@ -326,69 +229,6 @@ def _engine(
         tool_calls=settings.tool_calls.sampler(seed) if settings.tool_calls else None,
         **common,
     )
-
-
-def _train_seconds(settings: Settings, pricing: Pricing, batch: list) -> float:
-    tokens, attended = _work(batch)
-    if settings.profile:
-        return settings.profile.train_seconds(tokens, attended)
-    return train_seconds(
-        pricing.shape,
-        pricing.gpu,
-        pricing.efficiency,
-        tokens,
-        attended,
-        pricing.layout.trainer_gpus,
-    )
-
-
-def _score_seconds(settings: Settings, pricing: Pricing, trajectories: list) -> float:
-    """A forward-only pass of the trainer over `trajectories` (verification's scoring)."""
-    tokens, attended = _work(trajectories)
-    if settings.profile:
-        return settings.profile.score_seconds(tokens, attended)
-    return prefill_seconds(
-        pricing.shape,
-        pricing.gpu,
-        pricing.efficiency,
-        tokens,
-        attended,
-        pricing.layout.trainer_gpus,
-    )
-
-
-def _sync_seconds(settings: Settings, pricing: Pricing) -> float:
-    if settings.profile and settings.profile.has("sync_per_byte"):
-        return settings.profile.sync_seconds(pricing.shape.weight_bytes)
-    return sync_seconds(pricing.shape.weight_bytes, pricing.gpu, pricing.efficiency, pricing.layout)
-
-
-def _verify(config, settings, method, state, monitor, step, pricing) -> float:
-    """One verification cycle on the cache: keep `acceptance` of every cached trajectory, feed
-    the monitor; returns the seconds of scoring the cache forward-only."""
-    cached = [t for t in state.cache if not t.finished and len(t) > 0]
-    if not cached:
-        return 0.0
-    seconds = _score_seconds(settings, pricing, cached)  # (before truncation)
-    before = sum(len(t) for t in cached)
-    kept = _truncate_to_acceptance(settings, step, cached)
-    if method.switching:
-        monitor.update(sum(kept), before, step=step)
-    return seconds
-
-
-def _truncate_to_acceptance(settings: Settings, step: int, trajectories: list) -> list[int]:
-    """Keep the share `acceptance` (at `step`) of each trajectory's tokens; what each kept."""
-    acceptance = settings.acceptance[min(step, len(settings.acceptance)) - 1]
-    kept = [math.floor(acceptance * len(t)) for t in trajectories]
-    for trajectory, k in zip(trajectories, kept, strict=True):
-        trajectory.truncate(k)
-    return kept
-
-
-def _work(trajectories: list[Sketch]) -> tuple[int, int]:
-    prompts = [t.prompt_tokens for t in trajectories]  # (len() of a tensor: 1,024 per step)
-    return scoring_work(prompts, [t.length for t in trajectories])
 
 
 def simulate(
@@ -444,41 +284,3 @@ def _run(config: RunConfig, settings: Settings, job: _Job) -> Result:
     finally:
         if collecting:
             gc.enable()
-
-
-def rows(results: list[Result]) -> list[dict[str, Any]]:
-    """The cost table: one row per (method, context), means over seeds; speedup vs grpo at the
-    same context."""
-    groups: dict[tuple[str, int], list[Result]] = {}
-    for result in results:
-        groups.setdefault((result.method, result.context), []).append(result)
-    table = []
-    for (method, context), group in groups.items():
-        switches = [r.switch_step for r in group if r.switch_step is not None]
-        table.append(
-            {
-                "method": method,
-                "context": context,
-                "gpu": group[0].gpu,
-                "gpu_days": statistics.fmean(r.gpu_days for r in group),
-                "speedup_vs_grpo": None,
-                "rollout_share": statistics.fmean(r.rollout_share for r in group),
-                "slot_utilization": statistics.fmean(r.slot_utilization for r in group),
-                "tokens_generated": round(statistics.fmean(r.tokens_generated for r in group)),
-                "tokens_regenerated": round(statistics.fmean(r.tokens_regenerated for r in group)),
-                "switch_step": statistics.median(switches) if switches else None,
-                "truncated_share": sum(r.truncated for r in group)
-                / max(1, sum(r.trained for r in group)),
-                "staleness_max": max(r.staleness_max for r in group),
-                "preemptions": round(statistics.fmean(r.preemptions for r in group)),
-                "tokens_recomputed": round(statistics.fmean(r.tokens_recomputed for r in group)),
-                "tool_calls": round(statistics.fmean(r.tool_calls for r in group)),
-            }
-        )
-    for row in table:
-        grpo = next(
-            (r for r in table if r["method"] == "grpo" and r["context"] == row["context"]), None
-        )
-        if grpo is not None and row["gpu_days"]:
-            row["speedup_vs_grpo"] = grpo["gpu_days"] / row["gpu_days"]
-    return table

@@ -15,9 +15,10 @@ import numpy as np
 from rollverify.config import RunConfig
 from rollverify.core.methods import METHODS
 from rollverify.cost import kv_cache
-from rollverify.cost.costmodel import GPUS, Layout, ModelShape
+from rollverify.cost.costmodel import GPUS, ModelShape
 from rollverify.cost.costmodel.profile import Profile
 from rollverify.cost.tool_latency import ToolCallModel
+from rollverify.training.cost_settings import model_shape, pricing_layout
 
 GROWTHS = ("linear", "log")  # how the median moves from `median` to `end_median`
 
@@ -205,13 +206,13 @@ class Settings:
 def check_fits(config: RunConfig, settings: Settings) -> None:
     """Before anything runs: one sequence of every context fits an engine's KV cache, and
     asynchronous runs have a layout that can overlap."""
-    if settings.asyncs and Layout.of(config).kind != "disaggregated":
+    if settings.asyncs and pricing_layout(config).kind != "disaggregated":
         raise ValueError(
             "--async: asynchronous training needs engines and trainer on GPUs of their own; "
             "use the vllm engine with cost.layout: disaggregated (or auto)"
         )
     if settings.kv_cache:
-        shape = ModelShape.of(config.model_path(), revision=config.model.revision)
+        shape = model_shape(config)
         for context in settings.contexts:
             kv_tokens(config, settings, context, shape)
 
@@ -219,7 +220,7 @@ def check_fits(config: RunConfig, settings: Settings) -> None:
 def kv_tokens(config: RunConfig, settings: Settings, context: int, shape: ModelShape) -> int:
     """The KV tokens of all the run's engines on `settings.gpu` (rollverify/cost/kv_cache.py),
     checked as vLLM checks at start: one sequence of the longest context must fit."""
-    vllm, layout = config.vllm, Layout.of(config)
+    vllm, layout = config.vllm, pricing_layout(config)
     per_engine = kv_cache.capacity(
         shape,
         GPUS[settings.gpu].memory,

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
 from rollverify.infra.faults import kill_point
@@ -67,6 +67,23 @@ class ToolStats:
         return ToolStats(
             *(getattr(self, f.name) - getattr(earlier, f.name) for f in fields(ToolStats))
         )
+
+
+class ToolCountsSince:
+    """An engine's tool calls since the last look (a rollout's: in asynchronous training the
+    engine also runs between batches; an evaluation counts its calls apart, counted_apart)."""
+
+    def __init__(self) -> None:
+        self.seen = ToolStats()  # the engine's counts at the last look
+
+    def take(self, engine: RolloutEngine | None) -> ToolStats | None:
+        """The calls since the last take; None for an engine without a tool (or none)."""
+        stats = getattr(engine, "tool_stats", None)
+        if stats is None:
+            return None
+        now = replace(stats)
+        since, self.seen = now.since(self.seen), now
+        return since
 
 
 def calls_made(trajectory: Trajectory) -> int:

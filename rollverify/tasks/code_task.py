@@ -20,11 +20,12 @@ rollout cache and checkpoints keep, and the tests are looked up by it.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from rollverify.config.math_prompts import PLACEHOLDER
 from rollverify.tasks.data.code_problems import load_code_set
 from rollverify.tasks.data.math_problems import MathProblem
-from rollverify.tasks.math_task import MathTask
+from rollverify.tasks.math_task import MathTask, ProblemFiles
 from rollverify.tasks.rewards.checks import RewardChecks
 from rollverify.tasks.rewards.unit_tests import UnitTests, extract_code, run_unit_tests
 
@@ -33,18 +34,10 @@ class CodeTask(MathTask):
     def __init__(
         self,
         tokenizer,
-        train_file: str,
-        eval_file: str,
-        seed: int,
-        eval_size: int,
-        eval_seed: int,
+        files: ProblemFiles,
         *,
-        eval_files: dict[str, str] | None = None,
-        prompt_field: str | None = None,
         tests_field: str | None = None,
         tests_in_prompt: int = 1,
-        prompt_template: str = PLACEHOLDER,
-        max_prompt_tokens: int | None = None,
         tool_timeout_s: float = 10.0,
         tool_memory_mb: int = 1024,
     ) -> None:
@@ -55,18 +48,9 @@ class CodeTask(MathTask):
         self.reward_checks = RewardChecks()
         # the math templates' names ask for math answers: only a literal wraps a program's
         # prompt (the math task's helpers render it)
-        super().__init__(
-            tokenizer,
-            train_file,
-            eval_file,
-            seed,
-            eval_size,
-            eval_seed,
-            eval_files=eval_files,
-            prompt_field=prompt_field,
-            prompt_template=prompt_template if PLACEHOLDER in prompt_template else PLACEHOLDER,
-            max_prompt_tokens=max_prompt_tokens,
-        )
+        if PLACEHOLDER not in files.prompt_template:
+            files = replace(files, prompt_template=PLACEHOLDER)
+        super().__init__(tokenizer, files)
 
     def _problems(self, role: str, path: str) -> list[MathProblem]:
         """The file's code problems as the math task holds them, each answer the key of its

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import re
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,36 +26,40 @@ from rollverify.tasks.data.hub_data import parse
 from rollverify.tasks.data.math_problems import MathProblem, load_math_set
 from rollverify.tasks.rewards.math_answer import math_answer_reward
 
-__all__ = ["INSTRUCTION", "MathTask"]
+__all__ = ["INSTRUCTION", "MathTask", "ProblemFiles"]
+
+
+@dataclass(frozen=True)
+class ProblemFiles:
+    """What a task over problem files takes (math, and the code and retool tasks built on it):
+    the training file and its draws' seed; the eval sets (eval_files by name, else eval_file),
+    eval_size problems each, drawn with eval_seed; the field of each record's prompt (None:
+    the format's own); the prompt template; prompts over max_prompt_tokens skipped."""
+
+    train_file: str
+    eval_file: str
+    seed: int
+    eval_size: int
+    eval_seed: int
+    eval_files: dict[str, str] | None = None
+    prompt_field: str | None = None
+    prompt_template: str = "boxed"
+    max_prompt_tokens: int | None = None
 
 
 class MathTask:
-    def __init__(
-        self,
-        tokenizer,
-        train_file: str,
-        eval_file: str,
-        seed: int,
-        eval_size: int,
-        eval_seed: int,
-        *,
-        eval_files: dict[str, str] | None = None,
-        prompt_field: str | None = None,
-        answer_field: str | None = None,
-        prompt_template: str = "boxed",
-        max_prompt_tokens: int | None = None,
-    ) -> None:
-        render_prompt(prompt_template, "")  # a bad template fails here, naming the field
-        self.tokenizer, self.prompt_template = tokenizer, prompt_template
-        self.prompt_field, self.answer_field = prompt_field, answer_field
-        self.train = self._problems("train", train_file)
-        self.eval_files = eval_files or {set_name(eval_file): eval_file}
+    def __init__(self, tokenizer, files: ProblemFiles, answer_field: str | None = None) -> None:
+        render_prompt(files.prompt_template, "")  # a bad template fails here, naming the field
+        self.tokenizer, self.prompt_template = tokenizer, files.prompt_template
+        self.prompt_field, self.answer_field = files.prompt_field, answer_field
+        self.train = self._problems("train", files.train_file)
+        self.eval_files = files.eval_files or {set_name(files.eval_file): files.eval_file}
         self.eval_sets_problems = {
             name: self._problems(f"eval/{name}", path) for name, path in self.eval_files.items()
         }
         self.eval = next(iter(self.eval_sets_problems.values()))
-        self.seed, self.eval_size, self.eval_seed = seed, eval_size, eval_seed
-        self.max_prompt_tokens = max_prompt_tokens
+        self.seed, self.eval_size, self.eval_seed = files.seed, files.eval_size, files.eval_seed
+        self.max_prompt_tokens = files.max_prompt_tokens
         self.next_group_id = 0
         self.next_problem = 0  # drawn so far, the skipped ones included
         self.skipped = 0  # training prompts over max_prompt_tokens

@@ -17,7 +17,7 @@ import re
 
 from rollverify.rollout.tool_calls import ToolOutput
 from rollverify.rollout.trajectory import Trajectory
-from rollverify.tasks.math_task import MathTask
+from rollverify.tasks.math_task import MathTask, ProblemFiles
 from rollverify.tasks.rewards.checks import RewardChecks
 from rollverify.tools.sandbox import run_python
 
@@ -104,10 +104,16 @@ class ReToolTask(MathTask):
     """The math task (same data, eval sets and reward) with a Python interpreter."""
 
     def __init__(
-        self, tokenizer, *args, tool_timeout_s: float, tool_memory_mb: int, **kwargs
+        self,
+        tokenizer,
+        files: ProblemFiles,
+        answer_field: str | None = None,
+        *,
+        tool_timeout_s: float,
+        tool_memory_mb: int,
     ) -> None:
         tool_token(tokenizer, CLOSE)  # refused now, before the data and the model load
-        super().__init__(tokenizer, *args, **kwargs)
+        super().__init__(tokenizer, files, answer_field)
         self.tool_timeout_s, self.tool_memory_mb = tool_timeout_s, tool_memory_mb
 
     def tool_runner(self) -> PythonInterpreter:

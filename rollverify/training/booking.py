@@ -18,12 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rollverify.config import RunConfig
-from rollverify.cost.costmodel import GPUS, Layout, ModelShape, Pricing
-from rollverify.cost.ledger import CostLedger, DeviceLayout
+from rollverify.cost.ledger import CostLedger
 from rollverify.cost.trace import EngineStep, StepTrace, drop_after
 from rollverify.infra.atomic_write import atomic_write_text
 from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.rollout.schedules import RolloutInterrupted
+from rollverify.training.cost_settings import device_layout, run_pricing
 from rollverify.training.records import BatchRecord, RunCounters, StepRecords
 
 
@@ -49,12 +49,8 @@ class Booking:
         """active: this process books (rank 0); elsewhere phase() only times its block."""
         self.config, self.active = config, active
         # What each step's work would cost on GPUs (rollverify/cost/costmodel/): modeled_* metrics.
-        self.pricing = Pricing(
-            ModelShape.of(config.model_path(), revision=config.model.revision),
-            GPUS[config.cost.gpu],
-            Layout.of(config),
-        )
-        self.ledger = CostLedger(DeviceLayout.of(config), modeled_gpus=self.pricing.layout.gpus)
+        self.pricing = run_pricing(config)
+        self.ledger = CostLedger(device_layout(config), modeled_gpus=self.pricing.layout.gpus)
         self.trace = StepTrace()  # written to RUN/trace/ with each checkpoint
 
     def phase(self, name: str, step: int = 0, engine: RolloutEngine | None = None) -> Clock:

@@ -38,28 +38,29 @@ def _base_task(config: RunConfig, tokenizer) -> Task:
             eval_seed=task.eval_seed,
             eval_sets=task.eval_sets,
         )
-    from rollverify.tasks.math_task import MathTask  # math-verify/sympy: import only if used
+    from rollverify.tasks.math_task import MathTask, ProblemFiles  # math-verify/sympy: if used
     from rollverify.tasks.retool import ReToolTask
 
-    files = (tokenizer, task.train_file, task.eval_file)
-    common = {
-        "seed": config.train.seed,
-        "eval_size": task.eval_size,
-        "eval_seed": task.eval_seed,
-        "eval_files": task.eval_files,
-        "prompt_field": task.prompt_field,
-        "prompt_template": task.prompt_template,
-        "max_prompt_tokens": config.max_prompt_tokens(),
-    }
+    files = ProblemFiles(
+        task.train_file,
+        task.eval_file,
+        seed=config.train.seed,
+        eval_size=task.eval_size,
+        eval_seed=task.eval_seed,
+        eval_files=task.eval_files,
+        prompt_field=task.prompt_field,
+        prompt_template=task.prompt_template,
+        max_prompt_tokens=config.max_prompt_tokens(),
+    )
     sandbox = {"tool_timeout_s": task.tool_timeout_s, "tool_memory_mb": task.tool_memory_mb}
     if task.name == "code":
         from rollverify.tasks.code_task import CodeTask
 
         tests = {"tests_field": task.tests_field, "tests_in_prompt": task.tests_in_prompt}
-        return CodeTask(*files, **common, **tests, **sandbox)
+        return CodeTask(tokenizer, files, **tests, **sandbox)
     if task.name == "retool":
-        return ReToolTask(*files, **common, answer_field=task.answer_field, **sandbox)
-    return MathTask(*files, **common, answer_field=task.answer_field)
+        return ReToolTask(tokenizer, files, task.answer_field, **sandbox)
+    return MathTask(tokenizer, files, task.answer_field)
 
 
 def vllm_settings(config: RunConfig):

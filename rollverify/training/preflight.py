@@ -15,7 +15,8 @@ from pathlib import Path
 
 from rollverify.config import ConfigError, RunConfig, with_overrides
 from rollverify.config.check_links import existing_ancestor
-from rollverify.cost.memory_estimate import MemoryEstimate, estimate, gib
+from rollverify.cost.memory_estimate import MemoryEstimate, gib
+from rollverify.training.cost_settings import memory_estimate
 
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -337,7 +338,7 @@ def devices_found(config: RunConfig) -> tuple[str, list[str]]:
 
 def _estimate(config: RunConfig, result: Preflight) -> None:
     try:
-        result.estimate = estimate(config)
+        result.estimate = memory_estimate(config)
     except ValueError as error:  # no config.json anywhere: said by the model check
         result.checks.append(("memory", f"no estimate ({error})"))
         return

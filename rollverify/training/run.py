@@ -5,13 +5,12 @@ rvctl resume runs/rollverify-s0-20261130-031500-3f2a9c01
 
 With train.processes > 1, `run` starts that many workers through torchrun (launch.py); each
 runs this recipe as one rank of the world (world.py): rank 0 with the engine, MLflow and the
-checkpoints, every rank with the model and its share of each batch.
+checkpoints, every rank with the model and its share of each batch. The run's folder (its
+name, its lock) is run_folder.py's; its MLflow run is run_tracking.py's.
 """
 
 from __future__ import annotations
 
-import json
-import secrets
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -31,7 +30,6 @@ from rollverify.infra.hub import model_folder
 from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.tasks.base import Task
 from rollverify.tracking.metric_names import EVAL_ACCURACY
-from rollverify.tracking.tracker import MLflowTracker, default_tracking_uri
 from rollverify.training.checkpoint.files import latest
 from rollverify.training.checkpoint.run_state import config_changes, restore_loop
 from rollverify.training.distributed.world import World
@@ -47,19 +45,17 @@ from rollverify.training.parts import (
 from rollverify.training.preflight import check_before_start, sharding_problems
 from rollverify.training.records import evaluation_metrics
 from rollverify.training.run_end import finished_run, store_artifacts, summary_of, write_summary
-from rollverify.training.run_folder import find_run, is_finished, resumed_config, run_lock
+from rollverify.training.run_folder import (
+    find_run,
+    is_finished,
+    resumed_config,
+    run_dir_for,
+    run_lock,
+)
 from rollverify.training.run_plan import RunPlan, RunSummary
+from rollverify.training.run_tracking import run_tracker
 from rollverify.training.stopping import RunInterrupted, StopRequest
 from rollverify.training.weight_sync import WeightStream
-
-MLFLOW_RUN = "mlflow.json"  # in the run folder: its MLflow run, from the moment it exists
-
-
-def run_dir_for(config: RunConfig) -> Path:
-    """A new run's folder: method, seed, time, and a random tag of 8 hex digits (a sweep's
-    trials of one seed start in the same second, side by side)."""
-    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
-    return Path(config.output) / f"{config.train.method}-s{config.train.seed}-{stamp}"
 
 
 class RunFinished(Exception):
@@ -196,7 +192,7 @@ def prepare_folder(plan: RunPlan) -> None:
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     _write_config(plan)
     if plan.checkpoint is None:
-        _tracker(plan, METHODS[plan.config.train.method].name)
+        run_tracker(plan, METHODS[plan.config.train.method].name)
 
 
 def _in_ray_worker() -> bool:
@@ -240,7 +236,7 @@ def _train(
     engine: rank 0's; the other ranks have none, nor an MLflow run."""
     config, checkpoint = plan.config, plan.checkpoint
     method = METHODS[config.train.method]
-    tracker = _tracker(plan, method.name) if world.main else None
+    tracker = run_tracker(plan, method.name) if world.main else None
     kill_point("setup", plan.step)  # tests: folder, config and MLflow run made, no checkpoint
     stop = StopRequest(config.train.stop_grace_seconds)
     status, loop = "FAILED", None
@@ -307,52 +303,3 @@ def _train(
                     warnings.warn(f"MLflow artifacts not stored: {describe(error)}", stacklevel=2)
             tracker.finish(status)
     return summary
-
-
-def _tracker(plan: RunPlan, method: str) -> MLflowTracker:
-    """The run's MLflow run: continued if the folder names one (RUN/mlflow.json, written as
-    soon as the run is created; its spooled metrics are sent first), else a new one."""
-    config, run_dir = plan.config, plan.run_dir
-    spool = run_dir / "mlflow-spool.jsonl"
-    saved = _saved_mlflow_run(plan)
-    if saved is not None:
-        try:
-            tracker = MLflowTracker.attach(saved["tracking_uri"], saved["run_id"], spool=spool)
-        except Exception as error:  # the store moved, or the run was deleted
-            raise ValueError(
-                f"MLflow run {saved['run_id']} in {saved['tracking_uri']} cannot be continued "
-                f"({describe(error)}); restore that store"
-            ) from None
-        _watch_system(config, tracker, resumed=True)
-        return tracker
-    tracker = MLflowTracker(
-        config.tracking.uri or default_tracking_uri(config.output),
-        config.tracking.experiment,
-        run_name=run_dir.name,
-        params=config.to_dict(),
-        tags={
-            "method": method,
-            "seed": str(config.train.seed),
-            "engine": config.engine(),
-            "run_dir": str(run_dir.resolve()),
-        },
-        artifact_root=Path(config.output).resolve() / "mlartifacts",
-        parent_run_id=plan.parent_run_id,
-        spool=spool,
-    )
-    record = {"run_id": tracker.run_id, "tracking_uri": tracker.uri}
-    atomic_write_text(run_dir / MLFLOW_RUN, json.dumps(record, indent=2) + "\n")
-    _watch_system(config, tracker, resumed=False)
-    return tracker
-
-
-def _watch_system(config: RunConfig, tracker: MLflowTracker, resumed: bool) -> None:
-    if config.tracking.system_metrics:
-        tracker.watch_system(resumed, config.tracking.system_metrics_seconds)
-
-
-def _saved_mlflow_run(plan: RunPlan) -> dict | None:
-    if plan.checkpoint is not None:
-        return plan.checkpoint.state["mlflow"]
-    path = plan.run_dir / MLFLOW_RUN
-    return json.loads(path.read_text()) if path.is_file() else None

@@ -1,10 +1,11 @@
-"""A run's folder as `rvctl resume` finds it, the config it resumes with, and the lock of the
-one process that trains it: light (no torch, no TRL), so a wrong folder or config is told
-before anything heavy loads."""
+"""A run's folder: its name when it starts, as `rvctl resume` finds it, the config it resumes
+with, and the lock of the one process that trains it. Light (no torch, no TRL), so a wrong
+folder or config is told before anything heavy loads."""
 
 from __future__ import annotations
 
 import fcntl
+import secrets
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,6 +42,13 @@ def resumed_config(
     (whether it may: training/run.py's resume_plan, against the checkpoint)."""
     base = load_config(config_path if config_path is not None else run_dir / "config.yaml")
     return with_overrides(base, overrides or {})
+
+
+def run_dir_for(config: RunConfig) -> Path:
+    """A new run's folder: method, seed, time, and a random tag of 8 hex digits (a sweep's
+    trials of one seed start in the same second, side by side)."""
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
+    return Path(config.output) / f"{config.train.method}-s{config.train.seed}-{stamp}"
 
 
 class RunBusy(RuntimeError):

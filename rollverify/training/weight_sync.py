@@ -5,11 +5,11 @@ pi/mu of the next step would be wrong without anything failing."""
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
-from rollverify.rollout.engines.protocol import RolloutEngine, SyncCheckError
+from rollverify.rollout.engines.protocol import RolloutEngine, SyncCheckError, probe_logprobs_of
 from rollverify.rollout.engines.weight_group import spec
 from rollverify.training.distributed.sharding import full_tensors, is_sharded, reshard
 
@@ -33,6 +33,32 @@ def check_weight_sync(
             "engine would sample from a policy other than the one being trained"
         )
     return gap
+
+
+def sync_engine(
+    engine: RolloutEngine,
+    model: torch.nn.Module,
+    dtype: str,
+    probe: list[int],
+    tolerance: float,
+    step: int,
+    load: Callable[[WeightStream, int], None] | None,
+) -> tuple[float | None, list]:
+    """The model's weights in `dtype` to the engine through `load` (its load_weights, or
+    load_weights_in_flight; rank 0's), then the probe check: (gap, the engine's steps of the
+    check). The other ranks pass no `load`: they take part in each gather and in the probe's
+    forward, and get (None, [])."""
+    tensors = WeightStream(model, dtype)
+    if load is not None:
+        load(tensors, step)
+    else:
+        for _ in tensors:  # its part of each gather
+            pass
+    trainer_probe = probe_logprobs_of(model, probe)
+    if load is None:
+        return None, []
+    gap = check_weight_sync(engine, probe, trainer_probe, tolerance, step)
+    return gap, engine.take_trace()
 
 
 def in_dtype(

@@ -14,30 +14,15 @@ from rich.table import Table
 
 from rollverify.tracking.metric_names import LIVE
 from rvctl import progress
-from rvctl.options import (
-    ConfigOption,
-    EngineOption,
-    FormatOption,
-    OutputOption,
-    ProcessesOption,
-    SetOption,
-    StepsOption,
-    TrackingOption,
-    run_overrides,
-)
+from rvctl.options import FormatOption, RunOptions, with_run_options
 from rvctl.output import Format, stderr
 
 
+@with_run_options
 def compare(
     methods: Annotated[list[str], typer.Argument(help="Methods to compare (rvctl methods).")],
     seeds: Annotated[int, typer.Option(help="Seeds per method (config seed, +1, ...).")] = 1,
-    config: ConfigOption = None,
-    steps: StepsOption = None,
-    engine: EngineOption = None,
-    processes: ProcessesOption = None,
-    output: OutputOption = None,
-    tracking_uri: TrackingOption = None,
-    settings: SetOption = None,
+    run: RunOptions = RunOptions(),  # --config, --steps, ... (with_run_options)
     plots: Annotated[
         bool, typer.Option(help="Also write the report's PNG curves into the compare folder.")
     ] = False,
@@ -61,7 +46,6 @@ def compare(
     format: FormatOption = Format.table,
 ) -> None:
     """Train every method for every seed, then print the cost table."""
-    from rollverify.config import load_config
     from rollverify.experiments.compare import (
         Child,
         check_comparison,
@@ -71,9 +55,7 @@ def compare(
         plan,
     )
 
-    run_config = load_config(
-        config, run_overrides(steps, engine, output, tracking_uri, processes, settings)
-    )
+    run_config = run.load()
     children = plan(methods, seeds, run_config.train.seed)  # bad names fail before any work
     folder = compare_dir or (latest_comparison(Path(run_config.output)) if resume else None)
     if folder is not None:

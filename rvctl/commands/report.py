@@ -150,7 +150,7 @@ def _write_seed_rows(found: Any, path: Path) -> None:
     import io
     import json
 
-    from rollverify.experiments.report import seed_rows
+    from rollverify.experiments.seed_rows import seed_rows
     from rollverify.infra.atomic_write import atomic_write_text
 
     rows = seed_rows(found)

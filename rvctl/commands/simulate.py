@@ -126,7 +126,7 @@ def simulate(
         bool,
         typer.Option(
             help="Run the exact model in Python (rollverify/rollout/engines/simulated.py), not "
-            "compiled: the same table, ~5x slower; for checking the compiled engine."
+            "compiled: the same table, ~7x slower; for checking the compiled engine."
         ),
     ] = False,
     workers: Annotated[
@@ -192,8 +192,8 @@ def simulate(
         raise ValueError(f"--workers: must be >= 1, got {workers}")
     if workers > 1:  # the input is good: its server imports the simulator while this process does
         worker_context()
-    from rollverify.experiments.simulate import rows
     from rollverify.experiments.simulate import simulate as run
+    from rollverify.experiments.simulate_results import rows
 
     asyncs = len(settings.asyncs) * (2 if settings.async_verify else 1)
     total = (len(settings.methods) + asyncs) * len(settings.contexts) * settings.seeds

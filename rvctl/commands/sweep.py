@@ -11,33 +11,18 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rvctl import progress
-from rvctl.options import (
-    ConfigOption,
-    EngineOption,
-    FormatOption,
-    OutputOption,
-    ProcessesOption,
-    SetOption,
-    StepsOption,
-    TrackingOption,
-    run_overrides,
-)
+from rvctl.options import FormatOption, RunOptions, with_run_options
 from rvctl.output import Format, stderr
 
 # `--ds 0.005,0.01`: values for any swept name, so the options cannot be declared up front.
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
+@with_run_options
 def sweep(
     context: typer.Context,
     names: Annotated[list[str], typer.Argument(help="Config fields to sweep: ds dt, window ...")],
-    config: ConfigOption = None,
-    steps: StepsOption = None,
-    engine: EngineOption = None,
-    processes: ProcessesOption = None,
-    output: OutputOption = None,
-    tracking_uri: TrackingOption = None,
-    settings: SetOption = None,
+    run: RunOptions = RunOptions(),  # --config, --steps, ... (with_run_options)
     method: Annotated[
         str | None,
         typer.Option(help="Method of every trial (default: the sweep file's `method`)."),
@@ -58,7 +43,6 @@ def sweep(
     format: FormatOption = Format.table,
 ) -> None:
     """Run a grid of trainings (one Ray Tune trial each) and print the grid's table."""
-    from rollverify.config import load_config
     from rollverify.experiments.sweep import check_grid, load_grid
 
     # click hands unknown options (--ds ...) to the NAMES argument: split them off again
@@ -67,9 +51,7 @@ def sweep(
     names, values = words[:first_option], _value_options(words[first_option:])
     if not names:
         raise ValueError("sweep: name the fields to sweep, e.g. rvctl sweep ds dt")
-    run_config = load_config(
-        config, run_overrides(steps, engine, output, tracking_uri, processes, settings)
-    )
+    run_config = run.load()
     grid = load_grid(names, values, seeds, method)
     swept_methods = "train.method" in grid.values
     if method is not None and swept_methods:

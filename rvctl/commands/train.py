@@ -16,15 +16,13 @@ from rollverify.training.preflight import check_before_start
 from rollverify.training.run_folder import find_run, is_finished, resumed_config
 from rvctl import progress
 from rvctl.options import (
-    ConfigOption,
     EngineOption,
     FormatOption,
-    OutputOption,
     ProcessesOption,
+    RunOptions,
     SetOption,
-    StepsOption,
-    TrackingOption,
     run_overrides,
+    with_run_options,
 )
 from rvctl.output import Format, print_rows, stderr
 
@@ -34,20 +32,15 @@ CheckpointEveryOption = Annotated[
 ]
 
 
+@with_run_options
 def train(
-    config: ConfigOption = None,
+    run: RunOptions = RunOptions(),  # --config, --steps, ... (with_run_options)
     method: Annotated[
         str | None,
         typer.Option(help="The method: grpo, partial, rollverify or another of rvctl methods."),
     ] = None,
-    steps: StepsOption = None,
     seed: Annotated[int | None, typer.Option(help="Seed of data, sampling and init.")] = None,
-    engine: EngineOption = None,
-    processes: ProcessesOption = None,
     checkpoint_every: CheckpointEveryOption = None,
-    tracking_uri: TrackingOption = None,
-    output: OutputOption = None,
-    settings: SetOption = None,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -58,22 +51,8 @@ def train(
     format: FormatOption = Format.table,
 ) -> None:
     """Train with GRPO, partial rollout or RollVerify; log everything to MLflow."""
-    from rollverify.config import load_config
-
-    overrides = run_overrides(
-        steps,
-        engine,
-        output,
-        tracking_uri,
-        processes,
-        settings,
-        **{
-            "train.method": method,
-            "train.seed": seed,
-            "train.checkpoint_every": checkpoint_every,
-        },
-    )
-    run_config = load_config(config, overrides)
+    named = {"train.method": method, "train.seed": seed, "train.checkpoint_every": checkpoint_every}
+    run_config = run.load(**named)
     if dry_run:
         return _dry_run(run_config, format)
     check_before_start(run_config)  # in a second or two, before TRL, Ray or an engine load

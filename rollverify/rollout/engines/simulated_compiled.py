@@ -1,83 +1,69 @@
 """SimulatedEngine's model, compiled: what `rvctl simulate` runs when nothing needs the Python
 engine's other parts (tool calls, weights loaded in flight, a fitted CPU profile's prices).
-Same events, same table: engines/simulated_kernel.py does the work on arrays; this class is
+Same events, same table: engines/kernel/ does the work on arrays; this class is
 the engine interface around it, and moves each Sketch's counts in (submit) and out (finish,
 pause)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import torch
 
 from rollverify.config.model_shape import ModelShape
 from rollverify.cost.costmodel import GPUS, Layout, Pricing
-from rollverify.cost.kv_cache import BLOCK_SIZE
-from rollverify.rollout.engines import simulated_kernel as kernel
+from rollverify.rollout.engines import kernel
+from rollverify.rollout.engines.kernel import arrays
 from rollverify.rollout.engines.protocol import EngineStats
-from rollverify.rollout.engines.simulated import NoModel
+from rollverify.rollout.engines.simulated_base import SimulatedBase
 from rollverify.rollout.engines.sketch import Sketch
 from rollverify.rollout.trajectory import Trajectory
 
 _STATS = {  # EngineStats field: its counter in the kernel's integers
-    "decode_steps": kernel.DECODE_STEPS,
-    "slot_steps_busy": kernel.SLOT_STEPS_BUSY,
-    "tokens_generated": kernel.GENERATED,
-    "tokens_regenerated": kernel.REGENERATED,
-    "tokens_prefilled": kernel.PREFILLED,
-    "aborted": kernel.ABORTED,
-    "preemptions": kernel.PREEMPTIONS,
-    "tokens_recomputed": kernel.RECOMPUTED,
+    "decode_steps": arrays.DECODE_STEPS,
+    "slot_steps_busy": arrays.SLOT_STEPS_BUSY,
+    "tokens_generated": arrays.GENERATED,
+    "tokens_regenerated": arrays.REGENERATED,
+    "tokens_prefilled": arrays.PREFILLED,
+    "aborted": arrays.ABORTED,
+    "preemptions": arrays.PREEMPTIONS,
+    "tokens_recomputed": arrays.RECOMPUTED,
 }
-_REASONS = {kernel.STOP: "stop", kernel.LENGTH_CUT: "length"}
-_DRAWN = kernel.IN.index(kernel.DRAWN)  # its column in what enters
+_REASONS = {arrays.STOP: "stop", arrays.LENGTH_CUT: "length"}
+_DRAWN = arrays.IN.index(arrays.DRAWN)  # its column in what enters
 
 
-class CompiledSimulatedEngine(NoModel):
+class CompiledSimulatedEngine(SimulatedBase):
     """SimulatedEngine (exact, no tool calls, weights loaded between steps) for Sketches, priced
     by a GPU's Pricing. `lengths` may have `peek(group_id, sample_index)`, a draw that fixes
     nothing (LengthSampler: a moving median is fixed at a group's first admission, as the
     reference asks `lengths` then); it is then called for real as each trajectory leaves."""
 
-    def __init__(
-        self,
-        cost: Pricing,
-        slots: int,
-        max_new_tokens: int,
-        lengths: Callable[[int, int], int],
-        admit_batch: int | None = None,
-        finishes_per_poll: int = 1,
-        version: int = 0,
-        kv_tokens: int | None = None,
-        block_size: int = BLOCK_SIZE,
-    ) -> None:
-        self.cost = cost
-        self.slots = slots
-        self.max_new_tokens = max_new_tokens
-        self.temperature, self.top_p, self.top_k = 1.0, 1.0, 0
-        self.lengths = lengths
-        self._peek_draws = getattr(lengths, "peek", None)
-        self._keep_draws = getattr(lengths, "keep", None)
-        self.finishes_per_poll = finishes_per_poll
-        self.kv_blocks = None if kv_tokens is None else kv_tokens // block_size
-        self.idle_seconds = 0.0  # (weights are loaded between steps: never waited for)
-        self.calls_made = 0
-        self.tool_wait_seconds = 0.0
-        self._prices = kernel.price_terms(cost)
+    cost: Pricing
+
+    def _start(self, version: int) -> None:
+        # (weights load between steps, never waited for; no tool calls: idle_seconds,
+        # calls_made and tool_wait_seconds stay 0)
+        if self.tool_calls is not None:
+            raise TypeError("the compiled simulated engine takes no tool calls")
+        slots, max_new_tokens, block_size = self.slots, self.max_new_tokens, self.block_size
+        self._peek_draws = getattr(self.lengths, "peek", None)
+        self._keep_draws = getattr(self.lengths, "keep", None)
+        self._prices = kernel.price_terms(self.cost)
         self._arrays = kernel.empty_state(slots, block_size, max_new_tokens)
         ints = self._arrays["ints"]
-        ints[kernel.SLOTS], ints[kernel.MAX_NEW], ints[kernel.BLOCK] = (
+        ints[arrays.SLOTS], ints[arrays.MAX_NEW], ints[arrays.BLOCK] = (
             slots,
             max_new_tokens,
             block_size,
         )
-        ints[kernel.KV_BLOCKS] = kernel.NO_LIMIT if self.kv_blocks is None else self.kv_blocks
-        ints[kernel.CACHE_BLOCKS] = ints[kernel.FREED] = self.kv_blocks or 0
-        ints[kernel.ADMIT_BATCH] = admit_batch or max(1, slots // 8)
-        ints[kernel.FINISHES_PER_POLL] = finishes_per_poll
-        ints[kernel.VERSION] = version
-        ints[kernel.Q_HEAD] = ints[kernel.Q_TAIL] = 2 * slots  # room to put rows before it
+        ints[arrays.KV_BLOCKS] = arrays.NO_LIMIT if self.kv_blocks is None else self.kv_blocks
+        ints[arrays.CACHE_BLOCKS] = ints[arrays.FREED] = self.kv_blocks or 0
+        ints[arrays.ADMIT_BATCH] = self.admit_batch
+        ints[arrays.FINISHES_PER_POLL] = self.finishes_per_poll
+        ints[arrays.VERSION] = version
+        ints[arrays.Q_HEAD] = ints[arrays.Q_TAIL] = 2 * slots  # room to put rows before it
         self._inside: list[Sketch] = []  # by slot: the trajectories in the engine this step
         self._running = self._waiting = 0
         self._submitted: list[Sketch] = []  # since the last poll (`_enter`)
@@ -92,19 +78,19 @@ class CompiledSimulatedEngine(NoModel):
 
     @property
     def version(self) -> int:
-        return int(self._ints[kernel.VERSION])
+        return int(self._ints[arrays.VERSION])
 
     @property
     def step(self) -> int:
-        return int(self._ints[kernel.STEP])
+        return int(self._ints[arrays.STEP])
 
     @property
     def clock(self) -> float:
-        return float(self._arrays["floats"][kernel.CLOCK])
+        return float(self._arrays["floats"][arrays.CLOCK])
 
     @property
     def prefill_seconds(self) -> float:
-        return float(self._arrays["floats"][kernel.PREFILL_SECONDS])
+        return float(self._arrays["floats"][arrays.PREFILL_SECONDS])
 
     @property
     def stats(self) -> EngineStats:
@@ -124,8 +110,8 @@ class CompiledSimulatedEngine(NoModel):
         """The rows running and waiting, as Python ints (asked after every poll), from the
         kernel's."""
         ints = self._ints
-        self._running = ints.item(kernel.ROWS)
-        self._waiting = ints.item(kernel.Q_TAIL) - ints.item(kernel.Q_HEAD)
+        self._running = ints.item(arrays.ROWS)
+        self._waiting = ints.item(arrays.Q_TAIL) - ints.item(arrays.Q_HEAD)
 
     # -- the engine interface -----------------------------------------------------------------
 
@@ -144,7 +130,7 @@ class CompiledSimulatedEngine(NoModel):
         if not trajectories:
             return
         count, groups, flat = len(trajectories), self._groups, []
-        for t in trajectories:  # kernel.IN's columns (DRAWN to come), group id, sample index
+        for t in trajectories:  # arrays.IN's columns (DRAWN to come), group id, sample index
             oldest = t.oldest_version
             flat += (
                 t.length,
@@ -156,7 +142,7 @@ class CompiledSimulatedEngine(NoModel):
                 t.group_id,
                 t.sample_index,
             )
-        entering = np.array(flat, dtype=np.int64).reshape(count, len(kernel.IN) + 2)
+        entering = np.array(flat, dtype=np.int64).reshape(count, len(arrays.IN) + 2)
         entering[:, _DRAWN] = self._draws(entering[:, -2], entering[:, -1])
         self._room(len(self._inside) + count, self._waiting, groups=len(groups))
         a = self._arrays
@@ -197,12 +183,12 @@ class CompiledSimulatedEngine(NoModel):
         if self.has_work:
             raise RuntimeError("pause the engine before loading weights: in-flight KV is stale")
         self._emptied()
-        self._ints[kernel.VERSION] = version
+        self._ints[arrays.VERSION] = version
 
     # -- in and out of the arrays ---------------------------------------------------------------
 
     def _out(self, rows: np.ndarray) -> list[Sketch]:
-        """Trajectories leaving the engine get their counts back (rows: kernel.OUT's)."""
+        """Trajectories leaving the engine get their counts back (rows: arrays.OUT's)."""
         inside, leaving, admitted = self._inside, [], []
         for slot, length, high_water, oldest, reason, final in rows.tolist():
             sketch = inside[slot]
@@ -220,22 +206,22 @@ class CompiledSimulatedEngine(NoModel):
     def _emptied(self) -> None:
         """Every trajectory is out: the slots start again, with no claims on the prefix cache
         (PrefixCache.reset: the weights change next, and what it holds is stale)."""
-        self._arrays["trajs"][: len(self._inside), kernel.CLAIMED] = 0
+        self._arrays["trajs"][: len(self._inside), arrays.CLAIMED] = 0
         self._inside = []
         self._arrays["members"][: len(self._groups)] = 0
         self._groups = {}
-        self._ints[kernel.Q_HEAD] = self._ints[kernel.Q_TAIL] = 2 * self.slots
+        self._ints[arrays.Q_HEAD] = self._ints[arrays.Q_TAIL] = 2 * self.slots
 
     def _room(self, slots: int, waiting: int, out: int = 0, groups: int = 0) -> None:
         """Arrays large enough for `slots` trajectories, `waiting` queued with a poll's
         preemptions before them, the heap's next poll, `out` leaving at once and `groups`."""
-        a, ints, head = self._arrays, self._ints, self._ints.item(kernel.Q_HEAD)
+        a, ints, head = self._arrays, self._ints, self._ints.item(arrays.Q_HEAD)
         if (  # (asked before every poll: something grows once in thousands)
             a["trajs"].shape[0] >= slots
             and a["out"].shape[0] >= out
             and a["members"].shape[0] >= groups
-            and a["heap"].shape[0] > ints.item(kernel.H_SIZE) + self.slots
-            and a["nodes"].shape[0] - ints.item(kernel.ENTRIES) > self.slots
+            and a["heap"].shape[0] > ints.item(arrays.H_SIZE) + self.slots
+            and a["nodes"].shape[0] - ints.item(arrays.ENTRIES) > self.slots
             and head >= self.slots
             and a["queue"].shape[0] > head + waiting
         ):
@@ -249,15 +235,15 @@ class CompiledSimulatedEngine(NoModel):
         a["trajs"] = _at_least(a["trajs"], slots)
         a["out"] = _at_least(a["out"], out)
         a["members"] = _at_least(a["members"], groups)
-        a["heap"] = _at_least(a["heap"], ints.item(kernel.H_SIZE) + self.slots + 1)
-        if a["nodes"].shape[0] - ints.item(kernel.ENTRIES) <= self.slots:
+        a["heap"] = _at_least(a["heap"], ints.item(arrays.H_SIZE) + self.slots + 1)
+        if a["nodes"].shape[0] - ints.item(arrays.ENTRIES) <= self.slots:
             a["nodes"] = kernel.more_nodes(ints, a["nodes"], a["nodes"].shape[0])
-        head, tail = ints.item(kernel.Q_HEAD), ints.item(kernel.Q_TAIL)
+        head, tail = ints.item(arrays.Q_HEAD), ints.item(arrays.Q_TAIL)
         if head < self.slots or a["queue"].shape[0] < head + waiting + 1:
             queue = np.zeros(2 * (2 * self.slots + waiting) + 64, dtype=np.int64)
             queue[2 * self.slots : 2 * self.slots + tail - head] = a["queue"][head:tail]
             a["queue"] = queue
-            ints[kernel.Q_HEAD], ints[kernel.Q_TAIL] = 2 * self.slots, 2 * self.slots + tail - head
+            ints[arrays.Q_HEAD], ints[arrays.Q_TAIL] = 2 * self.slots, 2 * self.slots + tail - head
         names = ("ints", "floats", "trajs", "queue", "run", "ends", "spans", "nodes", "padding")
         self._args = (  # run_polls's
             *(a[name] for name in names), a["pads"], a["heap"], self._prices, a["members"],

@@ -48,6 +48,7 @@ class Outcome:
 
 def copy_checkout(destination: Path) -> None:
     """Tracked and untracked (not ignored) files: what a clean checkout plus your edits hold."""
+    destination.mkdir(parents=True, exist_ok=True)
     destination.chmod(0o755)  # readable by the uid tests/test_unprivileged.py drops to
     listed = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"],

@@ -1371,4 +1371,53 @@ MUTANTS = [
             "test_a_trial_waits_for_a_process_still_on_its_run_and_keeps_it",
         ),
     ),
+    # -- issue 48: the staleness study's tools ------------------------------------------------
+    Mutant(
+        "new-store-opened-side-by-side",
+        "runs opening a new sqlite store at once each migrate it, one at a time",
+        "rollverify/tracking/tracker.py",
+        '    if not uri.startswith("sqlite:///"):',
+        "    if True:",
+        ("tests/test_tracking.py::test_runs_opening_a_new_store_at_once_all_start",),
+    ),
+    Mutant(
+        "cache-measured-when-not-asked",
+        "tracking.cache_ops false: the cache of a method that does not verify is not scored",
+        "rollverify/training/loop.py",
+        "        if not (self.method.verify or self.config.tracking.cache_ops):",
+        "        if False:",
+        (
+            "tests/test_train.py::"
+            "test_not_measuring_the_cache_changes_no_step_and_logs_no_cache_ops",
+        ),
+    ),
+    Mutant(
+        "token-stage-cuts-uncounted",
+        "what the token stage cut is counted apart from the sequence stage's",
+        "rollverify/training/cache_check.py",
+        "    cut_by_tokens = int((policy & (columns < after_sequence[:, None])).sum()) - after",
+        "    cut_by_tokens = 0",
+        ("tests/test_tool_output.py::test_the_cycle_counts_what_each_stage_cut_in_policy_tokens",),
+    ),
+    Mutant(
+        "async-batches-not-in-start-order",
+        "rollout.batch_order start: a batch is the first B groups started, complete or not",
+        "rollverify/core/staleness_bound.py",
+        "    if in_start_order:",
+        "    if False:",
+        (
+            "tests/test_async_rollout.py::"
+            "test_in_start_order_the_batch_is_the_first_groups_started_complete_or_waited_for",
+            "tests/test_async_rollout.py::"
+            "test_in_start_order_batches_train_groups_as_drawn_and_the_bound_still_holds",
+        ),
+    ),
+    Mutant(
+        "token-staleness-per-sample",
+        "stale_token_share_8 counts tokens 8+ versions old, not samples",
+        "rollverify/core/filters.py",
+        "    return behind.mean().item(), (behind >= old).float().mean().item()",
+        "    return behind.mean().item(), (behind.max() >= old).float().item()",
+        ("tests/test_filters.py::test_token_staleness_counts_each_trained_token_not_each_sample",),
+    ),
 ]

@@ -1,10 +1,11 @@
 """Sample filters (paper Section 3.3): staleness of a sample and the keep/drop decisions."""
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rollverify.core.filters import keep_fresh, keep_on_policy, staleness
+from rollverify.core.filters import keep_fresh, keep_on_policy, staleness, token_staleness
 
 
 def test_staleness_is_measured_from_the_oldest_generated_token():
@@ -41,3 +42,14 @@ def test_staleness_equals_the_literal_definition(rows, bound):
     expected = [current - min(r) for r in rows]
     assert staleness(versions, mask, current).tolist() == expected
     assert keep_fresh(versions, mask, current, bound).tolist() == [s <= bound for s in expected]
+
+
+def test_token_staleness_counts_each_trained_token_not_each_sample():
+    """Two samples trained at version 10: one of 4 tokens sampled at 10, 9, 2, 2 (two of them
+    8 versions old), one of 2 tokens at 10 (padding, at version 0, is never counted)."""
+    versions = torch.tensor([[10, 9, 2, 2], [10, 10, 0, 0]])
+    mask = torch.tensor([[True, True, True, True], [True, True, False, False]])
+    mean, share = token_staleness(versions, mask, current_version=10)
+    assert mean == pytest.approx((0 + 1 + 8 + 8 + 0 + 0) / 6)
+    assert share == pytest.approx(2 / 6)  # per sample it would be 1 of 2
+    assert token_staleness(versions, torch.zeros_like(mask), 10) == (0.0, 0.0)

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -72,6 +73,43 @@ def test_concurrent_writers_to_one_store_lose_nothing(tmp_path):
                 range(1, 41)
             )
         assert client.get_run(run_id).info.status == "FINISHED"
+
+
+def test_runs_opening_a_new_store_at_once_all_start(tmp_path):
+    """Three runs create their trackers the same moment on a store that does not exist yet
+    (two `rvctl train` started together): each starts, in one experiment. Unserialized,
+    MLflow's table migrations collide ("duplicate column name") or the experiment is made
+    twice."""
+    go = tmp_path / "go"
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        from tests.test_tracking import tracker
+        while not Path({str(go)!r}).exists():  # everything imported: start together
+            time.sleep(0.001)
+        run = tracker(Path({str(tmp_path)!r}), sys.argv[1], spool=False)
+        run.finish()
+        print(run.run_id)
+        """
+    )
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, f"w{i}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(3)
+    ]
+    time.sleep(8)  # the writers' imports
+    go.touch()
+    outputs = [w.communicate(timeout=300) for w in writers]
+    assert [w.returncode for w in writers] == [0, 0, 0], [err[-300:] for _, err in outputs]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "rollverify"]
+    runs = client.search_runs([experiment.experiment_id])
+    assert sorted(r.info.run_id for r in runs) == sorted(out.strip() for out, _ in outputs)
 
 
 def test_system_metrics_are_sampled_into_the_run_when_asked(tmp_path):

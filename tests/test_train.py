@@ -151,6 +151,23 @@ def test_partial_that_never_pauses_equals_grpo(tmp_path):
 
 
 @pytest.mark.slow
+def test_not_measuring_the_cache_changes_no_step_and_logs_no_cache_ops(tmp_path):
+    """tracking.cache_ops false skips the forward over the cache that only fed the logs: the
+    run trains the same steps, without ops_cache_* and with no measuring time."""
+    measured = history(train(tiny(tmp_path / "on", "partial")))
+    skipped = history(train(tiny(tmp_path / "off", "partial", **{"tracking.cache_ops": False})))
+    what_the_measure_counts = ("ops_cache", "cache_tokens_verified", "modeled_measure")
+    same = {
+        k: v for k, v in comparable(measured).items() if not k.startswith(what_the_measure_counts)
+    }
+    assert same == {k: v for k, v in comparable(skipped).items() if k in same}
+    assert set(same) >= {"reward_mean", "entropy_mean", "eval_accuracy", "tokens_generated"}
+    assert measured["ops_cache_before"] and "ops_cache_before" not in skipped
+    assert sum(measured["measure_seconds"].values()) > 0
+    assert sum(skipped["measure_seconds"].values()) < sum(measured["measure_seconds"].values())
+
+
+@pytest.mark.slow
 def test_filters_drop_stale_and_off_policy_samples(tmp_path):
     stale = history(
         train(tiny(tmp_path / "s", "staleness-filter", **{"verify.staleness_bound": 0}))

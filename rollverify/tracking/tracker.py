@@ -6,10 +6,13 @@ Metric names are stable (docs/metrics.md lists them): dashboards depend on them.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,6 +43,26 @@ def default_tracking_uri(output: str | Path) -> str:
     return f"sqlite:///{(Path(output).resolve() / 'mlflow.db')}"
 
 
+@contextmanager
+def store_opened_alone(uri: str) -> Iterator[None]:
+    """One process at a time opens a sqlite store and finds or creates the experiment in it.
+    Processes that open a new store side by side each run MLflow's table migrations on it,
+    which are not safe together (measured: two `rvctl train` started at once on a new store,
+    one failed with sqlite's "duplicate column name: step"), and each would create the
+    experiment. Other stores (a server) serialize this themselves."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    path = Path(uri.removeprefix("sqlite:///"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 class MLflowTracker:
     """One MLflow run: params = the resolved config, tags = method/seed/engine."""
 
@@ -54,15 +77,19 @@ class MLflowTracker:
         parent_run_id: str | None = None,
         spool: Path | None = None,
     ) -> None:
-        self.client, self.uri = MlflowClient(tracking_uri=uri), uri
+        self.uri = uri
         self.spool = spool  # metrics the store refused, one JSON batch per line, until delivered
         self.pending: list[list[Metric]] = []
-        found = self.client.get_experiment_by_name(experiment)
-        experiment_id = (
-            found.experiment_id
-            if found is not None
-            else self.client.create_experiment(experiment, artifact_location=artifact_root.as_uri())
-        )
+        with store_opened_alone(uri):
+            self.client = MlflowClient(tracking_uri=uri)
+            found = self.client.get_experiment_by_name(experiment)
+            experiment_id = (
+                found.experiment_id
+                if found is not None
+                else self.client.create_experiment(
+                    experiment, artifact_location=artifact_root.as_uri()
+                )
+            )
         if parent_run_id is not None:
             tags = {**tags, "mlflow.parentRunId": parent_run_id}
         tags = {**source_tags(), **tags}  # (what mlflow.start_run would add, and more)

@@ -311,6 +311,8 @@ class TrainingLoop:
         training verifies before training instead (in flight): its checks of the step."""
         if self.async_ is not None:
             return self.async_.take_checks()
+        if not (self.method.verify or self.config.tracking.cache_ops):
+            return CacheCheck()  # nothing acts on it, and its OPS are not asked for
         cached = cached_unfinished(self.state.cache) if self.world.main else None
         check = CacheCheck()
         with Clock() as scoring:

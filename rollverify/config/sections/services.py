@@ -94,6 +94,14 @@ class TrackingConfig:
         "accuracy) as PNGs in RUN/plots and the MLflow run's artifacts (beside config.yaml, "
         "ledger.json and summary.json, always stored).",
     )
+    cache_ops: bool = config_field(
+        True,
+        "Methods that do not verify: score the cache under each new policy to log its OPS "
+        "(ops_cache_before / after). A forward pass over every cached trajectory each step, "
+        "for the logs only (the ledger's measure phase): on a CPU up to 40% of a partial "
+        "rollout step with many slots. false: not scored, not logged. Verifying methods "
+        "score the cache whatever this says.",
+    )
     system_metrics: bool = config_field(
         False,
         "MLflow's system metrics on each run (system/*: CPU, memory, disk, network, and GPU "

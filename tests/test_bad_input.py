@@ -177,7 +177,8 @@ def test_sweep_method_replaces_the_files_and_names_that_are_almost_right_get_a_g
     output = ["--config", config, "--output", str(tmp_path / "runs")]
     for args, message in [
         (["sweep", "ds", "dt", "--method", "rollverfy"], "--method rollverfy: unknown (did you "),
-        (["sweep", "method", "--method", "grpo"], "--method: this grid sweeps train.method"),
+        # sweeping methods, --method lists them: each is a grid point, checked as one
+        (["sweep", "method", "--method", "grpo,rollverfy"], "grid point method=rollverfy"),
         (["compare", "grpo", "rolverify"], "methods: unknown rolverify (did you mean rollverify?)"),
         (["train", "--engine", "vlm"], "did you mean 'vllm'?"),
         (["train", "--method", "partal"], "did you mean partial?"),

@@ -25,7 +25,10 @@ def sweep(
     run: RunOptions = RunOptions(),  # --config, --steps, ... (with_run_options)
     method: Annotated[
         str | None,
-        typer.Option(help="Method of every trial (default: the sweep file's `method`)."),
+        typer.Option(
+            help="Method of every trial (default: the sweep file's `method`); when the sweep's "
+            "names include method, the methods it sweeps (--method grpo,partial)."
+        ),
     ] = None,
     seeds: Annotated[
         int | None,
@@ -51,6 +54,9 @@ def sweep(
     names, values = words[:first_option], _value_options(words[first_option:])
     if not names:
         raise ValueError("sweep: name the fields to sweep, e.g. rvctl sweep ds dt")
+    if method is not None and {"method", "train.method"} & set(names):
+        values["method"] = method  # sweeping methods: --method lists them (--method a,b)
+        method = None
     run_config = run.load()
     grid = load_grid(names, values, seeds, method)
     swept_methods = "train.method" in grid.values

@@ -131,7 +131,7 @@ def from_store(store: str) -> dict:
     for experiment in client.search_experiments():
         for run in client.search_runs([experiment.experiment_id], "attributes.status = 'FINISHED'"):
             params = run.data.params
-            if "train.method" not in params:
+            if "train.method" not in params or "kind" in run.data.tags:  # a sweep's parent
                 continue
             share = [
                 m.value for m in client.get_metric_history(run.info.run_id, "stale_token_share_8")

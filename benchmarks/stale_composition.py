@@ -1,0 +1,113 @@
+"""The composition control of the staleness study (docs/results.md): runs that separate which
+groups train first from how stale their tokens are, each paired by seed with synchronous grpo.
+
+    .venv/bin/python benchmarks/stale_composition.py runs/sweep-method-2* runs/sweep-method-eta-* \
+        runs/sweep-method-max_staleness-* runs/sweep-method-batch_order-* \
+        --out benchmarks/results/stale_composition.json
+
+Rows are labelled by method and the settings that make them differ (rollout.mode, eta,
+batch_order, max_staleness), so runs of one method from several sweeps stay apart. Per row:
+AUC (the primary figure) and final accuracy, each with its paired difference to synchronous
+grpo (95% interval, the smallest difference detectable at 80% power), the mean trained length
+over the first 20 steps (which groups train first), per-token staleness and the share of
+tokens 8+ versions old, k3, and the groups the staleness cap dropped (what max_staleness 0
+starves).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from rollverify.experiments.power import detectable_difference, mean_ci95
+from rollverify.experiments.report import counted, eval_area
+from rollverify.tracking import metric_names as m
+from rollverify.tracking.run_records import RunRecord, load_report
+
+SETTINGS = ("rollout.mode", "rollout.eta", "rollout.batch_order", "rollout.max_staleness")
+EARLY = 20  # steps whose trained lengths say which groups train first
+
+
+def label(run: RunRecord) -> str:
+    params = run.params
+    parts = [run.method]
+    if params.get("rollout.mode") == "async":
+        parts.append(f"async eta={params.get('rollout.eta')}")
+        if params.get("rollout.batch_order", "complete") != "complete":
+            parts.append(f"{params['rollout.batch_order']} order")
+    elif params.get("rollout.max_staleness", "None") not in ("None", "null", None):
+        parts.append(f"max_staleness={params['rollout.max_staleness']}")
+    return ", ".join(parts)
+
+
+def _mean_of(run: RunRecord, metric: str, last_step: int | None = None) -> float | None:
+    values = [
+        v for s, v in run.history.get(metric, {}).items() if last_step is None or s <= last_step
+    ]
+    return statistics.fmean(values) if values else None
+
+
+FIGURES = {
+    "auc": eval_area,
+    "accuracy": lambda r: r.last(m.EVAL_ACCURACY),
+    "early_length": lambda r: _mean_of(r, m.RESPONSE_LENGTH_MEAN, EARLY),
+    "staleness_token_mean": lambda r: _mean_of(r, m.STALENESS_TOKEN_MEAN),
+    "stale_token_share_8": lambda r: _mean_of(r, m.STALE_TOKEN_SHARE_8),
+    "k3": lambda r: _mean_of(r, m.MISMATCH_KL),
+    "entropy": lambda r: _mean_of(r, m.ENTROPY_MEAN),
+    "dropped_stale": lambda r: sum(r.history.get(m.TRAJECTORIES_DROPPED_STALE, {}).values()),
+}
+PAIRED = ("auc", "accuracy", "early_length")
+
+
+def rows(runs: list[RunRecord]) -> list[dict]:
+    groups: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        groups.setdefault(label(run), []).append(run)
+    base = {r.seed: r for r in counted(groups.get("grpo", []))}
+    out = []
+    for name, group in groups.items():
+        done = counted(group)
+        row: dict = {"run": name, "seeds": len(done)}
+        for figure, value in FIGURES.items():
+            values = [v for v in (value(r) for r in done) if v is not None]
+            row[figure], row[f"{figure}_ci95"] = mean_ci95(values)
+        for figure in PAIRED:
+            diffs = [
+                FIGURES[figure](r) - FIGURES[figure](base[r.seed])
+                for r in done
+                if r.seed in base and name != "grpo"
+            ]
+            row[f"{figure}_vs_grpo"], row[f"{figure}_vs_grpo_ci95"] = mean_ci95(diffs)
+            row[f"{figure}_vs_grpo_mde80"] = (
+                detectable_difference(statistics.stdev(diffs), len(diffs))
+                if len(diffs) >= 3
+                else None
+            )
+        row["per_seed"] = {str(r.seed): {f: v(r) for f, v in FIGURES.items()} for r in done}
+        out.append(row)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("targets", nargs="+")
+    parser.add_argument("--tracking-uri")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    table = rows(load_report(args.targets, args.tracking_uri).runs)
+    for row in table:
+        diff, ci = row["auc_vs_grpo"], row["auc_vs_grpo_ci95"]
+        paired = f"  ΔAUC {diff:+.4f} ± {ci:.4f}" if ci is not None else ""
+        print(
+            f"{row['run']:>45} n={row['seeds']} AUC {row['auc']:.4f}{paired}  "
+            f"early length {row['early_length']:.1f}  stale8 {row['stale_token_share_8']:.3f}"
+        )
+    if args.out:
+        args.out.write_text(json.dumps({"rows": table}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1420,4 +1420,12 @@ MUTANTS = [
         "    return behind.mean().item(), (behind.max() >= old).float().item()",
         ("tests/test_filters.py::test_token_staleness_counts_each_trained_token_not_each_sample",),
     ),
+    Mutant(
+        "m2po-tau-not-strict",
+        "M2PO drops tokens until the rest's mean m2 is strictly below tau (AReaL's <)",
+        "rollverify/core/corrections.py",
+        "    below = torch.nonzero(rest_mean < tau)",
+        "    below = torch.nonzero(rest_mean <= tau)",
+        ("tests/test_corrections.py::test_m2po_keeps_dropping_while_the_rest_equals_tau",),
+    ),
 ]

@@ -225,6 +225,15 @@ def test_m2po_drops_the_largest_second_moments_until_the_rest_is_below_tau():
     assert keep.sum() == 1 and keep[0, 3]
 
 
+def test_m2po_keeps_dropping_while_the_rest_equals_tau():
+    """Strictly below tau (AReaL's `<`): a rest whose mean m2 is exactly tau is not enough."""
+    log_w = torch.tensor([[1.0, 0.5, -0.5, 0.0]])  # m2 = 1, 0.25, 0.25, 0: exact in binary
+    mask = torch.ones_like(log_w, dtype=torch.long)
+    # means of the rest, largest dropped first: 0.375, 0.5 / 3, 0.125, 0
+    keep = m2po_mask(log_w, torch.zeros_like(log_w), mask, tau=0.125)
+    assert keep.tolist() == [[False, False, False, True]]  # (with <=: the last two kept)
+
+
 def test_the_mismatch_is_k3_and_the_effective_sample_size_of_pi_old_over_mu():
     ratios = torch.tensor([[1.0, 2.0, 0.5, 7.0]])  # last: padding
     mask = torch.tensor([[True, True, True, False]])

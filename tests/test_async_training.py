@@ -6,8 +6,11 @@ bit for bit."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ from rollverify.rollout.engines.protocol import SyncCheckError
 from rollverify.rollout.schedules import PromptGroup
 from rollverify.training.checkpoint.files import folder_for, latest
 from rollverify.training.checkpoint.files import load as load_checkpoint
+from rollverify.training.parts import make_engine
 from rollverify.training.run import resume, train
 from tests.cli import run_cli
 from tests.runs import (
@@ -128,7 +132,7 @@ def test_killed_in_generation_and_in_training_resumes_bit_for_bit(tmp_path):
     )
     output = tmp_path / "runs"
     config = str(tiny_file(tmp_path / "tiny.yaml", **ASYNC))
-    first = run_cli("train", "--config", config, "--output", str(output), kill_at="rollout:3")
+    first = run_cli("train", "--config", config, "--output", str(output), kill_at="rollout:3#10")
     assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
     (run_dir,) = output.glob("*-s0-*")
     assert latest(run_dir / "checkpoints").step == 2
@@ -278,3 +282,92 @@ def test_a_peer_correction_trains_asynchronously_too(tmp_path):
     summary = train(tiny(tmp_path, "tis", **{"rollout.mode": "async", "rollout.eta": 2}))
     metrics = history(summary)
     assert "trl/correction/token_share" in metrics and max(metrics["staleness_max"].values()) > 0
+
+
+# -- one thread at a time inside the engine ------------------------------------------------------
+
+
+class TwoThreadsInside(AssertionError):
+    pass
+
+
+class OneThreadOnly:
+    """An engine that fails when a thread enters it while another is inside (as vLLM's sidecar
+    actors must not be called from two threads at once): every attribute read, call or write
+    of the wrapped engine is an entry. Its polls dwell a little, so that a trainer reading the
+    engine beside its thread meets it inside."""
+
+    def __init__(self, engine, dwell: float = 0.005) -> None:
+        state = {"_engine": engine, "_dwell": dwell, "_guard": threading.Lock()}
+        state |= {"_owner": None, "_depth": 0, "clashes": [], "threads": set()}
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+
+    @contextlib.contextmanager
+    def _entered(self, name: str):
+        me = threading.current_thread().name
+        with self._guard:
+            if self._owner not in (None, me):
+                self.clashes.append((name, me, self._owner))
+                raise TwoThreadsInside(
+                    f"{me} entered the engine ({name}) while {self._owner} was in it"
+                )
+            object.__setattr__(self, "_owner", me)
+            object.__setattr__(self, "_depth", self._depth + 1)
+            self.threads.add(me)
+        try:
+            yield
+        finally:
+            with self._guard:
+                object.__setattr__(self, "_depth", self._depth - 1)
+                if self._depth == 0:
+                    object.__setattr__(self, "_owner", None)
+
+    def __getattr__(self, name: str):
+        with self._entered(name):
+            value = getattr(self._engine, name)
+        if not callable(value):
+            return value
+
+        def call(*args, **kwargs):
+            with self._entered(name):
+                if name == "poll":
+                    time.sleep(self._dwell)
+                return value(*args, **kwargs)
+
+        return call
+
+    def __setattr__(self, name: str, value) -> None:
+        with self._entered(name):
+            setattr(self._engine, name, value)
+
+
+def test_the_trainer_and_the_engine_thread_are_never_inside_the_engine_at_once(tmp_path):
+    """A threaded run on an engine that fails when two threads are inside it: what the trainer
+    reads from the engine as the engine thread generates (the rollout's trace, the counts of
+    restarts and tool calls, the tokens generated) waits for the engine thread's step to end."""
+    settings = THREADED | {"rollout.eta": 2, "train.steps": 4}
+    config = tiny(tmp_path, "rollverify", **settings)
+    engine = OneThreadOnly(make_engine(config))
+    summary = train(config, engine=engine)
+    assert summary.steps == 4 and engine.clashes == []
+    assert {"MainThread", "rollverify-engine"} <= engine.threads, "both threads used the engine"
+
+
+def test_the_trace_is_taken_beside_the_engine_thread_one_thread_at_a_time():
+    """The trainer takes the trace over and over while the engine thread generates: each take
+    waits for the engine thread's step to end (the engine fails if they meet inside)."""
+    model = random_model(seed=0, eos_bias=-1.0)
+    hf = HFEngine(model, slots=4, max_new_tokens=12, eos_token_id=EOS, pad_token_id=PAD)
+    engine = OneThreadOnly(hf)
+    thread = EngineThread(
+        engine, Prompts(), AsyncState(), batch_groups=1, group_size=2, eta=1, keep_kv=False
+    )
+    try:
+        steps = []
+        while len(steps) < 20:  # (the engine's steps of ~5 ms each: about 20 takes apart)
+            steps += thread.take_trace()
+        assert thread.next_batch(verify=None, admit_eta=1, should_stop=lambda: False).groups
+    finally:
+        thread.close()
+    assert engine.clashes == [] and engine.threads == {"MainThread", "rollverify-engine"}

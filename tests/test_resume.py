@@ -79,7 +79,7 @@ def test_killed_at_three_points_and_resumed_ends_like_an_uninterrupted_run(
     assert latest(checkpoints) is None and (run_dir / "mlflow.json").is_file()
     # Killed in the first rollout, before any periodic checkpoint: the one taken as training
     # starts (step 0) is there.
-    second = run_cli("resume", str(output), kill_at="rollout:1")
+    second = run_cli("resume", str(output), kill_at="rollout:1#10")
     assert second.returncode == -signal.SIGKILL, second.stderr[-2000:]
     assert list(output.glob("rollverify-s0-*")) == [run_dir]
     assert latest(checkpoints).step == 0

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rollverify.core.staleness_bound import choose_batch, may_start
+from rollverify.infra.faults import kill_point
 from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.rollout.schedules import PromptSource, RolloutInterrupted, RolloutResult
 from rollverify.rollout.trajectory import Trajectory, TrajectoryCache
@@ -136,6 +137,7 @@ def next_batch(
     state.tokens_since_last_batch(engine)  # (starts the count at a run's first batch)
     engine.submit(state.in_flight)  # a stop's or a checkpoint's, first and in order
     state.in_flight = []
+    regenerating = False  # what verification cut is back in the engine
     while True:
         admit(engine, source, state, version, admit_eta, batch_groups, group_size)
         chosen = ready_batch(state, version, eta, batch_groups, group_size, in_start_order)
@@ -143,6 +145,7 @@ def next_batch(
             cut = verify_once(state, chosen, version, verify)
             if cut:
                 engine.submit(cut)  # regenerate their suffixes; their groups wait for them
+                regenerating = True
                 continue
         if chosen is not None:
             break
@@ -154,6 +157,8 @@ def next_batch(
         if engine.has_work:
             for trajectory in engine.poll():
                 state.finished[trajectory.group_id].append(trajectory)
+            if regenerating:  # tests: killed with cut trajectories regenerating
+                kill_point("regenerating", version + 1)
         elif not wait_for_weights():
             raise RuntimeError(
                 f"async rollout stalled at version {version}: nothing running, nothing "

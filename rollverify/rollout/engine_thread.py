@@ -11,6 +11,9 @@ meet in `AsyncState` (under one lock) and in three hand-overs:
   them again to regenerate their suffixes;
 - a hold: for a checkpoint or an evaluation the trainer parks the engine thread at a step
   boundary and takes its work out (AsyncState.in_flight), which it submits again when let go.
+One thread at a time is inside the engine (on vLLM, a second caller of the sidecars' actors
+would race the first): whoever enters it holds `in_engine`, the engine thread for each of its
+steps, the trainer for what it reads meanwhile (the trace, the engine's counts: `reading()`).
 Admission follows the staleness bound as in lock-step (rollout/async_rollout.py). torch
 releases the GIL in its kernels, so the engine's forward passes run beside the trainer's
 (one core each with train.threads 1). When an update lands depends on timing, so a run is not
@@ -26,6 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rollverify.core.staleness_bound import may_start
+from rollverify.infra.faults import kill_point
 from rollverify.rollout.async_rollout import (
     AsyncState,
     admit,
@@ -63,6 +67,9 @@ class EngineThread:
         state.tokens_since_last_batch(engine)  # (starts the count, if this is the first)
         self.last_gap: float | None = None  # the probe check of the last update it loaded
         self._lock = threading.Condition(threading.Lock())
+        # Held inside the engine, by either thread; taken after `_lock` or alone: never held
+        # while waiting for `_lock` (the engine thread holds `_lock` as it waits for it).
+        self.in_engine = threading.RLock()
         self._weights: deque[tuple[int, Weights, Callable]] = deque()
         self._cut: list[Trajectory] = []
         self._hold = self._parked = self._closing = self._stopped = False
@@ -93,10 +100,9 @@ class EngineThread:
                 if should_stop():
                     self._take_out_locked()
                     self._stopped = True  # parked for good: the run ends
-                    raise RolloutInterrupted(
-                        time.perf_counter() - start,
-                        *self.state.tokens_since_last_batch(self.engine, hand_out=True),
-                    )
+                    with self.in_engine:
+                        counts = self.state.tokens_since_last_batch(self.engine, hand_out=True)
+                    raise RolloutInterrupted(time.perf_counter() - start, *counts)
                 chosen = ready_batch(
                     self.state,
                     self.version,
@@ -126,7 +132,8 @@ class EngineThread:
                     self._lock.notify_all()  # (never needed so far: a wake-up cannot be lost)
                 self._lock.wait(timeout=0.5)
             self._training = True  # admission counts the next version from now on
-            counts = self.state.tokens_since_last_batch(self.engine, hand_out=True)
+            with self.in_engine:
+                counts = self.state.tokens_since_last_batch(self.engine, hand_out=True)
             return batch_out_of_play(self.state, chosen, start, *counts)
 
     def send_weights(self, weights: Weights, version: int, check: Callable) -> None:
@@ -164,9 +171,14 @@ class EngineThread:
 
     def take_trace(self) -> list:
         """The engine's steps since the last call (those before a hold too, not the hold's)."""
-        with self._lock:
+        with self.in_engine:  # (`_trace` is the trainer's alone: holds are its)
             trace, self._trace = self._trace + self.engine.take_trace(), []
         return trace
+
+    def reading(self) -> threading.RLock:
+        """The engine, the trainer's to read while the block runs (its counts: the engine
+        thread waits at its next entry)."""
+        return self.in_engine
 
     def _take_out_locked(self) -> None:
         """Park the engine thread; then, the engine being the trainer's: land the updates on
@@ -177,11 +189,12 @@ class EngineThread:
         while not self._parked and self._error is None:
             self._lock.wait()
         self._raise_error()
-        self._land_weights()
-        self._trace += self.engine.take_trace()
-        self.state.in_flight += self._cut
-        self._cut = []
-        self.state.take_out(self.engine)
+        with self.in_engine:  # (parked: the engine thread is out of it)
+            self._land_weights()
+            self._trace += self.engine.take_trace()
+            self.state.in_flight += self._cut
+            self._cut = []
+            self.state.take_out(self.engine)
 
     def _land_weights(self) -> None:
         """Load the updates on their way (the caller owns the engine)."""
@@ -223,13 +236,18 @@ class EngineThread:
             if self._closing:
                 return False
             weights, self._weights = list(self._weights), deque()
-            self.engine.submit(self.state.in_flight + self._cut)  # first, in order
-            self.state.in_flight, self._cut = [], []
-            self._admit()
+            regenerating = self.version + 1 if self._cut else None  # (the step waiting for it)
+            with self.in_engine:
+                self.engine.submit(self.state.in_flight + self._cut)  # first, in order
+                self.state.in_flight, self._cut = [], []
+                self._admit()
         started = time.perf_counter()
-        self._load(weights)
-        finished = self.engine.poll() if self.engine.has_work else []
+        with self.in_engine:  # (not `_lock`: the trainer takes its batches meanwhile)
+            self._load(weights)
+            finished = self.engine.poll() if self.engine.has_work else []
         ended = time.perf_counter()
+        if regenerating is not None:  # tests: killed with cut trajectories regenerating
+            kill_point("regenerating", regenerating)
         with self._lock:
             self._busy.append((started, ended))
             for trajectory in finished:
@@ -238,13 +256,10 @@ class EngineThread:
         return True
 
     def _has_work(self) -> bool:
-        return bool(
-            self._weights
-            or self._cut
-            or self.state.in_flight
-            or self.engine.has_work
-            or (self.engine.idle_slots() > 0 and self._may_start())
-        )
+        if self._weights or self._cut or self.state.in_flight:
+            return True
+        with self.in_engine:
+            return self.engine.has_work or (self.engine.idle_slots() > 0 and self._may_start())
 
     @property
     def _trains_next(self) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -146,6 +146,11 @@ class AsyncSchedule:
     def take_trace(self) -> list:
         """The engine's steps since the last call (in its thread: kept aside by holds)."""
         return self.thread.take_trace() if self.thread is not None else self.engine.take_trace()
+
+    def reading(self) -> AbstractContextManager:
+        """The engine, the trainer's to read while the block runs: in its thread, under the
+        lock the engine thread holds inside it."""
+        return self.thread.reading() if self.thread is not None else nullcontext()
 
     # -- weight sync ----------------------------------------------------------------------------
 

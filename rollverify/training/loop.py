@@ -46,7 +46,6 @@ meet it at the world's named calls.
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -63,7 +62,7 @@ from rollverify.infra.faults import kill_point
 from rollverify.rollout.dynamic_sampling import tie_filter
 from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.rollout.schedules import RolloutInterrupted, RolloutResult, RolloutState, collect
-from rollverify.rollout.tool_calls import ToolCountsSince, ToolStats
+from rollverify.rollout.tool_calls import ToolCountsSince
 from rollverify.rollout.trajectory import Trajectory
 from rollverify.tasks.base import Task
 from rollverify.tasks.evaluation import Evaluation, evaluate_sets
@@ -178,7 +177,6 @@ class TrainingLoop:
         out; every rank scores a part of the batch under the current policy (pi_old); rank 0
         filters and rewards it; every rank trains its slice."""
         result = self._collect() if self.world.main else None
-        tool_calls = self.tool_counts.take(self.engine)  # (since the last batch)
         trajectories = list(result.trajectories()) if result is not None else None
         if self.world.agree_on_stop(result is None):  # a stop paused it: its tokens are cached
             self.checkpoints.stop_here()
@@ -187,17 +185,15 @@ class TrainingLoop:
         with Clock() as scoring:
             current = self._score(trajectories)
         self.records.scoring.add(used, scoring.seconds, forward_work(trajectories or []))
-        batch = self.batch(result, trajectories, current, tool_calls) if self.world.main else None
+        batch = self.batch(result, trajectories, current) if self.world.main else None
         return self.world.share(batch)
 
     def _collect(self) -> RolloutResult | None:
         """B complete groups from the engine; None if a stop request paused the rollout."""
         rollout = self.config.rollout
-        polls = itertools.count()
 
         def stop_now() -> bool:
-            if next(polls) == 10:  # tests only: a kill in the middle of this rollout
-                kill_point("rollout", self.version + 1)
+            kill_point("rollout", self.version + 1)  # tests: killed as the engine generates
             return self.stop.requested
 
         try:
@@ -223,15 +219,13 @@ class TrainingLoop:
             return None
 
     def batch(
-        self,
-        result: RolloutResult,
-        trajectories: list[Trajectory],
-        current: torch.Tensor,
-        tool_calls: ToolStats | None = None,
+        self, result: RolloutResult, trajectories: list[Trajectory], current: torch.Tensor
     ) -> dict[str, list]:
         """Rank 0: the batch's OPS, filter and rewards, as TRL's rollout_func returns them.
-        current: log pi_old of its tokens, float [B*G, >= T]; tool_calls: the rollout's (a
-        task with a tool), else None."""
+        current: log pi_old of its tokens, float [B*G, >= T]."""
+        with self._engine_read():  # the rollout's tool calls (a task with a tool), restarts, trace
+            tool_calls = self.tool_counts.take(self.engine)  # (all three: since the last batch)
+            restarts, steps = self.engine.stats.restarts, (self.async_ or self.engine).take_trace()
         self.records.batch = self.generation = check_batch(
             result,
             trajectories,
@@ -240,8 +234,8 @@ class TrainingLoop:
             self.config.verify,
             self.version,
             cache_size=len(self.state.cache),
-            engine_restarts=self.engine.stats.restarts,
-            engine_steps=(self.async_ or self.engine).take_trace(),
+            engine_restarts=restarts,
+            engine_steps=steps,
             tool_calls=tool_calls,
         )
         keep = self.generation.keep
@@ -327,11 +321,10 @@ class TrainingLoop:
     def evaluate(self) -> Evaluation:
         """Every eval set at once (rollverify/tasks/evaluation.py); its time is the eval phase.
         Asynchronous training: the sequences in flight wait outside the engine meanwhile."""
-        counted_apart = getattr(self.engine, "counted_apart", nullcontext)  # its tool calls
         with (
-            self._sequences_out(),  # (an evaluation's)
+            self._sequences_out(),  # (an evaluation's; the engine is the trainer's from here)
             self.booking.phase("eval", self.version, self.engine),
-            counted_apart(),
+            getattr(self.engine, "counted_apart", nullcontext)(),  # its tool calls
         ):
             evaluation = evaluate_sets(
                 self.engine,
@@ -388,6 +381,10 @@ class TrainingLoop:
     def _sequences_out(self) -> AbstractContextManager:
         """Asynchronous training: the engine's sequences out while the block runs."""
         return self.async_.engine_out() if self.async_ is not None else nullcontext()
+
+    def _engine_read(self) -> AbstractContextManager:
+        """The engine read by the trainer: in a thread of its own, one at a time inside it."""
+        return self.async_.reading() if self.async_ is not None else nullcontext()
 
     def load_state_dict(self, state: dict[str, Any], step: int) -> None:
         """Continue from a checkpoint of `step` (the trainer's state comes back through its

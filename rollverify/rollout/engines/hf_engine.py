@@ -29,6 +29,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from rollverify.core.sampling import Sampling
 from rollverify.cost.trace import EngineStep
+from rollverify.infra.faults import kill_point
 from rollverify.rollout.engines.banded_kv import GQA_ATTENTION, BandedLayer, banded, left_pad
 from rollverify.rollout.engines.batching import DECODE_KEEP, length_groups
 from rollverify.rollout.engines.protocol import EngineStats, QueuedSlots, probe_logprobs_of
@@ -173,6 +174,7 @@ class HFEngine(QueuedSlots):
             self._rows, self._cache = [], None
             self._queue.extendleft(reversed(running))
             self.stats.tokens_recomputed_on_update += sum(t.context_length for t in running)
+        kill_point("weights-in-flight", version)  # tests: the rows stopped, the weights not here
         self._load(named_tensors)
         self.version = version
 

@@ -38,7 +38,7 @@ import torch
 
 from rollverify.core.sampling import Sampling
 from rollverify.cost.trace import EngineStep
-from rollverify.infra.faults import describe
+from rollverify.infra.faults import describe, kill_point
 from rollverify.rollout.engines.protocol import EngineStats, check_unfinished
 from rollverify.rollout.engines.vllm_settings import START_TIMEOUT_S, SidecarFailed, VLLMSettings
 from rollverify.rollout.engines.vllm_sidecar import EngineDead, unlink_shared_memory
@@ -318,6 +318,7 @@ class VLLMEngine(CollectiveWeightSync):
         stopped = self._abort_all()
         running = [t for t in stopped if not t.finished]
         self._done += [t for t in stopped if t.finished]
+        kill_point("weights-in-flight", version)  # tests: the requests stopped, no weights yet
         self.load_weights(named_tensors, version)
         self.stats.tokens_recomputed_on_update += sum(t.context_length for t in running)
         self.submit(running)

@@ -65,6 +65,22 @@ def run_cli(*args: str, kill_at: str | None = None) -> subprocess.CompletedProce
         return subprocess.CompletedProcess(["rvctl", *args], process.exitcode, output, errors)
 
 
+def start_cli(*args: str, kill_at: str | None = None, logs: Path):
+    """run_cli's process, started and not waited for (join it): its stdout and stderr go to
+    `logs`/stdout and `logs`/stderr."""
+    env = dict(os.environ)
+    env.pop("ROLLVERIFY_KILL_AT", None)
+    if kill_at is not None:
+        env["ROLLVERIFY_KILL_AT"] = kill_at
+    logs.mkdir(parents=True, exist_ok=True)
+    process = _forkserver().Process(
+        target=_rvctl_main,
+        args=(list(args), os.getcwd(), env, str(logs / "stdout"), str(logs / "stderr")),
+    )
+    process.start()
+    return process
+
+
 def call_in_process(function, *args, kill_at: str | None = None) -> int:
     """`function(*args)` (importable by name, as a Ray worker runs a trial's function) in a
     process of its own from run_cli's forkserver, with kill_at as run_cli's: its exit code

@@ -1435,6 +1435,7 @@ MUTANTS = [
         "        with self.in_engine:  # (`_trace` is the trainer's alone: holds are its)",
         "        if True:  # (`_trace` is the trainer's alone: holds are its)",
         (
+            "tests/test_async_training.py::test_the_trace_is_taken_beside_the_engine_thread_one_thread_at_a_time",
             "tests/test_async_training.py::test_the_trainer_and_the_engine_thread_are_never_inside_the_engine_at_once",
         ),
     ),

@@ -364,9 +364,10 @@ def test_the_trace_is_taken_beside_the_engine_thread_one_thread_at_a_time():
         engine, Prompts(), AsyncState(), batch_groups=1, group_size=2, eta=1, keep_kv=False
     )
     try:
-        steps = []
-        while len(steps) < 20:  # (the engine's steps of ~5 ms each: about 20 takes apart)
+        steps, deadline = [], time.monotonic() + 1.0  # (its polls dwell 5 ms each)
+        while time.monotonic() < deadline:
             steps += thread.take_trace()
+        assert steps, "the engine thread generated while the trace was taken"
         assert thread.next_batch(verify=None, admit_eta=1, should_stop=lambda: False).groups
     finally:
         thread.close()

@@ -19,6 +19,15 @@ def tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def shared_memory_of(processes) -> set[str]:
+    """The /dev/shm blocks the processes map (those still running and readable)."""
+    paths: set[str] = set()
+    for process in processes:
+        with contextlib.suppress(Exception):  # gone, or not ours to read
+            paths |= {m.path for m in process.memory_maps() if m.path.startswith("/dev/shm/")}
+    return paths
+
+
 def listening(processes) -> set[tuple[str, str, int]]:
     """(process name, address, port) of every TCP socket the processes listen on."""
     found = set()

@@ -41,7 +41,13 @@ from rollverify.training.stopping import RunInterrupted  # noqa: E402
 from rollverify.training.weight_sync import WeightStream  # noqa: E402
 from tests.polling import wait_until  # noqa: E402
 from tests.runs import TINY, cached, history, tiny, tiny_file, unfinished  # noqa: E402
-from tests.sockets import beyond_loopback, listening, token_readable_by_others, tree  # noqa: E402
+from tests.sockets import (  # noqa: E402
+    beyond_loopback,
+    listening,
+    shared_memory_of,
+    token_readable_by_others,
+    tree,
+)
 from tests.tiny import teacher_forced_logprobs  # noqa: E402
 
 # One xdist worker runs this whole module (make test: --dist loadfile): one shared engine.
@@ -506,14 +512,6 @@ def tiny_config_file(tmp_path: Path) -> Path:
 
 def shared_memory() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-
-
-def shared_memory_of(processes) -> set[str]:
-    paths: set[str] = set()
-    for process in processes:
-        with contextlib.suppress(Exception):  # gone, or not ours to read
-            paths |= {m.path for m in process.memory_maps() if m.path.startswith("/dev/shm/")}
-    return paths
 
 
 def alive(processes) -> list:

@@ -1459,4 +1459,48 @@ MUTANTS = [
             "tests/test_async_training.py::test_the_trainer_and_the_engine_thread_are_never_inside_the_engine_at_once",
         ),
     ),
+    Mutant(
+        "resumed-cache-loses-unfinished",
+        "a resumed partial run gets back the unfinished trajectories its checkpoint cached",
+        "rollverify/rollout/schedules.py",
+        '        self.cache = TrajectoryCache.from_tensors(cache["tensors"], cache["records"])',
+        "        self.cache = TrajectoryCache(\n"
+        '            [t for t in TrajectoryCache.from_tensors(cache["tensors"], cache["records"])'
+        " if t.finished]\n        )",
+        (
+            "tests/test_vllm_kill.py::test_a_vllm_run_killed_while_its_sidecars_generate_resumes_with_nothing_lost[partial]",
+        ),
+    ),
+    Mutant(
+        "async-resume-loses-one-in-flight",
+        "a resumed asynchronous run gets back every trajectory its checkpoint held in flight",
+        "rollverify/rollout/async_rollout.py",
+        "            in_flight=trajectories[:count],",
+        "            in_flight=trajectories[1:count],",
+        (
+            "tests/test_vllm_kill.py::test_a_vllm_run_killed_while_its_sidecars_generate_resumes_with_nothing_lost[async]",
+        ),
+    ),
+    Mutant(
+        "async-resume-forgets-verified",
+        "a resumed asynchronous run knows which cached trajectories were verified at which version",
+        "rollverify/rollout/async_rollout.py",
+        '            checked={(g, i): v for g, i, v in extra["checked"]},',
+        "            checked={},",
+        (
+            "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost[weights-in-flight-lockstep]",
+            "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost[regenerating-lockstep]",
+        ),
+    ),
+    Mutant(
+        "async-resume-loses-waiting-members",
+        "a resumed asynchronous run gets back the finished members waiting for their groups",
+        "rollverify/rollout/async_rollout.py",
+        "            restored.finished[trajectory.group_id].append(trajectory)",
+        "            pass",
+        (
+            "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost[weights-in-flight-engine-thread]",
+            "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost[regenerating-engine-thread]",
+        ),
+    ),
 ]

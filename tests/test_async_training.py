@@ -28,9 +28,11 @@ from rollverify.training.parts import make_engine
 from rollverify.training.run import resume, train
 from tests.cli import run_cli
 from tests.runs import (
+    TINY,
     assert_same_weights_and_cache,
     groups_in_play,
     history,
+    metric_history,
     stopped_after,
     tiny,
     tiny_file,
@@ -258,6 +260,42 @@ def test_a_threaded_run_killed_in_training_resumes_with_nothing_lost(tmp_path):
     assert groups == sorted(2 * [int(g) for g in in_play])
     # the groups in play at step 2 were trained after the resume, or are still in play
     assert min(int(g) for g in in_play) > min(r["group_id"] for r in saved.state["cache"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lockstep", [True, False], ids=["lockstep", "engine-thread"])
+@pytest.mark.parametrize("point", ["weights-in-flight", "regenerating"])
+def test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost(
+    tmp_path, lockstep, point
+):
+    """SIGKILLed as an update is on its way to the engine (its sequences stopped for it, no
+    tensor loaded) or as sequences verification cut are regenerated, from step 3 on; resumed
+    from the step-2 checkpoint: in lock-step it ends where the run that never stopped ends, bit
+    for bit; with the engine in its own thread every group in play at the checkpoint is
+    trained once or still in play at the end, with all its members there."""
+    settings = ASYNC | {"rollout.lockstep": lockstep}
+    config = str(tiny_file(tmp_path / "tiny.yaml", **settings))
+    output = tmp_path / "runs"
+    killed = run_cli("train", "--config", config, "--output", str(output), kill_at=f"{point}:3")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    (run_dir,) = output.glob("*-s0-*")
+    saved = latest(run_dir / "checkpoints")
+    assert saved.step in (2, 4) and len(saved.state["cache"]) > 0
+    final = run_cli("resume", str(run_dir))
+    assert final.returncode == 0, final.stderr[-3000:]
+    end = latest(run_dir / "checkpoints")
+    assert end.step == ASYNC["train.steps"]
+    logged = metric_history(f"sqlite:///{output / 'mlflow.db'}", end.state["mlflow"]["run_id"])
+    assert sorted(logged["reward_mean"]) == list(range(1, end.step + 1))
+    if lockstep:
+        reference = train(load_config(config, {"output": str(tmp_path / "ref")}))
+        assert_same_weights_and_cache(end, final_checkpoint(reference))
+        return
+    counts = end.state["rollout_counts"]["async"]
+    in_play = [int(g) for g in counts["start_versions"]]
+    assert sorted(r["group_id"] for r in end.state["cache"]) == sorted(2 * in_play)
+    batch_groups = TINY["rollout.batch_groups"]
+    assert counts["started"] == end.step * batch_groups + len(in_play), "each group trained once"
 
 
 @pytest.mark.parametrize("lockstep", [True, False])

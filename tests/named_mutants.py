@@ -1482,11 +1482,12 @@ MUTANTS = [
         ),
     ),
     Mutant(
-        "async-resume-forgets-verified",
-        "a resumed asynchronous run knows which cached trajectories were verified at which version",
+        "async-resume-forgets-uncounted-tokens",
+        "a resumed asynchronous run books the tokens generated between the last batch and its "
+        "checkpoint",
         "rollverify/rollout/async_rollout.py",
-        '            checked={(g, i): v for g, i, v in extra["checked"]},',
-        "            checked={},",
+        '            uncounted=tuple(extra.get("uncounted", (0, 0))),',
+        "            uncounted=(0, 0),",
         (
             "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost[weights-in-flight-lockstep]",
             "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost[regenerating-lockstep]",
@@ -1501,6 +1502,16 @@ MUTANTS = [
         (
             "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost[weights-in-flight-engine-thread]",
             "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost[regenerating-engine-thread]",
+        ),
+    ),
+    Mutant(
+        "async-switch-ignored",
+        "after the switch an asynchronous run admits no group ahead of its policy (eta 0)",
+        "rollverify/training/async_schedule.py",
+        "        admit_eta = 0 if self.monitor.switched else self.rollout.eta",
+        "        admit_eta = self.rollout.eta",
+        (
+            "tests/test_async_training.py::test_a_collapsing_acceptance_rate_turns_an_asynchronous_run_synchronous",
         ),
     ),
 ]

@@ -287,9 +287,15 @@ def test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost(
     assert end.step == ASYNC["train.steps"]
     logged = metric_history(f"sqlite:///{output / 'mlflow.db'}", end.state["mlflow"]["run_id"])
     assert sorted(logged["reward_mean"]) == list(range(1, end.step + 1))
-    if lockstep:
+    if lockstep:  # bit for bit: weights, optimizer, cache, counters and every metric
         reference = train(load_config(config, {"output": str(tmp_path / "ref")}))
-        assert_same_weights_and_cache(end, final_checkpoint(reference))
+        theirs = final_checkpoint(reference)
+        for group in ("model", "optimizer", "cache"):
+            for name, tensor in theirs.tensors[group].items():
+                assert torch.equal(end.tensors[group][name], tensor), f"{group}.{name}"
+        for part in ("cache", "answers", "rollout_counts", "task", "monitor"):
+            assert end.state[part] == theirs.state[part], part
+        assert without_timings(logged) == without_timings(history(reference))
         return
     counts = end.state["rollout_counts"]["async"]
     in_play = [int(g) for g in counts["start_versions"]]
@@ -410,3 +416,25 @@ def test_the_trace_is_taken_beside_the_engine_thread_one_thread_at_a_time():
     finally:
         thread.close()
     assert engine.clashes == [] and engine.threads == {"MainThread", "rollverify-engine"}
+
+
+@pytest.mark.slow
+def test_a_collapsing_acceptance_rate_turns_an_asynchronous_run_synchronous(tmp_path):
+    """As tests/test_switching.py's run, asynchronous on the in-process engine: acceptance
+    falls, the window fills, the run switches; from then on no group starts before the policy
+    it trains under, so once the groups started earlier are trained (within eta steps), no
+    token is older than its policy: nothing is left to verify, nothing is cut or regenerated."""
+    steps, eta = 10, 2
+    settings = {"rollout.mode": "async", "rollout.eta": eta, "train.steps": steps}
+    settings |= {"train.learning_rate": 0.05, "verify.window": 2, "verify.ds": 1e-3}
+    summary = train(tiny(tmp_path, "rollverify", **settings))
+    metrics = history(summary)
+    switch = summary.switch_step
+    assert switch is not None and switch + eta < steps - 2, "the switch must leave steps to check"
+    assert metrics["switched"] == {s: float(s >= switch) for s in range(1, steps + 1)}
+    verified = metrics["cache_tokens_verified"]
+    assert all(verified[s] > 0 for s in range(2, switch + 1)), "stale tokens verified before"
+    synchronous = range(switch + eta + 1, steps + 1)
+    assert all(verified[s] == 0 for s in synchronous), verified
+    regenerated = metrics["tokens_regenerated_total"]
+    assert len({regenerated[s] for s in synchronous}) == 1, regenerated

@@ -99,6 +99,7 @@ def pytest_sessionfinish(session, exitstatus):
 LONGEST_FIRST = (  # measured (--durations, 2026-12-04): 247, 179, 138, 52, 43, 32, 30, 29 s
     "test_vllm_engine.py",
     "test_orchestration.py",
+    "test_vllm_kill.py",  # ~100 s a mode alone (2026-12-05)
     "test_distributed.py",
     "test_chain_tool.py",
     "test_install.py",

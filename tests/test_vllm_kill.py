@@ -1,8 +1,9 @@
 """SIGKILL on the vLLM engine: rvctl's trainer killed while its sidecars generate (no handler,
 no cleanup: a preemption without grace, an OOM kill), then `rvctl resume`.
 
-A module of its own (make test: --dist loadfile): it starts rvctl's own sidecars only, so it
-runs on the other worker than tests/test_vllm_engine.py, the suite's longest file.
+A module of its own (make test: --dist loadfile), among the longest files started first
+(tests/conftest.py): it starts rvctl's own sidecars, so it need not wait for the worker that
+holds tests/test_vllm_engine.py's shared engine.
 """
 
 from __future__ import annotations

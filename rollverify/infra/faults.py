@@ -13,8 +13,9 @@ before the weight sync), checkpoint-write (the step's metrics logged, its checkp
 tensors written, no manifest yet), tool-call (a task with a tool: as a tool call starts).
 Asynchronous training (rollout.mode async), where work is in flight: weights-in-flight (the
 step's update sent to the engine, not landed: its sequences stopped between two tokens for
-it, none of its tensors loaded; in the engine's thread, the trainer trains on meanwhile), regenerating (a trajectory verification cut is back in the engine, as the first
-engine step that continues it ends). The step is the one being trained (rollout of step 3:
+it, none of its tensors loaded; in the engine's thread, the trainer trains on meanwhile),
+regenerating (a trajectory verification cut is back in the engine, as the first engine step
+that continues it ends). The step is the one being trained (rollout of step 3:
 `rollout:3`). In a run of several processes, `train:2@1` kills rank 1 alone. A run's end, at
 its last step N (training/run_end.py has the order): end-summary (the last checkpoint
 written, no summary.json), end-mlflow (summary.json written, the MLflow run not closed),

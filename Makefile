@@ -35,10 +35,10 @@ demo: setup
 # Two workers: the slow tests (vLLM sidecar, Ray sweeps) mostly wait on their subprocesses.
 # Whole files per worker, so a module's shared engine or reference run is made once.
 # (xdist_group marks are not honoured with pytest 9.2 + xdist 3.8: measured.)
-# Every test but the matrix tier (a tool or code task x every partial method, docs/testing.md):
-# under 10 minutes here.
+# Every test but the matrix tier (a tool or code task x every partial method, docs/testing.md)
+# and the long one (rvctl on vLLM SIGKILLed and resumed): under 10 minutes here.
 test: setup
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not matrix"
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not matrix and not long"
 
 # Every test.
 test-all: setup

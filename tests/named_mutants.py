@@ -931,7 +931,8 @@ MUTANTS = [
         "async-evaluation-takes-the-sequences",
         "an evaluation between steps leaves the sequences in flight be",
         "rollverify/training/loop.py",
-        "            self._sequences_out(),  # (an evaluation's; the engine is the trainer's from here)",
+        "            self._sequences_out(),  # (an evaluation's; the engine is the trainer's "
+        "from here)",
         "            nullcontext(),  # (an evaluation's; the engine is the trainer's from here)",
         (
             "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them[2]",

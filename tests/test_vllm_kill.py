@@ -1,9 +1,9 @@
 """SIGKILL on the vLLM engine: rvctl's trainer killed while its sidecars generate (no handler,
 no cleanup: a preemption without grace, an OOM kill), then `rvctl resume`.
 
-A module of its own (make test: --dist loadfile), among the longest files started first
-(tests/conftest.py): it starts rvctl's own sidecars, so it need not wait for the worker that
-holds tests/test_vllm_engine.py's shared engine.
+The long tier (docs/testing.md): two vLLM starts a mode, ~2 minutes each in a full run, past
+make test's budget; make test-all runs it, among the longest files started first
+(tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tests.polling import wait_until  # noqa: E402
 from tests.runs import TINY, tiny_file  # noqa: E402
 from tests.sockets import shared_memory_of, tree  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.ray]
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.ray, pytest.mark.long]
 
 STEPS, KILLED_IN = 5, 3
 MODES = {

@@ -47,7 +47,10 @@ def paired_power(difference: float, spread: float, pairs: int) -> float:
     dof = pairs - 1
     shift = abs(difference) * math.sqrt(pairs) / spread  # the noncentrality
     critical = t_critical_95(dof)
-    return float(nct.sf(critical, dof, shift) + nct.cdf(-critical, dof, shift))
+    lower = nct.cdf(-critical, dof, shift)  # the far tail: scipy returns NaN where it
+    if math.isnan(lower):  # underflows (seen at 100+ pairs, shift ~10: < 1e-80 beside it)
+        lower = 0.0
+    return float(nct.sf(critical, dof, shift) + lower)
 
 
 FEWEST_PAIRS = 3  # two pairs leave one degree of freedom (t = 12.7): no test of use

@@ -1,0 +1,50 @@
+#!/bin/bash
+# The staleness study of docs/results.md on experiments/stale.yaml, every part in order (~200
+# runs of ~2.5-5 minutes each, two at a time on 2 cores: ~13 hours):
+#     benchmarks/stale_study.sh [OUT]          # default OUT: runs/stale-study
+# Each part is a sweep whose folder is recorded in OUT/PART.dir as soon as it exists, so running
+# the script again resumes every part where it stopped (`--sweep-dir`): finished trials are
+# kept, unfinished ones resume from their checkpoints. Tables: `rvctl report` on the parts'
+# folders (OUT/*.dir), benchmarks/stale_dose_response.py and stale_composition.py.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${1:-runs/stale-study}; mkdir -p "$OUT"; cd "$OUT"
+RV=${RV:-$ROOT/.venv/bin/rvctl}  # (RV: another rvctl, e.g. to try the script)
+PY=$ROOT/.venv/bin/python
+COMMON="--config $ROOT/experiments/stale.yaml --seeds 5 --engine hf --set train.threads=1 --tracking-uri sqlite:///$PWD/stale.db --output runs"
+sweep() {  # part name, sweep arguments...
+  local part=$1; shift
+  echo "$part start $(date)"
+  local folder; folder=$(cat $part.dir 2>/dev/null)
+  if [ -n "$folder" ] && [ -d "$folder" ]; then
+    $RV sweep "$@" $COMMON --sweep-dir "$folder" -f json > $part.json 2> $part.err
+  else
+    ls -d runs/sweep-* > .before 2>/dev/null
+    $RV sweep "$@" $COMMON -f json > $part.json 2> $part.err &
+    local pid=$!
+    for _ in $(seq 60); do
+      sleep 2
+      folder=$(comm -13 .before <(ls -d runs/sweep-* 2>/dev/null) | head -1)
+      [ -n "$folder" ] && { echo "$folder" > $part.dir; break; }
+    done
+    wait $pid
+  fi
+  echo "$part end $(date) rc=$?"
+}
+sweep grpo_partial method --method grpo,partial
+sweep table3 method --method partial-recomputed,rollverify-seq,rollverify-seq-token,rollverify
+sweep corrections method --method tis,mis,icepop,opsm,decoupled,m2po
+sweep doseA method eta --method grpo,partial-recomputed,rollverify --eta 0,2,4,8,16 --set rollout.mode=async
+sweep cap0 method max_staleness --method partial --max_staleness 0
+sweep start_order method batch_order --method grpo,partial-recomputed --batch_order start --set rollout.mode=async --set rollout.eta=8
+# the peer correction with the highest AUC difference to grpo in the method table
+$RV report $(cat corrections.dir) $(cat grpo_partial.dir) --tracking-uri sqlite:///$PWD/stale.db -f json > method_table.json 2> method_table.err
+BEST=$($PY -c "
+import json
+rows = json.load(open('method_table.json'))
+peers = [r for r in rows if r['method'] in ('tis', 'mis', 'icepop', 'opsm', 'decoupled', 'm2po') and r.get('auc_diff_vs_grpo') is not None]
+print(max(peers, key=lambda r: r['auc_diff_vs_grpo'])['method'] if peers else '')
+")
+echo "best correction: $BEST"
+[ -n "$BEST" ] && sweep doseB method eta --method $BEST --eta 0,2,4,8,16 --set rollout.mode=async
+sweep dsdt ds dt --ds 0.005,0.01,0.05 --dt 0.2,2

@@ -21,7 +21,7 @@ import json
 import statistics
 from pathlib import Path
 
-from rollverify.experiments.power import detectable_difference, mean_ci95
+from rollverify.experiments.power import mean_ci95, paired_difference
 from rollverify.experiments.report import counted, eval_area
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import RunRecord, load_report
@@ -80,12 +80,8 @@ def rows(runs: list[RunRecord]) -> list[dict]:
                 for r in done
                 if r.seed in base and name != "grpo"
             ]
-            row[f"{figure}_vs_grpo"], row[f"{figure}_vs_grpo_ci95"] = mean_ci95(diffs)
-            row[f"{figure}_vs_grpo_mde80"] = (
-                detectable_difference(statistics.stdev(diffs), len(diffs))
-                if len(diffs) >= 3
-                else None
-            )
+            columns = (f"{figure}_vs_grpo", f"{figure}_vs_grpo_ci95", f"{figure}_vs_grpo_mde80")
+            row |= dict(zip(columns, paired_difference(diffs), strict=True))
         row["per_seed"] = {str(r.seed): {f: v(r) for f, v in FIGURES.items()} for r in done}
         out.append(row)
     return out

@@ -20,7 +20,7 @@ import json
 import statistics
 from pathlib import Path
 
-from rollverify.experiments.power import detectable_difference, mean_ci95
+from rollverify.experiments.power import mean_ci95, paired_difference
 from rollverify.experiments.report import counted, eval_area
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import RunRecord, load_report
@@ -59,12 +59,9 @@ def rows(runs: list[RunRecord]) -> list[dict]:
                 for r in done
                 if r.seed in base and FIGURES[name](r) is not None
             ]
-            mean, ci95 = mean_ci95(diffs) if eta else (None, None)
-            spread = statistics.stdev(diffs) if len(diffs) >= 3 and eta else None
-            row[f"{name}_vs_eta0"], row[f"{name}_vs_eta0_ci95"] = mean, ci95
-            row[f"{name}_vs_eta0_mde80"] = (
-                detectable_difference(spread, len(diffs)) if spread is not None else None
-            )
+            paired = paired_difference(diffs) if eta else (None, None, None)
+            columns = (f"{name}_vs_eta0", f"{name}_vs_eta0_ci95", f"{name}_vs_eta0_mde80")
+            row |= dict(zip(columns, paired, strict=True))
         row["per_seed"] = {
             str(r.seed): {name: value(r) for name, value in FIGURES.items()} for r in done
         }

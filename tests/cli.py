@@ -46,10 +46,7 @@ def run_cli(*args: str, kill_at: str | None = None) -> subprocess.CompletedProce
     would (its exit code, -9 when killed); the CLI's own process start (the console script, its
     imports) is tested by the tests that run `python -m rvctl.app` (tests/test_install.py,
     tests/test_cli_imports.py)."""
-    env = dict(os.environ)
-    env.pop("ROLLVERIFY_KILL_AT", None)
-    if kill_at is not None:
-        env["ROLLVERIFY_KILL_AT"] = kill_at
+    env = _environment(kill_at)
     with tempfile.TemporaryDirectory() as folder:
         out, err = Path(folder) / "stdout", Path(folder) / "stderr"
         process = _forkserver().Process(
@@ -68,10 +65,7 @@ def run_cli(*args: str, kill_at: str | None = None) -> subprocess.CompletedProce
 def start_cli(*args: str, kill_at: str | None = None, logs: Path):
     """run_cli's process, started and not waited for (join it): its stdout and stderr go to
     `logs`/stdout and `logs`/stderr."""
-    env = dict(os.environ)
-    env.pop("ROLLVERIFY_KILL_AT", None)
-    if kill_at is not None:
-        env["ROLLVERIFY_KILL_AT"] = kill_at
+    env = _environment(kill_at)
     logs.mkdir(parents=True, exist_ok=True)
     process = _forkserver().Process(
         target=_rvctl_main,
@@ -96,10 +90,7 @@ def call_in_process(function, *args, kill_at: str | None = None) -> int:
 
 def start_in_process(function, *args, kill_at: str | None = None):
     """call_in_process's process, started and not waited for (join it)."""
-    env = dict(os.environ)
-    env.pop("ROLLVERIFY_KILL_AT", None)
-    if kill_at is not None:
-        env["ROLLVERIFY_KILL_AT"] = kill_at
+    env = _environment(kill_at)
     process = _forkserver().Process(target=_call, args=(function, args, os.getcwd(), env))
     process.start()
     return process
@@ -118,6 +109,15 @@ def _call(function, args: tuple, cwd: str, env: dict) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _environment(kill_at: str | None) -> dict[str, str]:
+    """This process's environment, with ROLLVERIFY_KILL_AT set to `kill_at` alone."""
+    env = dict(os.environ)
+    env.pop("ROLLVERIFY_KILL_AT", None)
+    if kill_at is not None:
+        env["ROLLVERIFY_KILL_AT"] = kill_at
+    return env
 
 
 def _forkserver():

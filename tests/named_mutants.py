@@ -1444,7 +1444,7 @@ MUTANTS = [
         "engine-counts-read-beside-its-thread",
         "the trainer reads the engine's counts (restarts, tool calls) under the engine's lock",
         "rollverify/training/async_schedule.py",
-        "        return self.thread.reading() if self.thread is not None else nullcontext()",
+        "        return self.thread.in_engine if self.thread is not None else nullcontext()",
         "        return nullcontext()",
         (
             "tests/test_async_training.py::test_the_trainer_and_the_engine_thread_are_never_inside_the_engine_at_once",

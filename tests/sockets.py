@@ -19,6 +19,21 @@ def tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def alive(processes) -> list[psutil.Process]:
+    """Those of the processes still running (a zombie has ended)."""
+    return [p for p in processes if p.is_running() and p.status() != "zombie"]
+
+
+def process_name(process: psutil.Process) -> str:
+    """Its name and whole command line (a spawned vLLM engine core reads `python -B -c "from
+    multiprocessing.spawn import spawn_main..."` until it sets its title, so its first words
+    name nothing); "?" once it is gone."""
+    try:
+        return (process.name() + " " + " ".join(process.cmdline()))[:200]
+    except Exception:
+        return "?"
+
+
 def shared_memory_of(processes) -> set[str]:
     """The /dev/shm blocks the processes map (those still running and readable)."""
     paths: set[str] = set()

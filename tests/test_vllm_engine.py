@@ -42,8 +42,10 @@ from rollverify.training.weight_sync import WeightStream  # noqa: E402
 from tests.polling import wait_until  # noqa: E402
 from tests.runs import TINY, cached, history, tiny, tiny_file, unfinished  # noqa: E402
 from tests.sockets import (  # noqa: E402
+    alive,
     beyond_loopback,
     listening,
+    process_name,
     shared_memory_of,
     token_readable_by_others,
     tree,
@@ -514,10 +516,6 @@ def shared_memory() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
-def alive(processes) -> list:
-    return [p for p in processes if p.is_running() and p.status() != "zombie"]
-
-
 def steps_logged(tmp_path: Path) -> int:
     """Training steps the run has logged to its MLflow store so far (0 before it starts)."""
     if not list(tmp_path.glob("*/ledger.json")):  # written after step 1; the store exists
@@ -554,7 +552,7 @@ def _stop_and_check(process, tmp_path: Path, steps: int) -> str:
     def look() -> None:
         found = tree(process.pid)[1:]  # rvctl's descendants
         children.update({p.pid: p for p in found})
-        names.update(_name(p) for p in found)
+        names.update(process_name(p) for p in found)
 
     while time.monotonic() < deadline and process.poll() is None and steps_logged(tmp_path) < steps:
         look()
@@ -584,7 +582,7 @@ def _stop_and_check(process, tmp_path: Path, steps: int) -> str:
     # rvctl's processes end with it, some a moment after: poll, not a fixed sleep
     wait_until(lambda: not alive(children.values()), timeout=10)
     left = alive(children.values())
-    assert not left, f"left running: {[_name(p) for p in left]}"
+    assert not left, f"left running: {[process_name(p) for p in left]}"
     assert mapped, "the engine's shared memory was seen while it ran"
     assert not [path for path in mapped if os.path.exists(path)], "shared memory left behind"
     return stderr
@@ -622,16 +620,6 @@ def test_rvctl_with_vllm_stops_cleanly_and_resumes_what_was_in_flight(engine, tm
 
 def _is_engine_core(name: str) -> bool:
     return "EngineCore" in name or "spawn_main" in name
-
-
-def _name(process) -> str:
-    try:
-        # The whole command line: a spawned engine core reads `python -B -c "from
-        # multiprocessing.spawn import spawn_main..."` until it sets its title (-B: Ray's
-        # workers write no bytecode), so its first three words name nothing.
-        return (process.name() + " " + " ".join(process.cmdline()))[:200]
-    except Exception:
-        return "?"
 
 
 # -- last: this one leaves the module's engine with a dead sidecar (the next use replaces it) ---

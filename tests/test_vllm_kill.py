@@ -24,7 +24,7 @@ from rollverify.training.checkpoint.files import latest  # noqa: E402
 from tests.cli import run_cli, start_cli  # noqa: E402
 from tests.polling import wait_until  # noqa: E402
 from tests.runs import TINY, tiny_file  # noqa: E402
-from tests.sockets import shared_memory_of, tree  # noqa: E402
+from tests.sockets import alive, process_name, shared_memory_of, tree  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.ray, pytest.mark.long]
 
@@ -56,10 +56,10 @@ def killed_while_generating(
         process = start_cli(*command, logs=logs)
     seen: dict[int, tuple[psutil.Process, set[str]]] = {}
     shared: set[str] = set()  # the /dev/shm blocks they map
-    while process.is_alive():
+    while process.isalive():
         for child in tree(process.pid)[1:]:  # Ray, its workers, vLLM (named while alive:
             process_, names = seen.setdefault(child.pid, (child, set()))  # a title comes late)
-            names.add(_name(child))
+            names.add(process_name(child))
         shared |= shared_memory_of(p for p, _ in seen.values())
         logged = (logs / "stderr").read_text() if (logs / "stderr").exists() else ""
         if mode == "async" and f"step {KILLED_IN - 1}/{STEPS}" in logged:
@@ -70,21 +70,17 @@ def killed_while_generating(
     return where, seen, shared
 
 
-def _alive(processes) -> list:
-    return [p for p in processes if p.is_running() and p.status() != "zombie"]
-
-
 def _is_ray_agent(names: set[str]) -> bool:
     return any("DashboardAgent" in n or "RuntimeEnvAgent" in n for n in names)
 
 
 def _gone(seen: dict, timeout: float) -> bool:
     processes = [process for process, _ in seen.values()]
-    return bool(wait_until(lambda: not _alive(processes), timeout=timeout))
+    return bool(wait_until(lambda: not alive(processes), timeout=timeout))
 
 
 def _left(seen: dict) -> list[list[str]]:
-    return [sorted(names) for process, names in seen.values() if _alive([process])]
+    return [sorted(names) for process, names in seen.values() if alive([process])]
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
@@ -140,10 +136,3 @@ def test_a_vllm_run_killed_while_its_sidecars_generate_resumes_with_nothing_lost
         assert counts["started"] == STEPS * batch_groups + len(in_play), where
         cached_groups = sorted(r["group_id"] for r in end.state["cache"])
         assert cached_groups == sorted(group_size * in_play), where
-
-
-def _name(process) -> str:
-    try:
-        return (process.name() + " " + " ".join(process.cmdline()))[:200]
-    except Exception:
-        return "?"

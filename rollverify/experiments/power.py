@@ -70,6 +70,17 @@ def detectable_difference(spread: float, pairs: int) -> float | None:
     return float(brentq(lambda d: paired_power(d, spread, pairs) - POWER, 0.0, high, xtol=1e-6))
 
 
+def paired_difference(
+    diffs: Sequence[float],
+) -> tuple[float | None, float | None, float | None]:
+    """Paired differences' mean, the half-width of its 95% interval and the smallest difference
+    detectable with POWER; under FEWEST_PAIRS only the mean (an interval of no use)."""
+    mean, ci95 = mean_ci95(diffs)
+    if len(diffs) < FEWEST_PAIRS:
+        return mean, None, None
+    return mean, ci95, detectable_difference(statistics.stdev(diffs), len(diffs))
+
+
 def seeds_needed(spread: float, target: float, most: int = 1000) -> int | None:
     """The fewest pairs whose detectable difference is at most `target` (None past `most`)."""
     for pairs in range(FEWEST_PAIRS, most + 1):

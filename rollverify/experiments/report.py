@@ -24,8 +24,8 @@ from rollverify.core.corrections import MASKING
 from rollverify.core.methods import METHODS
 from rollverify.experiments.power import (
     curve_area,
-    detectable_difference,
     mean_ci95,
+    paired_difference,
     t_critical_95,
 )
 from rollverify.tracking import metric_names as m
@@ -49,7 +49,6 @@ PAIRED: dict[str, Callable[[RunRecord], float | None]] = {
 }
 # Of those, the ones whose table also says the smallest difference it could detect.
 DETECTABLE = ("auc", "accuracy")
-MIN_PAIRS = 3  # fewer: no interval (2 pairs leave one dof, t = 12.7: an interval of no use)
 # The peers' choices a run may make over our defaults (docs/rules.md, section 6): the param,
 # the corrections that read it, its value off the default (as MLflow keeps it), the label.
 CORRECTION_CHOICES = (
@@ -143,8 +142,8 @@ def paired_diffs(group: Sequence[RunRecord], grpo: Sequence[RunRecord]) -> dict[
     the detectable difference at 80% power given the differences' spread.
 
     `pairs` counts those seeds. A seed finished twice on one side counts once (its first
-    run: counted). With fewer than MIN_PAIRS differences the half-width and the detectable
-    difference are None.
+    run: counted). With fewer than FEWEST_PAIRS differences (power.py) the half-width and the
+    detectable difference are None.
     """
     ours, theirs = _seed_runs(counted(group)), _seed_runs(counted(grpo))
     seeds = sorted(ours.keys() & theirs.keys())
@@ -152,13 +151,8 @@ def paired_diffs(group: Sequence[RunRecord], grpo: Sequence[RunRecord]) -> dict[
     for name, value in PAIRED.items():
         values = [(_mean_of(ours[s], value), _mean_of(theirs[s], value)) for s in seeds]
         diffs = [a - b for a, b in values if a is not None and b is not None]
-        mean, ci95 = mean_ci95(diffs)
-        enough = len(diffs) >= MIN_PAIRS
-        figures = (mean, ci95 if enough else None)
-        if name in DETECTABLE:
-            spread = statistics.stdev(diffs) if enough else None
-            figures += (detectable_difference(spread, len(diffs)) if enough else None,)
-        row |= dict(zip(paired_columns(name), figures, strict=True))
+        columns = paired_columns(name)  # (mean, interval[, detectable]: DETECTABLE figures)
+        row |= dict(zip(columns, paired_difference(diffs)[: len(columns)], strict=True))
     return row
 
 

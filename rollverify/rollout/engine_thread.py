@@ -13,7 +13,7 @@ meet in `AsyncState` (under one lock) and in three hand-overs:
   boundary and takes its work out (AsyncState.in_flight), which it submits again when let go.
 One thread at a time is inside the engine (on vLLM, a second caller of the sidecars' actors
 would race the first): whoever enters it holds `in_engine`, the engine thread for each of its
-steps, the trainer for what it reads meanwhile (the trace, the engine's counts: `reading()`).
+steps, the trainer for what it reads meanwhile (the trace, the engine's counts).
 Admission follows the staleness bound as in lock-step (rollout/async_rollout.py). torch
 releases the GIL in its kernels, so the engine's forward passes run beside the trainer's
 (one core each with train.threads 1). When an update lands depends on timing, so a run is not
@@ -174,11 +174,6 @@ class EngineThread:
         with self.in_engine:  # (`_trace` is the trainer's alone: holds are its)
             trace, self._trace = self._trace + self.engine.take_trace(), []
         return trace
-
-    def reading(self) -> threading.RLock:
-        """The engine, the trainer's to read while the block runs (its counts: the engine
-        thread waits at its next entry)."""
-        return self.in_engine
 
     def _take_out_locked(self) -> None:
         """Park the engine thread; then, the engine being the trainer's: land the updates on

@@ -150,7 +150,7 @@ class AsyncSchedule:
     def reading(self) -> AbstractContextManager:
         """The engine, the trainer's to read while the block runs: in its thread, under the
         lock the engine thread holds inside it."""
-        return self.thread.reading() if self.thread is not None else nullcontext()
+        return self.thread.in_engine if self.thread is not None else nullcontext()
 
     # -- weight sync ----------------------------------------------------------------------------
 

@@ -56,7 +56,7 @@ def killed_while_generating(
         process = start_cli(*command, logs=logs)
     seen: dict[int, tuple[psutil.Process, set[str]]] = {}
     shared: set[str] = set()  # the /dev/shm blocks they map
-    while process.isalive():
+    while process.is_alive():
         for child in tree(process.pid)[1:]:  # Ray, its workers, vLLM (named while alive:
             process_, names = seen.setdefault(child.pid, (child, set()))  # a title comes late)
             names.add(process_name(child))

@@ -33,10 +33,13 @@ sweep() {  # part name, sweep arguments...
 }
 sweep grpo_partial method --method grpo,partial
 sweep table3 method --method partial-recomputed,rollverify-seq,rollverify-seq-token,rollverify
-sweep corrections method --method tis,mis,icepop,opsm,decoupled,m2po
-sweep doseA method eta --method grpo,partial-recomputed,rollverify --eta 0,2,4,8,16 --set rollout.mode=async
+# the composition control (which groups train first, apart from how stale their tokens are),
+# with eta 8 of the dose-response: its finish-order twin
 sweep cap0 method max_staleness --method partial --max_staleness 0
 sweep start_order method batch_order --method grpo,partial-recomputed --batch_order start --set rollout.mode=async --set rollout.eta=8
+sweep dose8 method eta --method grpo,partial-recomputed,rollverify --eta 8 --set rollout.mode=async
+sweep corrections method --method tis,mis,icepop,opsm,decoupled,m2po
+sweep doseA method eta --method grpo,partial-recomputed,rollverify --eta 0,2,4,16 --set rollout.mode=async
 # the peer correction with the highest AUC difference to grpo in the method table
 $RV report $(cat corrections.dir) $(cat grpo_partial.dir) --tracking-uri sqlite:///$PWD/stale.db -f json > method_table.json 2> method_table.err
 BEST=$($PY -c "

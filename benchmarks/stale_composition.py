@@ -8,7 +8,9 @@ groups train first from how stale their tokens are, each paired by seed with syn
 Rows are labelled by method and the settings that make them differ (rollout.mode, eta,
 batch_order, max_staleness), so runs of one method from several sweeps stay apart. Per row:
 AUC (the primary figure) and final accuracy, each with its paired difference to synchronous
-grpo (95% interval, the smallest difference detectable at 80% power), the mean trained length
+grpo (95% interval, the smallest difference detectable at 80% power), a control's paired
+difference to the run it controls (its twin: start-order batches against completion order at the
+same eta, a staleness cap against the uncapped run), the mean trained length
 over the first 20 steps (which groups train first), per-token staleness and the share of
 tokens 8+ versions old, k3, and the groups the staleness cap dropped (what max_staleness 0
 starves).
@@ -49,6 +51,11 @@ def _mean_of(run: RunRecord, metric: str, last_step: int | None = None) -> float
     return statistics.fmean(values) if values else None
 
 
+def _total(run: RunRecord, metric: str) -> float | None:
+    """The metric summed over steps; None for a run that never logged it (not 0)."""
+    return sum(run.history[metric].values()) if metric in run.history else None
+
+
 FIGURES = {
     "auc": eval_area,
     "accuracy": lambda r: r.last(m.EVAL_ACCURACY),
@@ -57,16 +64,31 @@ FIGURES = {
     "stale_token_share_8": lambda r: _mean_of(r, m.STALE_TOKEN_SHARE_8),
     "k3": lambda r: _mean_of(r, m.MISMATCH_KL),
     "entropy": lambda r: _mean_of(r, m.ENTROPY_MEAN),
-    "dropped_stale": lambda r: sum(r.history.get(m.TRAJECTORIES_DROPPED_STALE, {}).values()),
+    "dropped_stale": lambda r: _total(r, m.TRAJECTORIES_DROPPED_STALE),
 }
 PAIRED = ("auc", "accuracy", "early_length")
+
+
+def twin(name: str) -> str | None:
+    """The run a control controls: start-order batches against the same run in completion
+    order (same staleness, other groups first); a staleness cap against the uncapped run."""
+    for control in (", start order", ", max_staleness="):
+        if control in name:
+            return name.split(control)[0]
+    return None
+
+
+def paired(runs: list[RunRecord], base: dict[int, RunRecord], figure: str) -> tuple:
+    """(mean, 95% half-width, detectable at 80% power) of a figure's difference, by seed."""
+    diffs = [FIGURES[figure](r) - FIGURES[figure](base[r.seed]) for r in runs if r.seed in base]
+    return paired_difference(diffs)
 
 
 def rows(runs: list[RunRecord]) -> list[dict]:
     groups: dict[str, list[RunRecord]] = {}
     for run in runs:
         groups.setdefault(label(run), []).append(run)
-    base = {r.seed: r for r in counted(groups.get("grpo", []))}
+    by_seed = {name: {r.seed: r for r in counted(group)} for name, group in groups.items()}
     out = []
     for name, group in groups.items():
         done = counted(group)
@@ -74,14 +96,19 @@ def rows(runs: list[RunRecord]) -> list[dict]:
         for figure, value in FIGURES.items():
             values = [v for v in (value(r) for r in done) if v is not None]
             row[figure], row[f"{figure}_ci95"] = mean_ci95(values)
-        for figure in PAIRED:
-            diffs = [
-                FIGURES[figure](r) - FIGURES[figure](base[r.seed])
-                for r in done
-                if r.seed in base and name != "grpo"
-            ]
-            columns = (f"{figure}_vs_grpo", f"{figure}_vs_grpo_ci95", f"{figure}_vs_grpo_mde80")
-            row |= dict(zip(columns, paired_difference(diffs), strict=True))
+        for against, suffix in (("grpo", "vs_grpo"), (twin(name), "vs_twin")):
+            if against is None or against == name:
+                continue
+            for figure in PAIRED:
+                columns = (
+                    f"{figure}_{suffix}",
+                    f"{figure}_{suffix}_ci95",
+                    f"{figure}_{suffix}_mde80",
+                )
+                row |= dict(
+                    zip(columns, paired(done, by_seed.get(against, {}), figure), strict=True)
+                )
+        row["twin"] = twin(name)
         row["per_seed"] = {str(r.seed): {f: v(r) for f, v in FIGURES.items()} for r in done}
         out.append(row)
     return out
@@ -95,8 +122,11 @@ def main() -> None:
     args = parser.parse_args()
     table = rows(load_report(args.targets, args.tracking_uri).runs)
     for row in table:
-        diff, ci = row["auc_vs_grpo"], row["auc_vs_grpo_ci95"]
-        paired = f"  ΔAUC {diff:+.4f} ± {ci:.4f}" if ci is not None else ""
+        paired = "".join(
+            f"  ΔAUC {against} {row[f'auc_{suffix}']:+.4f} ± {row[f'auc_{suffix}_ci95']:.4f}"
+            for against, suffix in (("grpo", "vs_grpo"), ("twin", "vs_twin"))
+            if row.get(f"auc_{suffix}_ci95") is not None
+        )
         print(
             f"{row['run']:>45} n={row['seeds']} AUC {row['auc']:.4f}{paired}  "
             f"early length {row['early_length']:.1f}  stale8 {row['stale_token_share_8']:.3f}"

@@ -12,6 +12,7 @@ from rollverify.cost.costmodel import GPUS, Layout, ModelShape, Pricing
 from rollverify.rollout.engines.simulated import SimulatedEngine
 from rollverify.rollout.schedules import RolloutInterrupted, RolloutState, collect
 from rollverify.rollout.trajectory import Trajectory
+from rollverify.tracking.run_records import run_record
 from rollverify.training.run import train
 from tests.runs import history, tiny
 from tests.test_rollout import Source
@@ -174,11 +175,15 @@ def test_a_stopped_rollout_keeps_its_stale_drops_through_a_checkpoint():
 def test_a_run_under_a_low_cap_logs_its_stale_drops_and_their_tokens(tmp_path):
     """Cap 0: every paused trajectory's group is dropped at the next rollout. partial has no
     filter, verification or dynamic sampling: its discarded tokens are the stale ones."""
-    metrics = history(train(tiny(tmp_path, "partial", **{"rollout.max_staleness": 0})))
+    summary = train(tiny(tmp_path, "partial", **{"rollout.max_staleness": 0}))
+    metrics = history(summary)
     dropped, discarded = metrics["trajectories_dropped_stale"], metrics["tokens_discarded"]
     assert dropped[1] == 0 and sum(dropped.values()) > 0
     assert all((discarded[step] > 0) == (n > 0) for step, n in dropped.items())
     assert metrics["tokens_discarded_total"][3] == sum(discarded.values())
+    # the report's record reads them too (benchmarks/stale_composition.py counts what starves)
+    record = run_record(summary.tracking_uri, summary.run_id)
+    assert record.history["trajectories_dropped_stale"] == dropped
 
 
 @pytest.mark.slow  # two 3-step runs, ~10 s

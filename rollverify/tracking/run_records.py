@@ -37,6 +37,7 @@ REPORT_METRICS = (
     m.ACCEPTANCE_WINDOW_MEAN,
     m.TOKENS_CUT_SEQUENCE_STAGE,
     m.TOKENS_CUT_TOKEN_STAGE,
+    m.TRAJECTORIES_DROPPED_STALE,  # benchmarks/stale_composition.py: what a staleness cap starves
 )
 
 

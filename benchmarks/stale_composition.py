@@ -3,7 +3,7 @@ groups train first from how stale their tokens are, each paired by seed with syn
 
     .venv/bin/python benchmarks/stale_composition.py runs/sweep-method-2* runs/sweep-method-eta-* \
         runs/sweep-method-max_staleness-* runs/sweep-method-batch_order-* \
-        --out benchmarks/results/stale_composition.json
+        --out benchmarks/results/stale_composition.json [--md]
 
 Rows are labelled by method and the settings that make them differ (rollout.mode, eta,
 batch_order, max_staleness), so runs of one method from several sweeps stay apart. Per row:
@@ -114,13 +114,50 @@ def rows(runs: list[RunRecord]) -> list[dict]:
     return out
 
 
+def _pm(row: dict, figure: str, digits: int = 4) -> str:
+    """'mean ± 95%' of a row's figure, or of a paired difference ('...; detectable')."""
+    value, ci = row.get(figure), row.get(f"{figure}_ci95")
+    if value is None:
+        return "-"
+    sign = "+" if "_vs_" in figure else ""
+    text = f"{value:{sign}.{digits}f}" + (f" ± {ci:.{digits}f}" if ci is not None else "")
+    mde = row.get(f"{figure}_mde80")
+    return text + (f"; {mde:.3f}" if mde is not None else "")
+
+
+MD_COLUMNS = {  # header -> a row's cell
+    "run": lambda r: r["run"],
+    "seeds": lambda r: str(r["seeds"]),
+    "AUC (± 95%)": lambda r: _pm(r, "auc"),
+    "Δ AUC vs grpo (± 95%; detectable)": lambda r: _pm(r, "auc_vs_grpo"),
+    "Δ AUC vs its twin (± 95%; detectable)": lambda r: _pm(r, "auc_vs_twin"),
+    "final accuracy (± 95%)": lambda r: _pm(r, "accuracy", 3),
+    "Δ final vs grpo": lambda r: _pm(r, "accuracy_vs_grpo", 3),
+    "trained length, steps 1-20": lambda r: f"{r['early_length']:.1f}",
+    "versions behind, per token": lambda r: f"{r['staleness_token_mean']:.2f}",
+    "tokens 8+ versions old": lambda r: f"{r['stale_token_share_8']:.1%}",
+    "k3": lambda r: f"{r['k3']:.4f}",
+    "entropy, mean over steps": lambda r: f"{r['entropy']:.3f}",
+    "trajectories dropped (cap)": lambda r: f"{r['dropped_stale']:.0f}",
+}
+
+
+def markdown(table: list[dict]) -> str:
+    lines = ["| " + " | ".join(MD_COLUMNS) + " |", "|" + "---|" * len(MD_COLUMNS)]
+    lines += ["| " + " | ".join(cell(row) for cell in MD_COLUMNS.values()) + " |" for row in table]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("targets", nargs="+")
     parser.add_argument("--tracking-uri")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--md", action="store_true", help="print docs/results.md's table")
     args = parser.parse_args()
     table = rows(load_report(args.targets, args.tracking_uri).runs)
+    if args.md:
+        print(markdown(table))
     for row in table:
         paired = "".join(
             f"  ΔAUC {against} {row[f'auc_{suffix}']:+.4f} ± {row[f'auc_{suffix}_ci95']:.4f}"

@@ -125,6 +125,10 @@ def _pm(row: dict, figure: str, digits: int = 4) -> str:
     return text + (f"; {mde:.3f}" if mde is not None else "")
 
 
+def _cell(row: dict, figure: str, spec: str) -> str:
+    return "-" if row.get(figure) is None else format(row[figure], spec)
+
+
 MD_COLUMNS = {  # header -> a row's cell
     "run": lambda r: r["run"],
     "seeds": lambda r: str(r["seeds"]),
@@ -133,12 +137,12 @@ MD_COLUMNS = {  # header -> a row's cell
     "Δ AUC vs its twin (± 95%; detectable)": lambda r: _pm(r, "auc_vs_twin"),
     "final accuracy (± 95%)": lambda r: _pm(r, "accuracy", 3),
     "Δ final vs grpo": lambda r: _pm(r, "accuracy_vs_grpo", 3),
-    "trained length, steps 1-20": lambda r: f"{r['early_length']:.1f}",
-    "versions behind, per token": lambda r: f"{r['staleness_token_mean']:.2f}",
-    "tokens 8+ versions old": lambda r: f"{r['stale_token_share_8']:.1%}",
-    "k3": lambda r: f"{r['k3']:.4f}",
-    "entropy, mean over steps": lambda r: f"{r['entropy']:.3f}",
-    "trajectories dropped (cap)": lambda r: f"{r['dropped_stale']:.0f}",
+    "trained length, steps 1-20": lambda r: _cell(r, "early_length", ".1f"),
+    "versions behind, per token": lambda r: _cell(r, "staleness_token_mean", ".2f"),
+    "tokens 8+ versions old": lambda r: _cell(r, "stale_token_share_8", ".1%"),
+    "k3": lambda r: _cell(r, "k3", ".4f"),
+    "entropy, mean over steps": lambda r: _cell(r, "entropy", ".3f"),
+    "trajectories dropped (cap)": lambda r: _cell(r, "dropped_stale", ".0f"),
 }
 
 
@@ -165,8 +169,9 @@ def main() -> None:
             if row.get(f"auc_{suffix}_ci95") is not None
         )
         print(
-            f"{row['run']:>45} n={row['seeds']} AUC {row['auc']:.4f}{paired}  "
-            f"early length {row['early_length']:.1f}  stale8 {row['stale_token_share_8']:.3f}"
+            f"{row['run']:>45} n={row['seeds']} AUC {_pm(row, 'auc')}{paired}  "
+            f"early length {_pm(row, 'early_length', 1)}  "
+            f"stale8 {_pm(row, 'stale_token_share_8', 3)}"
         )
     if args.out:
         args.out.write_text(json.dumps({"rows": table}, indent=1) + "\n")

@@ -27,6 +27,7 @@ from rollverify.experiments.power import mean_ci95, paired_difference
 from rollverify.experiments.report import counted, eval_area
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import RunRecord, load_report
+from rvctl.output import Format, print_rows
 
 SETTINGS = ("rollout.mode", "rollout.eta", "rollout.batch_order", "rollout.max_staleness")
 EARLY = 20  # steps whose trained lengths say which groups train first
@@ -96,7 +97,8 @@ def rows(runs: list[RunRecord]) -> list[dict]:
         for figure, value in FIGURES.items():
             values = [v for v in (value(r) for r in done) if v is not None]
             row[figure], row[f"{figure}_ci95"] = mean_ci95(values)
-        for against, suffix in (("grpo", "vs_grpo"), (twin(name), "vs_twin")):
+        controlled = twin(name)
+        for against, suffix in (("grpo", "vs_grpo"), (controlled, "vs_twin")):
             if against is None or against == name:
                 continue
             for figure in PAIRED:
@@ -108,7 +110,7 @@ def rows(runs: list[RunRecord]) -> list[dict]:
                 row |= dict(
                     zip(columns, paired(done, by_seed.get(against, {}), figure), strict=True)
                 )
-        row["twin"] = twin(name)
+        row["twin"] = controlled
         row["per_seed"] = {str(r.seed): {f: v(r) for f, v in FIGURES.items()} for r in done}
         out.append(row)
     return out
@@ -146,10 +148,9 @@ MD_COLUMNS = {  # header -> a row's cell
 }
 
 
-def markdown(table: list[dict]) -> str:
-    lines = ["| " + " | ".join(MD_COLUMNS) + " |", "|" + "---|" * len(MD_COLUMNS)]
-    lines += ["| " + " | ".join(cell(row) for cell in MD_COLUMNS.values()) + " |" for row in table]
-    return "\n".join(lines)
+def markdown(table: list[dict]) -> list[dict[str, str]]:
+    """docs/results.md's table: one row of formatted cells per row of `table`."""
+    return [{header: cell(row) for header, cell in MD_COLUMNS.items()} for row in table]
 
 
 def main() -> None:
@@ -161,7 +162,7 @@ def main() -> None:
     args = parser.parse_args()
     table = rows(load_report(args.targets, args.tracking_uri).runs)
     if args.md:
-        print(markdown(table))
+        print_rows(markdown(table), Format.md)
     for row in table:
         paired = "".join(
             f"  ΔAUC {against} {row[f'auc_{suffix}']:+.4f} ± {row[f'auc_{suffix}_ci95']:.4f}"

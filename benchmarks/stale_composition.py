@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
-from rollverify.experiments.power import mean_ci95, paired_difference
+from stale_tables import cell, mean_and_ci, mean_over_steps, paired_by_seed, pm, total
+
 from rollverify.experiments.report import counted, eval_area
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import RunRecord, load_report
@@ -45,27 +45,15 @@ def label(run: RunRecord) -> str:
     return ", ".join(parts)
 
 
-def _mean_of(run: RunRecord, metric: str, last_step: int | None = None) -> float | None:
-    values = [
-        v for s, v in run.history.get(metric, {}).items() if last_step is None or s <= last_step
-    ]
-    return statistics.fmean(values) if values else None
-
-
-def _total(run: RunRecord, metric: str) -> float | None:
-    """The metric summed over steps; None for a run that never logged it (not 0)."""
-    return sum(run.history[metric].values()) if metric in run.history else None
-
-
 FIGURES = {
     "auc": eval_area,
     "accuracy": lambda r: r.last(m.EVAL_ACCURACY),
-    "early_length": lambda r: _mean_of(r, m.RESPONSE_LENGTH_MEAN, EARLY),
-    "staleness_token_mean": lambda r: _mean_of(r, m.STALENESS_TOKEN_MEAN),
-    "stale_token_share_8": lambda r: _mean_of(r, m.STALE_TOKEN_SHARE_8),
-    "k3": lambda r: _mean_of(r, m.MISMATCH_KL),
-    "entropy": lambda r: _mean_of(r, m.ENTROPY_MEAN),
-    "dropped_stale": lambda r: _total(r, m.TRAJECTORIES_DROPPED_STALE),
+    "early_length": lambda r: mean_over_steps(r, m.RESPONSE_LENGTH_MEAN, EARLY),
+    "staleness_token_mean": lambda r: mean_over_steps(r, m.STALENESS_TOKEN_MEAN),
+    "stale_token_share_8": lambda r: mean_over_steps(r, m.STALE_TOKEN_SHARE_8),
+    "k3": lambda r: mean_over_steps(r, m.MISMATCH_KL),
+    "entropy": lambda r: mean_over_steps(r, m.ENTROPY_MEAN),
+    "dropped_stale": lambda r: total(r, m.TRAJECTORIES_DROPPED_STALE),
 }
 PAIRED = ("auc", "accuracy", "early_length")
 
@@ -79,12 +67,6 @@ def twin(name: str) -> str | None:
     return None
 
 
-def paired(runs: list[RunRecord], base: dict[int, RunRecord], figure: str) -> tuple:
-    """(mean, 95% half-width, detectable at 80% power) of a figure's difference, by seed."""
-    diffs = [FIGURES[figure](r) - FIGURES[figure](base[r.seed]) for r in runs if r.seed in base]
-    return paired_difference(diffs)
-
-
 def rows(runs: list[RunRecord]) -> list[dict]:
     groups: dict[str, list[RunRecord]] = {}
     for run in runs:
@@ -95,8 +77,7 @@ def rows(runs: list[RunRecord]) -> list[dict]:
         done = counted(group)
         row: dict = {"run": name, "seeds": len(done)}
         for figure, value in FIGURES.items():
-            values = [v for v in (value(r) for r in done) if v is not None]
-            row[figure], row[f"{figure}_ci95"] = mean_ci95(values)
+            row[figure], row[f"{figure}_ci95"] = mean_and_ci(done, value)
         controlled = twin(name)
         for against, suffix in (("grpo", "vs_grpo"), (controlled, "vs_twin")):
             if against is None or against == name:
@@ -107,44 +88,28 @@ def rows(runs: list[RunRecord]) -> list[dict]:
                     f"{figure}_{suffix}_ci95",
                     f"{figure}_{suffix}_mde80",
                 )
-                row |= dict(
-                    zip(columns, paired(done, by_seed.get(against, {}), figure), strict=True)
-                )
+                difference = paired_by_seed(done, by_seed.get(against, {}), FIGURES[figure])
+                row |= dict(zip(columns, difference, strict=True))
         row["twin"] = controlled
         row["per_seed"] = {str(r.seed): {f: v(r) for f, v in FIGURES.items()} for r in done}
         out.append(row)
     return out
 
 
-def _pm(row: dict, figure: str, digits: int = 4) -> str:
-    """'mean ± 95%' of a row's figure, or of a paired difference ('...; detectable')."""
-    value, ci = row.get(figure), row.get(f"{figure}_ci95")
-    if value is None:
-        return "-"
-    sign = "+" if "_vs_" in figure else ""
-    text = f"{value:{sign}.{digits}f}" + (f" ± {ci:.{digits}f}" if ci is not None else "")
-    mde = row.get(f"{figure}_mde80")
-    return text + (f"; {mde:.3f}" if mde is not None else "")
-
-
-def _cell(row: dict, figure: str, spec: str) -> str:
-    return "-" if row.get(figure) is None else format(row[figure], spec)
-
-
 MD_COLUMNS = {  # header -> a row's cell
     "run": lambda r: r["run"],
     "seeds": lambda r: str(r["seeds"]),
-    "AUC (± 95%)": lambda r: _pm(r, "auc"),
-    "Δ AUC vs grpo (± 95%; detectable)": lambda r: _pm(r, "auc_vs_grpo"),
-    "Δ AUC vs its twin (± 95%; detectable)": lambda r: _pm(r, "auc_vs_twin"),
-    "final accuracy (± 95%)": lambda r: _pm(r, "accuracy", 3),
-    "Δ final vs grpo": lambda r: _pm(r, "accuracy_vs_grpo", 3),
-    "trained length, steps 1-20": lambda r: _cell(r, "early_length", ".1f"),
-    "versions behind, per token": lambda r: _cell(r, "staleness_token_mean", ".2f"),
-    "tokens 8+ versions old": lambda r: _cell(r, "stale_token_share_8", ".1%"),
-    "k3": lambda r: _cell(r, "k3", ".4f"),
-    "entropy, mean over steps": lambda r: _cell(r, "entropy", ".3f"),
-    "trajectories dropped (cap)": lambda r: _cell(r, "dropped_stale", ".0f"),
+    "AUC (± 95%)": lambda r: pm(r, "auc"),
+    "Δ AUC vs grpo (± 95%; detectable)": lambda r: pm(r, "auc_vs_grpo"),
+    "Δ AUC vs its twin (± 95%; detectable)": lambda r: pm(r, "auc_vs_twin"),
+    "final accuracy (± 95%)": lambda r: pm(r, "accuracy", 3),
+    "Δ final vs grpo": lambda r: pm(r, "accuracy_vs_grpo", 3),
+    "trained length, steps 1-20": lambda r: cell(r, "early_length", ".1f"),
+    "versions behind, per token": lambda r: cell(r, "staleness_token_mean", ".2f"),
+    "tokens 8+ versions old": lambda r: cell(r, "stale_token_share_8", ".1%"),
+    "k3": lambda r: cell(r, "k3", ".4f"),
+    "entropy, mean over steps": lambda r: cell(r, "entropy", ".3f"),
+    "trajectories dropped (cap)": lambda r: cell(r, "dropped_stale", ".0f"),
 }
 
 
@@ -170,9 +135,9 @@ def main() -> None:
             if row.get(f"auc_{suffix}_ci95") is not None
         )
         print(
-            f"{row['run']:>45} n={row['seeds']} AUC {_pm(row, 'auc')}{paired}  "
-            f"early length {_pm(row, 'early_length', 1)}  "
-            f"stale8 {_pm(row, 'stale_token_share_8', 3)}"
+            f"{row['run']:>45} n={row['seeds']} AUC {pm(row, 'auc')}{paired}  "
+            f"early length {pm(row, 'early_length', 1)}  "
+            f"stale8 {pm(row, 'stale_token_share_8', 3)}"
         )
     if args.out:
         args.out.write_text(json.dumps({"rows": table}, indent=1) + "\n")

@@ -3,70 +3,116 @@ method at eta 0 seed by seed (docs/results.md, "Staleness injected directly").
 
     rvctl sweep method eta --config experiments/stale.yaml --method grpo,partial-recomputed,...\
         --eta 0,2,4,8,16 --seeds 5 --engine hf --set train.threads=1 --set rollout.mode=async
-    .venv/bin/python benchmarks/stale_dose_response.py runs/sweep-method-eta-* \
-        --plots docs/results/stale_dose --out benchmarks/results/stale_dose_response.json
+    .venv/bin/python benchmarks/stale_dose_response.py runs/sweep-method-eta-* [SYNC_GRPO_SWEEP] \
+        --plots docs/results/stale_dose --out benchmarks/results/stale_dose_response.json [--md]
 
-Per (method, eta): the mean over seeds of the AUC (the primary figure), the final accuracy, the
-mean entropy over steps, k3 (mismatch_kl) and the acceptance rate (verifying methods), and the
-difference to eta 0 with its paired 95% interval and the smallest difference 5 seeds could
-detect at 80% power. One PNG per figure against eta, a line per method. The per-seed figures
-are in the JSON beside the table (`--per-seed` of rvctl report holds the same runs' own).
+Per (method, eta) of the asynchronous runs: the mean over seeds of the AUC (the primary figure),
+the final accuracy, the mean entropy over steps, k3 (mismatch_kl), per-token staleness, the
+acceptance rate, the tokens each verification stage cut and the switch step (verifying
+methods), and the difference to the same method at eta 0 with its paired 95% interval and the
+smallest difference 5 seeds could detect at 80% power; where synchronous grpo's runs are among
+the targets, the AUC's paired difference to them too. One PNG per figure against eta, a line
+per method. The per-seed figures are in the JSON beside the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
-from rollverify.experiments.power import mean_ci95, paired_difference
+from stale_tables import cell, first_step, mean_and_ci, mean_over_steps, paired_by_seed, pm, total
+
 from rollverify.experiments.report import counted, eval_area
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import RunRecord, load_report
+from rvctl.output import Format, print_rows
 
 FIGURES = {  # name -> each run's value
     "auc": eval_area,
     "accuracy": lambda r: r.last(m.EVAL_ACCURACY),
-    "entropy": lambda r: _over_steps(r, m.ENTROPY_MEAN),
-    "k3": lambda r: _over_steps(r, m.MISMATCH_KL),
-    "acceptance": lambda r: _over_steps(r, m.ACCEPTANCE_RATE),
-    "staleness_token_mean": lambda r: _over_steps(r, m.STALENESS_TOKEN_MEAN),
+    "entropy": lambda r: mean_over_steps(r, m.ENTROPY_MEAN),
+    "k3": lambda r: mean_over_steps(r, m.MISMATCH_KL),
+    "acceptance": lambda r: mean_over_steps(r, m.ACCEPTANCE_RATE),
+    "staleness_token_mean": lambda r: mean_over_steps(r, m.STALENESS_TOKEN_MEAN),
+    "switch_step": lambda r: first_step(r, m.SWITCHED),
+    "tokens_cut_sequence_stage": lambda r: total(r, m.TOKENS_CUT_SEQUENCE_STAGE),
+    "tokens_cut_token_stage": lambda r: total(r, m.TOKENS_CUT_TOKEN_STAGE),
 }
 PAIRED = ("auc", "accuracy", "entropy", "k3")
+PLOTTED = ("auc", "accuracy", "entropy", "k3", "acceptance", "staleness_token_mean")
 
 
-def _over_steps(run: RunRecord, metric: str) -> float | None:
-    values = list(run.history.get(metric, {}).values())
-    return statistics.fmean(values) if values else None
+def is_async(run: RunRecord) -> bool:
+    return run.params.get("rollout.mode") == "async"
 
 
 def rows(runs: list[RunRecord]) -> list[dict]:
+    """One row per (method, eta) of the asynchronous runs, each paired by seed with the same
+    method at eta 0, and its AUC with synchronous grpo's where those runs are among `runs`."""
     points: dict[tuple[str, int], list[RunRecord]] = {}
-    for run in runs:
+    for run in filter(is_async, runs):
         points.setdefault((run.method, int(run.params["rollout.eta"])), []).append(run)
+    sync_grpo = {
+        r.seed: r for r in counted(r for r in runs if r.method == "grpo" and not is_async(r))
+    }
     out = []
     for (method, eta), group in sorted(points.items()):
         done = counted(group)
         row: dict = {"method": method, "eta": eta, "seeds": len(done)}
         for name, value in FIGURES.items():
-            values = [v for v in (value(r) for r in done) if v is not None]
-            row[name], row[f"{name}_ci95"] = mean_ci95(values)
+            row[name], row[f"{name}_ci95"] = mean_and_ci(done, value)
         base = {r.seed: r for r in counted(points.get((method, 0), []))}
         for name in PAIRED:
-            diffs = [
-                FIGURES[name](r) - FIGURES[name](base[r.seed])
-                for r in done
-                if r.seed in base and FIGURES[name](r) is not None
-            ]
-            paired = paired_difference(diffs) if eta else (None, None, None)
+            paired = paired_by_seed(done, base, FIGURES[name]) if eta else (None, None, None)
             columns = (f"{name}_vs_eta0", f"{name}_vs_eta0_ci95", f"{name}_vs_eta0_mde80")
             row |= dict(zip(columns, paired, strict=True))
+        vs_grpo = paired_by_seed(done, sync_grpo, eval_area)
+        row |= dict(
+            zip(("auc_vs_grpo", "auc_vs_grpo_ci95", "auc_vs_grpo_mde80"), vs_grpo, strict=True)
+        )
+        row["switched_seeds"] = sum(FIGURES["switch_step"](r) is not None for r in done)
         row["per_seed"] = {
             str(r.seed): {name: value(r) for name, value in FIGURES.items()} for r in done
         }
         out.append(row)
     return out
+
+
+def _switch(row: dict) -> str:
+    if not row["switched_seeds"]:
+        return "-"
+    steps = sorted({v["switch_step"] for v in row["per_seed"].values() if v["switch_step"]})
+    when = f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
+    return f"{when} ({row['switched_seeds']} of {row['seeds']} seeds)"
+
+
+MD_COLUMNS = {  # header -> a row's cell
+    "method": lambda r: r["method"],
+    "eta": lambda r: str(r["eta"]),
+    "seeds": lambda r: str(r["seeds"]),
+    "AUC (± 95%)": lambda r: pm(r, "auc"),
+    "Δ AUC vs eta 0 (± 95%; detectable)": lambda r: pm(r, "auc_vs_eta0"),
+    "Δ AUC vs sync grpo (± 95%; detectable)": lambda r: pm(r, "auc_vs_grpo"),
+    "final accuracy (± 95%)": lambda r: pm(r, "accuracy", 3),
+    "Δ final vs eta 0": lambda r: pm(r, "accuracy_vs_eta0", 3),
+    "entropy, mean over steps": lambda r: cell(r, "entropy", ".3f"),
+    "Δ entropy vs eta 0": lambda r: pm(r, "entropy_vs_eta0", 3),
+    "versions behind, per token": lambda r: cell(r, "staleness_token_mean", ".2f"),
+    "k3": lambda r: cell(r, "k3", ".4f"),
+    "acceptance": lambda r: cell(r, "acceptance", ".2f"),
+    "tokens cut, sequence / token stage": lambda r: (
+        "-"
+        if r["tokens_cut_sequence_stage"] is None
+        else f"{r['tokens_cut_sequence_stage'] / 1e3:.0f}k / {r['tokens_cut_token_stage']:.0f}"
+    ),
+    "switch step": _switch,
+}
+
+
+def markdown(table: list[dict]) -> list[dict[str, str]]:
+    """docs/results.md's table: one row of formatted cells per row of `table`."""
+    return [{header: cell_of(row) for header, cell_of in MD_COLUMNS.items()} for row in table]
 
 
 def plot(table: list[dict], folder: Path) -> list[Path]:
@@ -77,7 +123,7 @@ def plot(table: list[dict], folder: Path) -> list[Path]:
 
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name in FIGURES:
+    for name in PLOTTED:
         figure, axes = plt.subplots(figsize=(6, 4))
         for method in dict.fromkeys(r["method"] for r in table):
             mine = [r for r in table if r["method"] == method and r[name] is not None]
@@ -110,9 +156,12 @@ def main() -> None:
     parser.add_argument("--tracking-uri")
     parser.add_argument("--plots", type=Path)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--md", action="store_true", help="print docs/results.md's table")
     args = parser.parse_args()
     found = load_report(args.targets, args.tracking_uri)
     table = rows(found.runs)
+    if args.md:
+        print_rows(markdown(table), Format.md)
     for row in table:
         cells = [f"{row['method']:>20} eta={row['eta']:<2} n={row['seeds']}"]
         for name in PAIRED:

@@ -1,0 +1,91 @@
+"""The staleness study's table scripts (benchmarks/stale_dose_response.py,
+benchmarks/stale_composition.py): every difference pairs runs of the same seed, a run without
+its twin is left out, and synchronous runs stay apart from the asynchronous dose-response."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rollverify.experiments.power import paired_difference
+from rollverify.tracking.run_records import RunRecord
+
+BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def scripts(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # as `python benchmarks/x.py` runs them
+    import stale_composition
+    import stale_dose_response
+
+    return stale_dose_response, stale_composition
+
+
+def run(method, seed, accuracy, status="FINISHED", **params) -> RunRecord:
+    """A run whose evaluation curve is flat at `accuracy` (so its AUC is `accuracy`)."""
+    history = {"eval_accuracy": {0: accuracy, 200: accuracy}}
+    flat = {"train.method": method, "train.seed": str(seed)} | {
+        key.replace("__", "."): str(value) for key, value in params.items()
+    }
+    return RunRecord(f"{method}-{seed}-{len(flat)}", method, seed, status, 0, flat, history)
+
+
+def dose(method, eta, seed, accuracy, status="FINISHED", **params):
+    return run(method, seed, accuracy, status, rollout__mode="async", rollout__eta=eta, **params)
+
+
+def test_the_dose_response_pairs_each_eta_with_eta_0_seed_by_seed(scripts):
+    dose_response, _ = scripts
+    # eta 0 in seed order, eta 8 in another order: pairing by position would differ
+    runs = [dose("grpo", 0, s, a) for s, a in [(0, 0.90), (1, 0.80), (2, 0.70)]]
+    runs += [dose("grpo", 8, s, a) for s, a in [(2, 0.60), (0, 0.85), (1, 0.70)]]
+    runs.append(dose("grpo", 8, 3, 0.10))  # no eta-0 twin: not paired
+    (eta0, eta8) = dose_response.rows(runs)
+    assert (eta0["eta"], eta8["eta"], eta8["seeds"]) == (0, 8, 4)
+    assert eta0["auc_vs_eta0"] is None
+    # seed by seed: 0.85 - 0.90, 0.70 - 0.80, 0.60 - 0.70 (a mean alone cannot tell a wrong
+    # pairing: with every seed paired it is the difference of the means; the interval can)
+    by_seed = paired_difference([-0.05, -0.10, -0.10])
+    assert eta8["auc_vs_eta0"] == pytest.approx(by_seed[0])
+    assert eta8["auc_vs_eta0_ci95"] == pytest.approx(by_seed[1])
+    assert eta8["auc"] == pytest.approx((0.60 + 0.85 + 0.70 + 0.10) / 4)
+
+
+def test_sync_grpo_is_the_reference_not_a_dose(scripts):
+    dose_response, _ = scripts
+    sync = [
+        run("grpo", s, a, rollout__mode="sync", rollout__eta=0) for s, a in [(0, 0.9), (1, 0.8)]
+    ]
+    runs = sync + [dose("grpo", 0, 1, 0.7), dose("grpo", 0, 0, 0.9), dose("grpo", 0, 2, 0.5)]
+    (row,) = dose_response.rows(runs)
+    assert row["seeds"] == 3  # the sync runs are not eta 0's
+    assert row["auc_vs_grpo"] == pytest.approx(
+        -0.05
+    )  # (0.9 - 0.9 + 0.7 - 0.8) / 2, seed 2 unpaired
+
+
+def test_unfinished_runs_and_second_runs_of_a_seed_do_not_count(scripts):
+    dose_response, _ = scripts
+    runs = [dose("grpo", 0, 0, 0.5), dose("grpo", 0, 0, 0.9), dose("grpo", 0, 1, 0.1, "RUNNING")]
+    (row,) = dose_response.rows(runs)
+    assert (row["seeds"], row["auc"]) == (1, 0.5)
+
+
+def test_the_composition_pairs_a_control_with_its_twin_by_seed(scripts):
+    _, composition = scripts
+    grpo = [run("grpo", s, a, rollout__mode="sync") for s, a in [(0, 0.9), (1, 0.8), (2, 0.7)]]
+    completion = [dose("grpo", 8, s, a) for s, a in [(1, 0.6), (0, 0.7), (2, 0.5)]]
+    start = [
+        dose("grpo", 8, s, a, rollout__batch_order="start")
+        for s, a in [(2, 0.6), (0, 0.6), (1, 0.6)]
+    ]
+    by_name = {row["run"]: row for row in composition.rows(grpo + completion + start)}
+    row = by_name["grpo, async eta=8, start order"]
+    assert row["twin"] == "grpo, async eta=8"
+    vs_twin = paired_difference([-0.1, 0.0, 0.1])  # seeds 0, 1, 2
+    assert (row["auc_vs_twin"], row["auc_vs_twin_ci95"]) == pytest.approx(vs_twin[:2])
+    assert row["auc_vs_grpo"] == pytest.approx((-0.3 - 0.2 - 0.1) / 3)
+    assert by_name["grpo, async eta=8"]["auc_vs_grpo"] == pytest.approx((-0.2 - 0.2 - 0.2) / 3)
+    assert "auc_vs_twin" not in by_name["grpo, async eta=8"]

@@ -38,8 +38,15 @@ sweep table3 method --method partial-recomputed,rollverify-seq,rollverify-seq-to
 sweep cap0 method max_staleness --method partial --max_staleness 0
 sweep start_order method batch_order --method grpo,partial-recomputed --batch_order start --set rollout.mode=async --set rollout.eta=8
 sweep dose8 method eta --method grpo,partial-recomputed,rollverify --eta 8 --set rollout.mode=async
+# the dose-response of staleness alone (async grpo), then rollverify's ends, then whether the
+# token stage acts at dt 0.2 (at the default ds; the verifying methods with and without
+# switching), then the rest of the dose-response and the peers' corrections
+sweep doseG method eta --method grpo --eta 0,16,2,4 --set rollout.mode=async
+sweep doseR method eta --method rollverify --eta 0,16 --set rollout.mode=async
+sweep dt02 method dt --method rollverify-seq-token,rollverify --dt 0.2
+sweep doseR2 method eta --method rollverify --eta 2,4 --set rollout.mode=async
 sweep corrections method --method tis,mis,icepop,opsm,decoupled,m2po
-sweep doseA method eta --method grpo,partial-recomputed,rollverify --eta 0,2,4,16 --set rollout.mode=async
+sweep doseP method eta --method partial-recomputed --eta 0,2,4,16 --set rollout.mode=async
 # the peer correction with the highest AUC difference to grpo in the method table
 $RV report $(cat corrections.dir) $(cat grpo_partial.dir) --tracking-uri sqlite:///$PWD/stale.db -f json > method_table.json 2> method_table.err
 BEST=$($PY -c "
@@ -50,4 +57,5 @@ print(max(peers, key=lambda r: r['auc_diff_vs_grpo'])['method'] if peers else ''
 ")
 echo "best correction: $BEST"
 [ -n "$BEST" ] && sweep doseB method eta --method $BEST --eta 0,2,4,8,16 --set rollout.mode=async
-sweep dsdt ds dt --ds 0.005,0.01,0.05 --dt 0.2,2
+# ds x dt (dt 0.2 at ds 0.01 is dt02's rollverify; dt 2 at ds 0.01 is table3's)
+sweep dsdt ds dt --ds 0.005,0.05 --dt 0.2,2

@@ -556,6 +556,25 @@ def test_a_grid_over_methods_pairs_each_point_with_grpo_at_the_same_knob(tmp_pat
     assert plot_gaps(ds_dt, "ds", tmp_path) is None
 
 
+def test_a_point_without_grpo_at_its_values_pairs_with_grpos_only_point():
+    """rollverify at dt 0.2 reported beside a grpo sweep (dt 2 there): grpo never reads dt,
+    so its only point is the one to pair with; with two grpo points there is no telling."""
+    params = ["train.method", "verify.dt"]
+
+    def at(dt, runs):
+        for run in runs:
+            run.params["verify.dt"] = str(dt)
+        return runs
+
+    runs = at(2, runs_of("grpo", GRPO)) + at(0.2, runs_of("partial", PARTIAL))
+    rows = {(r["method"], r["dt"]): r for r in sweep_rows(runs, params)}
+    assert_the_hand_computation(rows[("partial", 0.2)])
+    far = {seed: (a - 0.4, d, m) for seed, (a, d, m) in GRPO.items()}
+    rows = sweep_rows(runs + at(4, runs_of("grpo", far)), params)
+    (point,) = [r for r in rows if r["method"] == "partial"]
+    assert point.get("pairs") is None
+
+
 def test_rows_carry_the_mean_staleness_and_mismatch_over_steps():
     runs = runs_of("grpo", GRPO) + runs_of("partial", PARTIAL)
     for run, (stale, k3) in zip(runs[3:], [(1.0, 0.001), (2.0, 0.002), (6.0, 0.006)], strict=True):

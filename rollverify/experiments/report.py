@@ -200,15 +200,18 @@ def sweep_rows(runs: Sequence[RunRecord], sweep_params: Sequence[str]) -> list[d
 
 
 def _grpo_points(groups: dict[tuple, list], keys: list[str]) -> dict[tuple, tuple]:
-    """In a grid over methods, each non-grpo point's grpo point (the same other values)."""
+    """In a grid over methods, each non-grpo point's grpo point: the one with the same other
+    values; where there is none and grpo ran at one point only, that one (e.g. `sweep method dt`
+    reported beside a grpo sweep: grpo never reads dt, so its one point is every dt's)."""
     if "method" not in keys:
         return {}
     i = keys.index("method")
+    grpo = [values for values in groups if values[i] == "grpo"]
     found = {}
     for values in groups:
         base = (*values[:i], "grpo", *values[i + 1 :])
-        if values[i] != "grpo" and base in groups:
-            found[values] = base
+        if values[i] != "grpo" and (base in groups or len(grpo) == 1):
+            found[values] = base if base in groups else grpo[0]
     return found
 
 

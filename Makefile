@@ -29,8 +29,13 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 # The main job: GRPO vs partial rollout vs RollVerify on the embedded default, then the cost
 # table and curves. hf engine: on 2 CPU cores the vLLM sidecar is no faster and is slow to start
 # (its start: benchmarks/results/rollout_bench_vllm.json).
+# Then the same three on the setting where stale tokens matter (experiments/stale.yaml), one
+# seed for its first 100 of 200 steps (both parts: 7.5 min here): partial's tokens run several
+# versions behind, and RollVerify's acceptance collapses until it switches to on-policy (the
+# 5-seed tables, with intervals: docs/results.md).
 demo: setup
 	$(VENV)/bin/rvctl compare grpo partial rollverify --engine hf --steps 40 --plots
+	$(VENV)/bin/rvctl compare grpo partial rollverify --config experiments/stale.yaml --engine hf --steps 100 --plots
 
 # Two workers: the slow tests (vLLM sidecar, Ray sweeps) mostly wait on their subprocesses.
 # Whole files per worker, so a module's shared engine or reference run is made once.

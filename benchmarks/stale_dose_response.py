@@ -21,9 +21,9 @@ import argparse
 import json
 from pathlib import Path
 
-from stale_tables import cell, first_step, mean_and_ci, mean_over_steps, paired_by_seed, pm, total
+from stale_tables import cell, mean_and_ci, mean_over_steps, paired_by_seed, pm
 
-from rollverify.experiments.report import counted, eval_area
+from rollverify.experiments.report import counted, eval_area, switch_step, total_over_steps
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import RunRecord, load_report
 from rvctl.output import Format, print_rows
@@ -35,9 +35,9 @@ FIGURES = {  # name -> each run's value
     "k3": lambda r: mean_over_steps(r, m.MISMATCH_KL),
     "acceptance": lambda r: mean_over_steps(r, m.ACCEPTANCE_RATE),
     "staleness_token_mean": lambda r: mean_over_steps(r, m.STALENESS_TOKEN_MEAN),
-    "switch_step": lambda r: first_step(r, m.SWITCHED),
-    "tokens_cut_sequence_stage": lambda r: total(r, m.TOKENS_CUT_SEQUENCE_STAGE),
-    "tokens_cut_token_stage": lambda r: total(r, m.TOKENS_CUT_TOKEN_STAGE),
+    "switch_step": switch_step,
+    "tokens_cut_sequence_stage": lambda r: total_over_steps(r, m.TOKENS_CUT_SEQUENCE_STAGE),
+    "tokens_cut_token_stage": lambda r: total_over_steps(r, m.TOKENS_CUT_TOKEN_STAGE),
 }
 PAIRED = ("auc", "accuracy", "entropy", "k3")
 PLOTTED = ("auc", "accuracy", "entropy", "k3", "acceptance", "staleness_token_mean")
@@ -71,7 +71,7 @@ def rows(runs: list[RunRecord]) -> list[dict]:
         row |= dict(
             zip(("auc_vs_grpo", "auc_vs_grpo_ci95", "auc_vs_grpo_mde80"), vs_grpo, strict=True)
         )
-        row["switched_seeds"] = sum(FIGURES["switch_step"](r) is not None for r in done)
+        row["switched_seeds"] = sum(switch_step(r) is not None for r in done)
         row["per_seed"] = {
             str(r.seed): {name: value(r) for name, value in FIGURES.items()} for r in done
         }

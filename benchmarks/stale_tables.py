@@ -1,5 +1,6 @@
 """What the staleness study's table scripts share (stale_composition.py, stale_dose_response.py):
-a run's figures over its steps, differences paired by seed, and docs/results.md's cells.
+a run's figures over its steps, differences paired by seed, and docs/results.md's cells
+(totals and the switch step: rollverify/experiments/report.py, as the report reads them).
 
 A benchmark script runs with benchmarks/ first on sys.path, so `import stale_tables` finds this.
 """
@@ -21,17 +22,6 @@ def mean_over_steps(run: RunRecord, metric: str, last_step: int | None = None) -
         v for s, v in run.history.get(metric, {}).items() if last_step is None or s <= last_step
     ]
     return statistics.fmean(values) if values else None
-
-
-def total(run: RunRecord, metric: str) -> float | None:
-    """The metric summed over steps; None for a run that never logged it (not 0)."""
-    return sum(run.history[metric].values()) if metric in run.history else None
-
-
-def first_step(run: RunRecord, metric: str) -> int | None:
-    """The first step the metric was on (>= 0.5), e.g. the step `switched` turned 1."""
-    steps = [s for s, v in run.history.get(metric, {}).items() if v >= 0.5]
-    return min(steps) if steps else None
 
 
 def mean_and_ci(runs: Iterable[RunRecord], figure: Figure) -> tuple[float | None, float | None]:

@@ -287,7 +287,7 @@ def _summary(group: Sequence[RunRecord]) -> dict[str, Any]:
     finished = sum(r.finished for r in group)
     accuracy, ci95 = mean_ci95(_present(r.last(m.EVAL_ACCURACY) for r in done))
     area, area_ci95 = mean_ci95(_present(eval_area(r) for r in done))
-    switches = _present(_first_step(r, m.SWITCHED, lambda v: v >= 0.5) for r in done)
+    switches = _present(switch_step(r) for r in done)
     return {
         "status": "finished" if done else "unfinished",
         "seeds": len(done),
@@ -307,8 +307,12 @@ def _summary(group: Sequence[RunRecord]) -> dict[str, Any]:
         # median over the seeds that switched
         "switch_step": statistics.median(switches) if switches else None,
         "acceptance_window_min": _mean(_lowest(r, m.ACCEPTANCE_WINDOW_MEAN) for r in done),
-        "tokens_cut_sequence_stage": _mean(_total(r, m.TOKENS_CUT_SEQUENCE_STAGE) for r in done),
-        "tokens_cut_token_stage": _mean(_total(r, m.TOKENS_CUT_TOKEN_STAGE) for r in done),
+        "tokens_cut_sequence_stage": _mean(
+            total_over_steps(r, m.TOKENS_CUT_SEQUENCE_STAGE) for r in done
+        ),
+        "tokens_cut_token_stage": _mean(
+            total_over_steps(r, m.TOKENS_CUT_TOKEN_STAGE) for r in done
+        ),
     } | {
         column: _mean(r.last(metric(name)) for r in done)
         for name in eval_sets(group)
@@ -328,9 +332,15 @@ def _highest(run: RunRecord, metric: str) -> float | None:
     return max(values) if values else None
 
 
-def _total(run: RunRecord, metric: str) -> float | None:
+def total_over_steps(run: RunRecord, metric: str) -> float | None:
+    """The metric summed over the run's steps; None for a run that never logged it (not 0)."""
     values = _present(run.history.get(metric, {}).values())
     return sum(values) if values else None
+
+
+def switch_step(run: RunRecord) -> int | None:
+    """The step a run switched to on-policy rollout (`switched` first on); None if it never did."""
+    return _first_step(run, m.SWITCHED, lambda v: v >= 0.5)
 
 
 def _group(runs: Iterable[RunRecord], key: Callable[[RunRecord], Any]) -> dict[Any, list]:

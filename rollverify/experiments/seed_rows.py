@@ -7,14 +7,14 @@ from typing import Any
 
 from rollverify.experiments.report import (
     _clean,
-    _first_step,
     _highest,
     _lowest,
     _mean,
-    _total,
     counted,
     eval_area,
     run_groups,
+    switch_step,
+    total_over_steps,
 )
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import Report
@@ -51,9 +51,11 @@ def seed_rows(report: Report) -> list[dict[str, Any]]:
                         "mismatch_kl": _mean(run.history.get(m.MISMATCH_KL, {}).values()),
                         "ops_mean": _mean(run.history.get(m.OPS_MEAN, {}).values()),
                         "acceptance_window_min": _lowest(run, m.ACCEPTANCE_WINDOW_MEAN),
-                        "switch_step": _first_step(run, m.SWITCHED, lambda v: v >= 0.5),
-                        "tokens_cut_sequence_stage": _total(run, m.TOKENS_CUT_SEQUENCE_STAGE),
-                        "tokens_cut_token_stage": _total(run, m.TOKENS_CUT_TOKEN_STAGE),
+                        "switch_step": switch_step(run),
+                        "tokens_cut_sequence_stage": total_over_steps(
+                            run, m.TOKENS_CUT_SEQUENCE_STAGE
+                        ),
+                        "tokens_cut_token_stage": total_over_steps(run, m.TOKENS_CUT_TOKEN_STAGE),
                         "modeled_gpu_days": run.last(m.MODELED_GPU_DAYS),
                     }
                 )

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from stale_tables import cell, mean_and_ci, mean_over_steps, paired_by_seed, pm
 
-from rollverify.experiments.report import counted, eval_area, total_over_steps
+from rollverify.experiments.report import counted, eval_area
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import RunRecord, load_report
 from rvctl.output import Format, print_rows
@@ -53,7 +53,7 @@ FIGURES = {
     "stale_token_share_8": lambda r: mean_over_steps(r, m.STALE_TOKEN_SHARE_8),
     "k3": lambda r: mean_over_steps(r, m.MISMATCH_KL),
     "entropy": lambda r: mean_over_steps(r, m.ENTROPY_MEAN),
-    "dropped_stale": lambda r: total_over_steps(r, m.TRAJECTORIES_DROPPED_STALE),
+    "dropped_stale": lambda r: r.total(m.TRAJECTORIES_DROPPED_STALE),
 }
 PAIRED = ("auc", "accuracy", "early_length")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from stale_tables import cell, mean_and_ci, mean_over_steps, paired_by_seed, pm
 
-from rollverify.experiments.report import counted, eval_area, switch_step, total_over_steps
+from rollverify.experiments.report import counted, eval_area, switch_step
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import RunRecord, load_report
 from rvctl.output import Format, print_rows
@@ -36,8 +36,8 @@ FIGURES = {  # name -> each run's value
     "acceptance": lambda r: mean_over_steps(r, m.ACCEPTANCE_RATE),
     "staleness_token_mean": lambda r: mean_over_steps(r, m.STALENESS_TOKEN_MEAN),
     "switch_step": switch_step,
-    "tokens_cut_sequence_stage": lambda r: total_over_steps(r, m.TOKENS_CUT_SEQUENCE_STAGE),
-    "tokens_cut_token_stage": lambda r: total_over_steps(r, m.TOKENS_CUT_TOKEN_STAGE),
+    "tokens_cut_sequence_stage": lambda r: r.total(m.TOKENS_CUT_SEQUENCE_STAGE),
+    "tokens_cut_token_stage": lambda r: r.total(m.TOKENS_CUT_TOKEN_STAGE),
 }
 PAIRED = ("auc", "accuracy", "entropy", "k3")
 PLOTTED = ("auc", "accuracy", "entropy", "k3", "acceptance", "staleness_token_mean")

@@ -1,6 +1,6 @@
 """What the staleness study's table scripts share (stale_composition.py, stale_dose_response.py):
 a run's figures over its steps, differences paired by seed, and docs/results.md's cells
-(totals and the switch step: rollverify/experiments/report.py, as the report reads them).
+(the switch step: rollverify/experiments/report.py; totals: RunRecord.total).
 
 A benchmark script runs with benchmarks/ first on sys.path, so `import stale_tables` finds this.
 """

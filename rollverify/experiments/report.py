@@ -307,12 +307,8 @@ def _summary(group: Sequence[RunRecord]) -> dict[str, Any]:
         # median over the seeds that switched
         "switch_step": statistics.median(switches) if switches else None,
         "acceptance_window_min": _mean(_lowest(r, m.ACCEPTANCE_WINDOW_MEAN) for r in done),
-        "tokens_cut_sequence_stage": _mean(
-            total_over_steps(r, m.TOKENS_CUT_SEQUENCE_STAGE) for r in done
-        ),
-        "tokens_cut_token_stage": _mean(
-            total_over_steps(r, m.TOKENS_CUT_TOKEN_STAGE) for r in done
-        ),
+        "tokens_cut_sequence_stage": _mean(r.total(m.TOKENS_CUT_SEQUENCE_STAGE) for r in done),
+        "tokens_cut_token_stage": _mean(r.total(m.TOKENS_CUT_TOKEN_STAGE) for r in done),
     } | {
         column: _mean(r.last(metric(name)) for r in done)
         for name in eval_sets(group)
@@ -330,12 +326,6 @@ def _lowest(run: RunRecord, metric: str) -> float | None:
 def _highest(run: RunRecord, metric: str) -> float | None:
     values = _present(run.history.get(metric, {}).values())
     return max(values) if values else None
-
-
-def total_over_steps(run: RunRecord, metric: str) -> float | None:
-    """The metric summed over the run's steps; None for a run that never logged it (not 0)."""
-    values = _present(run.history.get(metric, {}).values())
-    return sum(values) if values else None
 
 
 def switch_step(run: RunRecord) -> int | None:

@@ -14,7 +14,6 @@ from rollverify.experiments.report import (
     eval_area,
     run_groups,
     switch_step,
-    total_over_steps,
 )
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import Report
@@ -52,10 +51,8 @@ def seed_rows(report: Report) -> list[dict[str, Any]]:
                         "ops_mean": _mean(run.history.get(m.OPS_MEAN, {}).values()),
                         "acceptance_window_min": _lowest(run, m.ACCEPTANCE_WINDOW_MEAN),
                         "switch_step": switch_step(run),
-                        "tokens_cut_sequence_stage": total_over_steps(
-                            run, m.TOKENS_CUT_SEQUENCE_STAGE
-                        ),
-                        "tokens_cut_token_stage": total_over_steps(run, m.TOKENS_CUT_TOKEN_STAGE),
+                        "tokens_cut_sequence_stage": run.total(m.TOKENS_CUT_SEQUENCE_STAGE),
+                        "tokens_cut_token_stage": run.total(m.TOKENS_CUT_TOKEN_STAGE),
                         "modeled_gpu_days": run.last(m.MODELED_GPU_DAYS),
                     }
                 )

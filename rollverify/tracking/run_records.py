@@ -66,6 +66,11 @@ class RunRecord:
         values = self.history.get(metric)
         return values[max(values)] if values else None
 
+    def total(self, metric: str) -> float | None:
+        """The metric summed over its finite logged values; None if none (never logged: not 0)."""
+        values = [v for v in self.history.get(metric, {}).values() if math.isfinite(v)]
+        return sum(values) if values else None
+
 
 @dataclass
 class Report:

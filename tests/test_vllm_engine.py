@@ -587,7 +587,7 @@ def _stop_and_check(process, tmp_path: Path, steps: int) -> str:
     assert process.returncode == 130, stderr[-3000:]
     assert "interrupted" in stderr and "Traceback" not in stderr
     # rvctl's processes end with it, some a moment after: poll, not a fixed sleep
-    wait_until(lambda: not alive(children.values()), timeout=10)
+    wait_until(lambda: not alive(children.values()), timeout=60)
     left = alive(children.values())
     assert not left, f"left running: {[process_name(p) for p in left]}"
     assert mapped, "the engine's shared memory was seen while it ran"

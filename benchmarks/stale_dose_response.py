@@ -116,38 +116,59 @@ def markdown(table: list[dict]) -> list[dict[str, str]]:
 
 
 def plot(table: list[dict], folder: Path) -> list[Path]:
+    """A PNG per figure against eta (`NAME_vs_eta.png`), and for the paired figures a PNG of
+    the paired difference to the same method at eta 0 (`NAME_vs_eta0.png`, 0 at eta 0 by
+    definition; a method whose eta-0 runs are missing has no line there)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     folder.mkdir(parents=True, exist_ok=True)
+    charts = [(name, name, "mean over seeds", f"{name}_vs_eta") for name in PLOTTED]
+    charts += [
+        (f"{name}_vs_eta0", f"{name} - {name} at eta 0", "paired by seed", f"{name}_vs_eta0")
+        for name in PAIRED
+    ]
     paths = []
-    for name in PLOTTED:
+    for key, label, what, stem in charts:
         figure, axes = plt.subplots(figsize=(6, 4))
-        for method in dict.fromkeys(r["method"] for r in table):
-            mine = [r for r in table if r["method"] == method and r[name] is not None]
+        for color, method in enumerate(dict.fromkeys(r["method"] for r in table)):
+            mine = [r for r in table if r["method"] == method and _plotted(r, key)]
             if not mine:
                 continue
             axes.errorbar(
                 [r["eta"] for r in mine],
-                [r[name] for r in mine],
-                yerr=[r[f"{name}_ci95"] or 0.0 for r in mine],
+                [r[key] or 0.0 for r in mine],
+                yerr=[r[f"{key}_ci95"] or 0.0 for r in mine],
                 marker="o",
                 capsize=3,
                 label=method,
+                color=f"C{color}",  # a method's colour is the same in every chart
             )
+        if key.endswith("_vs_eta0"):
+            axes.axhline(0.0, color="grey", linewidth=0.8)
         axes.set_xscale("symlog", linthresh=1)
         axes.set_xlabel("rollout.eta (versions)")
-        axes.set_ylabel(name)
-        axes.set_title(f"{name} against staleness (mean over seeds, 95% interval)")
+        axes.set_ylabel(label)
+        axes.set_title(f"{label} against staleness ({what}, 95% interval)", fontsize=10)
         axes.legend(fontsize=8)
-        path = folder / f"{name}_vs_eta.png"
+        path = folder / f"{stem}.png"
         figure.tight_layout()
         figure.savefig(path, dpi=100)
         plt.close(figure)
         paths.append(path)
     return paths
+
+
+def _plotted(row: dict, key: str) -> bool:
+    """A point for `key`: its value, or, for a difference to eta 0, eta 0 itself (0 there)
+    when the method's eta-0 runs are in (its later rows then carry a paired difference)."""
+    if not key.endswith("_vs_eta0"):
+        return row[key] is not None
+    return row[key] is not None or (
+        row["eta"] == 0 and row[key.removesuffix("_vs_eta0")] is not None
+    )
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """The staleness study's table scripts (benchmarks/stale_dose_response.py,
-benchmarks/stale_composition.py): every difference pairs runs of the same seed, a run without
-its twin is left out, and synchronous runs stay apart from the asynchronous dose-response."""
+benchmarks/stale_composition.py, benchmarks/stale_paired.py): every difference pairs runs of the
+same seed, a run without its twin is left out, synchronous runs stay apart from the
+asynchronous dose-response, and a chosen baseline is the run it names."""
 
 from __future__ import annotations
 
@@ -21,6 +22,14 @@ def scripts(monkeypatch):
     import stale_dose_response
 
     return stale_dose_response, stale_composition
+
+
+@pytest.fixture
+def paired(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import stale_paired
+
+    return stale_paired
 
 
 def run(method, seed, accuracy, status="FINISHED", **params) -> RunRecord:
@@ -88,3 +97,29 @@ def test_the_composition_pairs_a_control_with_its_twin_by_seed(scripts):
     assert row["auc_vs_grpo"] == pytest.approx((-0.3 - 0.2 - 0.1) / 3)
     assert by_name["grpo, async eta=8"]["auc_vs_grpo"] == pytest.approx((-0.2 - 0.2 - 0.2) / 3)
     assert "auc_vs_twin" not in by_name["grpo, async eta=8"]
+
+
+def test_each_method_pairs_with_its_own_run_at_the_baselines_values(paired):
+    """--vs verify.dt=2: rollverify at dt 0.2 against rollverify at dt 2 (not another method's
+    dt-2 run of that seed), seed by seed; '2.0' as MLflow stores it is the value 2."""
+    at_2 = [run("rollverify", s, a, verify__dt="2.0") for s, a in [(0, 0.9), (1, 0.8), (2, 0.7)]]
+    others = [run("partial", s, 0.1, verify__dt="2.0") for s in range(3)]  # first in the store
+    at_02 = [run("rollverify", s, a, verify__dt="0.2") for s, a in [(2, 0.9), (0, 0.8), (1, 0.8)]]
+    (row,) = paired.rows(others + at_2 + at_02, paired.parse_vs("verify.dt=2"))
+    assert (row["method"], row["values"], row["paired_seeds"]) == (
+        "rollverify",
+        {"verify.dt": "0.2"},
+        3,
+    )
+    by_seed = paired_difference([-0.1, 0.0, 0.2])  # seeds 0, 1, 2
+    assert (row["auc_vs_base"], row["auc_vs_base_ci95"]) == pytest.approx(by_seed[:2])
+
+
+def test_a_method_baseline_pairs_every_other_method_with_it(paired):
+    partial = [run("partial", s, a) for s, a in [(0, 0.5), (1, 0.6)]]
+    tis = [run("tis", s, a) for s, a in [(1, 0.7), (0, 0.7), (2, 0.9)]]  # seed 2: no partial
+    (row,) = paired.rows(partial + tis, paired.parse_vs("train.method=partial"))
+    assert (row["method"], row["seeds"], row["paired_seeds"]) == ("tis", 3, 2)
+    assert row["auc_vs_base"] == pytest.approx((0.2 + 0.1) / 2)
+    with pytest.raises(ValueError, match="--vs"):
+        paired.parse_vs("verify.dt")

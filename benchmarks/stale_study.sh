@@ -47,7 +47,6 @@ sweep doseR method eta --method rollverify --eta 0,16 --set rollout.mode=async
 sweep dt02 method dt --method rollverify-seq-token,rollverify --dt 0.2
 sweep doseR2 method eta --method rollverify --eta 2,4 --set rollout.mode=async
 sweep corrections method --method tis,mis,icepop,opsm,decoupled,m2po
-sweep doseP method eta --method partial-recomputed --eta 0,2,4,16 --set rollout.mode=async
 # the peer correction with the highest AUC difference to grpo in the method table
 $RV report $(cat corrections.dir) $(cat grpo_partial.dir) --tracking-uri sqlite:///$PWD/stale.db -f json > method_table.json 2> method_table.err
 BEST=$($PY -c "
@@ -58,5 +57,7 @@ print(max(peers, key=lambda r: r['auc_diff_vs_grpo'])['method'] if peers else ''
 ")
 echo "best correction: $BEST"
 [ -n "$BEST" ] && sweep doseB method eta --method $BEST --eta 0,2,4,8,16 --set rollout.mode=async
+# the peers' naive across the doses (its runs take 15-25 min each as it collapses)
+sweep doseP method eta --method partial-recomputed --eta 0,2,4,16 --set rollout.mode=async
 # ds x dt (dt 0.2 at ds 0.01 is dt02's rollverify; dt 2 at ds 0.01 is table3's)
 sweep dsdt ds dt --ds 0.005,0.05 --dt 0.2,2

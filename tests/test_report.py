@@ -100,6 +100,8 @@ class Store:
                 "cost_rollout_device_seconds": 0.6 * device_seconds,
                 "tokens_generated_total": 1000.0 * step,
             }
+            if method == "partial":  # as a peer correction logs what it masked (no rng draw)
+                values["trl/correction/token_share"] = 0.01 * step
             if verifying:
                 values["acceptance_rate"] = 1.0 - 0.05 * step + rng.normal(0, 0.01)
                 if nan_last_acceptance and step == steps:
@@ -610,6 +612,13 @@ def test_per_seed_rows_are_each_finished_runs_own_figures(store, tmp_path, suffi
         assert [float(r["eval_accuracy"]) for r in mine] == [h[max(h)] for h in logged]
         area = statistics.fmean(float(r["eval_auc"]) for r in mine)
         assert area == pytest.approx(table[method]["eval_auc_mean"])
+    # how often a correction acted: the mean over steps of what it logged; none logged, none
+    (partial,) = [r for r in rows if r["method"] == "partial"]
+    logged = finished[("partial", 1)].history["trl/correction/token_share"]
+    assert float(partial["correction_token_share"]) == pytest.approx(
+        statistics.fmean(logged.values())
+    )
+    assert all(r["correction_token_share"] in (None, "") for r in rows if r["method"] == "grpo")
 
 
 def test_a_row_says_which_of_the_peers_correction_choices_its_runs_made():

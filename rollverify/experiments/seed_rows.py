@@ -53,6 +53,9 @@ def seed_rows(report: Report) -> list[dict[str, Any]]:
                         "switch_step": switch_step(run),
                         "tokens_cut_sequence_stage": run.total(m.TOKENS_CUT_SEQUENCE_STAGE),
                         "tokens_cut_token_stage": run.total(m.TOKENS_CUT_TOKEN_STAGE),
+                        "correction_token_share": _mean(
+                            run.history.get(m.CORRECTION_TOKEN_SHARE, {}).values()
+                        ),
                         "modeled_gpu_days": run.last(m.MODELED_GPU_DAYS),
                     }
                 )

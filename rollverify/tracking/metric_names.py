@@ -148,6 +148,8 @@ TRL_PREFIX = "trl/"
 TRL_LOSS = "trl/loss"
 TRL_GRAD_NORM = "trl/grad_norm"
 TRL_LEARNING_RATE = "trl/learning_rate"
+# the share of a step's tokens a peer correction masked or capped (training/trl_adapter.py)
+CORRECTION_TOKEN_SHARE = "trl/correction/token_share"
 TRL_NAMES = (
     TRL_LOSS,
     TRL_GRAD_NORM,
@@ -157,7 +159,7 @@ TRL_NAMES = (
     "trl/clip_ratio/<region>",
     "trl/completions/<stat>",
     "trl/rewards/<function>/<stat>",
-    "trl/correction/token_share",  # the peers' corrections (training/trl_adapter.py)
+    CORRECTION_TOKEN_SHARE,
     "trl/sampling/importance_sampling_ratio/<stat>",
     "trl/sampling/sampling_logp_difference/<stat>",
     "trl/<name>",

@@ -38,6 +38,7 @@ REPORT_METRICS = (
     m.TOKENS_CUT_SEQUENCE_STAGE,
     m.TOKENS_CUT_TOKEN_STAGE,
     m.TRAJECTORIES_DROPPED_STALE,  # benchmarks/stale_composition.py: what a staleness cap starves
+    m.CORRECTION_TOKEN_SHARE,  # the per-seed rows: how often a peer correction acted
 )
 
 

@@ -347,7 +347,7 @@ def _seed_runs(runs: Iterable[RunRecord]) -> dict[int, list[RunRecord]]:
 
 def _mean_over_steps(runs: Iterable[RunRecord], metric: str) -> float | None:
     """Mean over runs of each run's mean over its steps."""
-    return _mean(_mean(r.history.get(metric, {}).values()) for r in runs)
+    return _mean(r.mean(metric) for r in runs)
 
 
 def _mean_of(runs: Iterable[RunRecord], value: Callable[[RunRecord], float | None]):

@@ -9,7 +9,6 @@ from rollverify.experiments.report import (
     _clean,
     _highest,
     _lowest,
-    _mean,
     counted,
     eval_area,
     run_groups,
@@ -39,23 +38,17 @@ def seed_rows(report: Report) -> list[dict[str, Any]]:
                         "entropy_first": entropy[min(entropy)] if entropy else None,
                         "entropy_last": run.last(m.ENTROPY_MEAN),
                         "entropy_max": max(entropy.values()) if entropy else None,
-                        "staleness_mean": _mean(run.history.get(m.STALENESS_MEAN, {}).values()),
+                        "staleness_mean": run.mean(m.STALENESS_MEAN),
                         "staleness_max": _highest(run, m.STALENESS_MAX),
-                        "staleness_token_mean": _mean(
-                            run.history.get(m.STALENESS_TOKEN_MEAN, {}).values()
-                        ),
-                        "stale_token_share_8": _mean(
-                            run.history.get(m.STALE_TOKEN_SHARE_8, {}).values()
-                        ),
-                        "mismatch_kl": _mean(run.history.get(m.MISMATCH_KL, {}).values()),
-                        "ops_mean": _mean(run.history.get(m.OPS_MEAN, {}).values()),
+                        "staleness_token_mean": run.mean(m.STALENESS_TOKEN_MEAN),
+                        "stale_token_share_8": run.mean(m.STALE_TOKEN_SHARE_8),
+                        "mismatch_kl": run.mean(m.MISMATCH_KL),
+                        "ops_mean": run.mean(m.OPS_MEAN),
                         "acceptance_window_min": _lowest(run, m.ACCEPTANCE_WINDOW_MEAN),
                         "switch_step": switch_step(run),
                         "tokens_cut_sequence_stage": run.total(m.TOKENS_CUT_SEQUENCE_STAGE),
                         "tokens_cut_token_stage": run.total(m.TOKENS_CUT_TOKEN_STAGE),
-                        "correction_token_share": _mean(
-                            run.history.get(m.CORRECTION_TOKEN_SHARE, {}).values()
-                        ),
+                        "correction_token_share": run.mean(m.CORRECTION_TOKEN_SHARE),
                         "modeled_gpu_days": run.last(m.MODELED_GPU_DAYS),
                     }
                 )

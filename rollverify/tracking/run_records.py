@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,8 +70,16 @@ class RunRecord:
 
     def total(self, metric: str) -> float | None:
         """The metric summed over its finite logged values; None if none (never logged: not 0)."""
-        values = [v for v in self.history.get(metric, {}).values() if math.isfinite(v)]
+        values = self._finite(metric)
         return sum(values) if values else None
+
+    def mean(self, metric: str) -> float | None:
+        """The metric's mean over its finite logged values (over steps); None if none."""
+        values = self._finite(metric)
+        return statistics.fmean(values) if values else None
+
+    def _finite(self, metric: str) -> list[float]:
+        return [v for v in self.history.get(metric, {}).values() if math.isfinite(v)]
 
 
 @dataclass

@@ -5,10 +5,13 @@ recovers" against partial, "vs the same method at dt 2").
     .venv/bin/python benchmarks/stale_paired.py CORRECTIONS_SWEEP GRPO_PARTIAL_SWEEP \
         --vs train.method=partial --tracking-uri sqlite:///... [--md] [--out F.json]
     .venv/bin/python benchmarks/stale_paired.py DT02_SWEEP TABLE3_SWEEP --vs verify.dt=2
+    .venv/bin/python benchmarks/stale_paired.py OPSM_DOSE GRPO_DOSES --vs train.method=grpo \
+        --by rollout.eta
 
 `--vs KEY=VALUE[,KEY=VALUE]`: a run's baseline is the run of its seed with those values and,
-where `train.method` is not among the keys, its own method. Groups are the runs of one method
-with the same values of those keys; a group that is its own baseline gets no row. Per group:
+where `train.method` is not among the keys, its own method; `--by KEY[,KEY]` keeps those keys'
+values too (each eta's runs against grpo's at that eta). Groups are the runs of one method with
+the same values of the --vs and --by keys; a group that is its own baseline gets no row. Per group:
 AUC (the primary figure) and final accuracy with their paired difference to the baseline, 95%
 interval and the smallest difference 5 seeds could detect at 80% power. A seed with more than
 one finished run counts its first, as `rvctl report` does.
@@ -52,14 +55,15 @@ def _same(a: str | None, b: str | None) -> bool:
         return a == b
 
 
-def rows(runs: list[RunRecord], vs: dict[str, str]) -> list[dict]:
-    keys = [k for k in vs if k != METHOD]
+def rows(runs: list[RunRecord], vs: dict[str, str], by: tuple[str, ...] = ()) -> list[dict]:
+    keys = [k for k in vs if k != METHOD] + [k for k in by if k not in vs]
     groups: dict[tuple, list[RunRecord]] = {}
     for run in runs:
         groups.setdefault((run.method, *(_value(run, k) for k in keys)), []).append(run)
     out = []
     for (method, *values), runs_of_group in groups.items():
-        wanted = {METHOD: method} | vs
+        kept = {k: v for k, v in zip(keys, values, strict=True) if k in by}
+        wanted = {METHOD: method} | kept | vs
         group = counted(runs_of_group)
         if not group or _matches(group[0], wanted):
             continue  # the baseline itself
@@ -74,7 +78,19 @@ def rows(runs: list[RunRecord], vs: dict[str, str]) -> list[dict]:
             row |= dict(zip(columns, paired, strict=True))
         row["paired_seeds"] = sum(r.seed in base for r in group)
         out.append(row)
-    return out
+    methods = list(dict.fromkeys(r["method"] for r in out))  # first seen first, values ascending
+    return sorted(out, key=lambda r: (methods.index(r["method"]), *_order(r["values"])))
+
+
+def _order(values: dict[str, str | None]) -> list[tuple]:
+    """Numbers before words, numbers by value ('16' after '2')."""
+    key = []
+    for value in values.values():
+        try:
+            key.append((0, float(value), ""))
+        except (TypeError, ValueError):
+            key.append((1, 0.0, str(value)))
+    return key
 
 
 def _baseline(runs: list[RunRecord], wanted: dict[str, str]) -> dict[int, RunRecord]:
@@ -108,13 +124,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("targets", nargs="+", help="sweep folders (or run ids)")
     parser.add_argument("--vs", required=True, help="the baseline: KEY=VALUE[,KEY=VALUE]")
+    parser.add_argument("--by", default="", help="KEY[,KEY]: the baseline keeps these values")
     parser.add_argument("--tracking-uri")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--md", action="store_true", help="print docs/results.md's table")
     args = parser.parse_args()
     try:
         vs = parse_vs(args.vs)
-        table = rows(load_report(args.targets, args.tracking_uri).runs, vs)
+        by = tuple(key for key in args.by.split(",") if key)
+        table = rows(load_report(args.targets, args.tracking_uri).runs, vs, by)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -57,7 +57,7 @@ print(max(peers, key=lambda r: r['auc_diff_vs_grpo'])['method'] if peers else ''
 ")
 echo "best correction: $BEST"
 [ -n "$BEST" ] && sweep doseB method eta --method $BEST --eta 0,2,4,8,16 --set rollout.mode=async
-# the peers' naive across the doses (its runs take 15-25 min each as it collapses)
-sweep doseP method eta --method partial-recomputed --eta 0,2,4,16 --set rollout.mode=async
 # ds x dt (dt 0.2 at ds 0.01 is dt02's rollverify; dt 2 at ds 0.01 is table3's)
 sweep dsdt ds dt --ds 0.005,0.05 --dt 0.2,2
+# the peers' naive across the doses (its runs take 15-25 min each as it collapses)
+sweep doseP method eta --method partial-recomputed --eta 0,2,4,16 --set rollout.mode=async

@@ -123,3 +123,19 @@ def test_a_method_baseline_pairs_every_other_method_with_it(paired):
     assert row["auc_vs_base"] == pytest.approx((0.2 + 0.1) / 2)
     with pytest.raises(ValueError, match="--vs"):
         paired.parse_vs("verify.dt")
+
+
+def test_by_keeps_the_groups_value_in_its_baseline(paired):
+    """--vs train.method=grpo --by rollout.eta: opsm at eta 8 against grpo at eta 8, not at
+    eta 0 (the first grpo run of its seed in the store); rows in ascending eta."""
+    grpo0 = [dose("grpo", 0, s, 0.9) for s in range(2)]
+    grpo8 = [dose("grpo", 8, s, a) for s, a in [(1, 0.5), (0, 0.6)]]
+    opsm = [dose("opsm", e, s, 0.7) for e in (8, 0) for s in range(2)]
+    rows = paired.rows(grpo0 + grpo8 + opsm, paired.parse_vs("train.method=grpo"), ("rollout.eta",))
+    assert [(r["method"], r["values"]) for r in rows] == [
+        ("opsm", {"rollout.eta": "0"}),
+        ("opsm", {"rollout.eta": "8"}),
+    ]
+    assert rows[1]["baseline"] == "train.method=grpo, rollout.eta=8"
+    assert rows[1]["auc_vs_base"] == pytest.approx((0.1 + 0.2) / 2)
+    assert rows[0]["auc_vs_base"] == pytest.approx(-0.2)

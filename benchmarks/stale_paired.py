@@ -26,7 +26,7 @@ from pathlib import Path
 
 from stale_tables import mean_and_ci, paired_by_seed, pm
 
-from rollverify.experiments.report import counted, eval_area
+from rollverify.experiments.report import _sort_key, counted, eval_area
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import RunRecord, load_report
 from rvctl.output import Format, print_rows
@@ -79,18 +79,9 @@ def rows(runs: list[RunRecord], vs: dict[str, str], by: tuple[str, ...] = ()) ->
         row["paired_seeds"] = sum(r.seed in base for r in group)
         out.append(row)
     methods = list(dict.fromkeys(r["method"] for r in out))  # first seen first, values ascending
-    return sorted(out, key=lambda r: (methods.index(r["method"]), *_order(r["values"])))
-
-
-def _order(values: dict[str, str | None]) -> list[tuple]:
-    """Numbers before words, numbers by value ('16' after '2')."""
-    key = []
-    for value in values.values():
-        try:
-            key.append((0, float(value), ""))
-        except (TypeError, ValueError):
-            key.append((1, 0.0, str(value)))
-    return key
+    return sorted(
+        out, key=lambda r: (methods.index(r["method"]), *map(_sort_key, r["values"].values()))
+    )
 
 
 def _baseline(runs: list[RunRecord], wanted: dict[str, str]) -> dict[int, RunRecord]:

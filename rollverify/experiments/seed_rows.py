@@ -25,6 +25,10 @@ def seed_rows(report: Report) -> list[dict[str, Any]]:
     for label, group in run_groups(report).items():
         for run in sorted(counted(group), key=lambda r: (r.seed is None, r.seed)):
             entropy = run.history.get(m.ENTROPY_MEAN, {})
+            evals = run.history.get(m.EVAL_ACCURACY, {})
+            # where a run collapses, how high it climbed first and when ("prosperity before
+            # collapse", M2PO): the earliest step of its best evaluation
+            peak_step = min(evals, key=lambda step: (-evals[step], step)) if evals else None
             rows.append(
                 _clean(
                     {
@@ -33,8 +37,10 @@ def seed_rows(report: Report) -> list[dict[str, Any]]:
                         "seed": run.seed,
                         "run_id": run.run_id,
                         "eval_auc": eval_area(run),
-                        "eval_accuracy_before": run.history.get(m.EVAL_ACCURACY, {}).get(0),
+                        "eval_accuracy_before": evals.get(0),
                         "eval_accuracy": run.last(m.EVAL_ACCURACY),
+                        "eval_accuracy_peak": evals.get(peak_step),
+                        "eval_peak_step": peak_step,
                         "entropy_first": entropy[min(entropy)] if entropy else None,
                         "entropy_last": run.last(m.ENTROPY_MEAN),
                         "entropy_max": max(entropy.values()) if entropy else None,

@@ -1,0 +1,29 @@
+"""Per-seed rows (`rvctl report --per-seed`): a collapsing run's peak before its fall."""
+
+from rollverify.experiments.seed_rows import seed_rows
+from rollverify.tracking.run_records import Report, RunRecord
+
+
+def run(seed: int, evals: dict[int, float]) -> RunRecord:
+    return RunRecord(
+        run_id=f"r{seed}",
+        method="partial-recomputed",
+        seed=seed,
+        status="FINISHED",
+        start_time=seed,
+        params={"train.method": "partial-recomputed"},
+        history={"eval_accuracy": evals},
+    )
+
+
+def test_a_row_holds_the_best_evaluation_and_its_earliest_step():
+    """Prosperity before collapse: seed 0 climbs to 0.9 at step 20, holds it at 30, ends at
+    0.1; its peak is 0.9 at step 20 (the first time), its final 0.1. Seed 1 never falls."""
+    collapsing = run(0, {0: 0.3, 10: 0.8, 20: 0.9, 30: 0.9, 40: 0.1})
+    steady = run(1, {0: 0.3, 10: 0.5, 20: 0.6, 30: 0.7, 40: 0.8})
+    report = Report("sqlite://", "runs", [], [], [collapsing, steady])
+    rows = {row["seed"]: row for row in seed_rows(report)}
+    assert (rows[0]["eval_accuracy_peak"], rows[0]["eval_peak_step"]) == (0.9, 20)
+    assert rows[0]["eval_accuracy"] == 0.1
+    assert (rows[1]["eval_accuracy_peak"], rows[1]["eval_peak_step"]) == (0.8, 40)
+    assert rows[1]["eval_accuracy_before"] == 0.3

@@ -1,10 +1,12 @@
 """Per-seed rows (`rvctl report --per-seed`): a collapsing run's peak before its fall."""
 
+import pytest
+
 from rollverify.experiments.seed_rows import seed_rows
 from rollverify.tracking.run_records import Report, RunRecord
 
 
-def run(seed: int, evals: dict[int, float]) -> RunRecord:
+def run(seed: int, evals: dict[int, float], **history: dict[int, float]) -> RunRecord:
     return RunRecord(
         run_id=f"r{seed}",
         method="partial-recomputed",
@@ -12,7 +14,7 @@ def run(seed: int, evals: dict[int, float]) -> RunRecord:
         status="FINISHED",
         start_time=seed,
         params={"train.method": "partial-recomputed"},
-        history={"eval_accuracy": evals},
+        history={"eval_accuracy": evals} | {f"trl/{k}": v for k, v in history.items()},
     )
 
 
@@ -27,3 +29,16 @@ def test_a_row_holds_the_best_evaluation_and_its_earliest_step():
     assert rows[0]["eval_accuracy"] == 0.1
     assert (rows[1]["eval_accuracy_peak"], rows[1]["eval_peak_step"]) == (0.8, 40)
     assert rows[1]["eval_accuracy_before"] == 0.3
+
+
+def test_a_row_holds_how_often_the_clip_cut_and_the_largest_gradient_norm():
+    """Means over steps of TRL's clip share; the largest gradient norm (a collapse's spike)."""
+    spiking = run(0, {0: 0.3}, grad_norm={1: 0.1, 2: 1.9, 3: 0.2})
+    spiking.history["trl/clip_ratio/region_mean"] = {1: 0.0, 2: 0.06, 3: 0.03}
+    never = run(1, {0: 0.3}, grad_norm={1: 0.1})
+    never.history["trl/clip_ratio/region_mean"] = {1: 0.0, 2: 0.0}
+    report = Report("sqlite://", "runs", [], [], [spiking, never])
+    rows = {row["seed"]: row for row in seed_rows(report)}
+    assert rows[0]["clip_share_mean"] == pytest.approx(0.03)
+    assert (rows[0]["grad_norm_max"], rows[1]["grad_norm_max"]) == (1.9, 0.1)
+    assert rows[1]["clip_share_mean"] == 0.0

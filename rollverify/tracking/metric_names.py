@@ -148,6 +148,8 @@ TRL_PREFIX = "trl/"
 TRL_LOSS = "trl/loss"
 TRL_GRAD_NORM = "trl/grad_norm"
 TRL_LEARNING_RATE = "trl/learning_rate"
+# the share of a step's tokens the PPO clip cut, either side (TRL's clip_ratio/region_mean)
+TRL_CLIP_SHARE = "trl/clip_ratio/region_mean"
 # the share of a step's tokens a peer correction masked or capped (training/trl_adapter.py)
 CORRECTION_TOKEN_SHARE = "trl/correction/token_share"
 TRL_NAMES = (

@@ -40,6 +40,8 @@ REPORT_METRICS = (
     m.TOKENS_CUT_TOKEN_STAGE,
     m.TRAJECTORIES_DROPPED_STALE,  # benchmarks/stale_composition.py: what a staleness cap starves
     m.CORRECTION_TOKEN_SHARE,  # the per-seed rows: how often a peer correction acted
+    m.TRL_CLIP_SHARE,  # ... how often the PPO clip cut
+    m.TRL_GRAD_NORM,  # ... and its largest gradient norm
 )
 
 

@@ -1515,4 +1515,32 @@ MUTANTS = [
             "tests/test_async_training.py::test_a_collapsing_acceptance_rate_turns_an_asynchronous_run_synchronous",
         ),
     ),
+    Mutant(
+        "sweep-trials-absolute-model",
+        "a sweep's trials keep a shipped model by its name, so they resume after a reinstall",
+        "rollverify/experiments/sweep.py",
+        '        "output": str(folder.resolve()),',
+        '        "model.path": config.model_path(),\n        "output": str(folder.resolve()),',
+        (
+            "tests/test_sweep_trial_base.py::test_a_shipped_model_keeps_its_name_so_a_moved_install_still_resumes",
+        ),
+    ),
+    Mutant(
+        "resume-model-by-path-text",
+        "a checkpoint naming the shipped model by this install's absolute path still resumes",
+        "rollverify/training/checkpoint/run_state.py",
+        '        if name == "model.path" and _one_folder(before[name], after.get(name)):',
+        "        if False:",
+        (
+            "tests/test_sweep_trial_base.py::test_a_checkpoint_naming_the_shipped_model_by_its_absolute_path_still_resumes",
+        ),
+    ),
+    Mutant(
+        "per-seed-peak-latest",
+        "a run's peak evaluation is dated by its earliest step",
+        "rollverify/experiments/seed_rows.py",
+        "(-evals[step], step)",
+        "(-evals[step], -step)",
+        ("tests/test_seed_rows.py::test_a_row_holds_the_best_evaluation_and_its_earliest_step",),
+    ),
 ]

@@ -180,12 +180,7 @@ def sweep(
         record = json.loads((folder / "parent.json").read_text())
         run_id, uri = record["run_id"], record["tracking_uri"]
         parent = MLflowTracker.attach(uri, run_id)
-    base = config_fields(config.to_dict()) | {
-        "model.path": config.model_path(),  # trials run in Tune's folders: absolute paths
-        "output": str(folder.resolve()),
-        "tracking.uri": uri,
-        "train.method": grid.method,
-    }
+    base = trial_base(config, grid, folder, uri)
     space = {d: tune.grid_search(v) for d, v in grid.values.items()}
     space["train.seed"] = tune.grid_search([config.train.seed + i for i in range(grid.seeds)])
     trainable = tune.with_resources(
@@ -232,6 +227,17 @@ def sweep(
         raise failed
     trials_done = [dict(r.metrics or {}) | {"config": r.config} for r in results]
     return SweepResult(folder, run_id, uri, trials_done)
+
+
+def trial_base(config: RunConfig, grid: Grid, folder: Path, uri: str) -> dict[str, Any]:
+    """Every trial's config before its grid point. The model path is the config's as loaded
+    (load_config made a model found here absolute, as trials run in Tune's folders, and kept a
+    shipped one by its name, so a trial resumed after the package moved still matches)."""
+    return config_fields(config.to_dict()) | {
+        "output": str(folder.resolve()),
+        "tracking.uri": uri,
+        "train.method": grid.method,
+    }
 
 
 def trial_failure(params: dict[str, Any], error: BaseException) -> str:

@@ -33,6 +33,7 @@ import torch
 
 from rollverify.config import RunConfig
 from rollverify.infra.nested_dicts import config_fields
+from rollverify.infra.paths import locate
 from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.training.checkpoint.files import Checkpoint, ShardedGroup
 from rollverify.training.distributed.sharding import is_sharded, load_optimizer_state
@@ -245,6 +246,8 @@ def config_changes(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     for name in sorted(before.keys() | after.keys()):
         if before.get(name) == after.get(name) or name.startswith(RESUMABLE_CHANGES):
             continue
+        if name == "model.path" and _one_folder(before[name], after.get(name)):
+            continue
         if name not in before:  # a field added since the checkpoint was written: its default
             continue
         problems.append(
@@ -259,6 +262,13 @@ def config_changes(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
             f"null: {was} tokens in the checkpoint, {now} now); set task.max_prompt_tokens: {was}"
         )
     return problems
+
+
+def _one_folder(saved: Any, wanted: Any) -> bool:
+    """A shipped model by this install's absolute path (as sweeps before 2026-12-05 stored
+    it) and by its name: one folder here."""
+    found = locate(str(saved)) if saved else None
+    return found is not None and wanted is not None and found == locate(str(wanted))
 
 
 def _prompt_limit(config: dict[str, Any]) -> int | None:

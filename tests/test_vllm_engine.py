@@ -330,21 +330,27 @@ def test_a_dead_or_hung_sidecar_is_replaced_and_its_trajectories_finish(
     monkeypatch.setattr(engine, "settings", object_store)  # the copy a replacement takes
     engine.load_weights(moved.state_dict().items(), version=1)
     restarts = engine.stats.restarts
-    trajectories = [Trajectory(p, i, 0) for i, p in enumerate(prompts(tokenizer, 8))]
-    engine.submit(trajectories)
-    finished = engine.poll(wait_seconds=0.3)
-    pid = _sidecar_pid(engine._actors[0])
-    if fault == "killed":
-        ray.kill(engine._actors[0], no_restart=True)
-    else:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        deadline = time.monotonic() + 240
-        while engine.has_work and time.monotonic() < deadline:
-            finished += engine.poll()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)  # the frozen one, if Ray has not ended it
+    for _ in range(4):  # a fault that landed after every sequence had ended is tried again
+        trajectories = [Trajectory(p, i, 0) for i, p in enumerate(prompts(tokenizer, 8))]
+        engine.submit(trajectories)
+        finished = engine.poll(wait_seconds=0.3)
+        pid = _sidecar_pid(engine._actors[0])
+        if fault == "killed":
+            ray.kill(engine._actors[0], no_restart=True)
+        else:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 240
+            while engine.has_work and time.monotonic() < deadline:
+                finished += engine.poll()
+        finally:
+            # (a loaded machine may wake this test only after the sidecar had finished them
+            # all: nothing noticed the fault; the frozen sidecar is woken and tried again)
+            missed = engine.stats.restarts == restarts and not engine.has_work
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT if missed else signal.SIGKILL)
+        if not missed or fault == "killed":
+            break
     assert engine.stats.restarts == restarts + 1
     assert sorted(t.key for t in finished) == sorted(t.key for t in trajectories)
     assert all(t.finished and len(t.behavior_logprobs) == len(t) > 0 for t in trajectories)

@@ -56,7 +56,7 @@ def seed_rows(report: Report) -> list[dict[str, Any]]:
                         "tokens_cut_token_stage": run.total(m.TOKENS_CUT_TOKEN_STAGE),
                         "correction_token_share": run.mean(m.CORRECTION_TOKEN_SHARE),
                         # a ratio of 1 (pi_old recomputed, one update a rollout) is never
-                        # clipped; a collapse often starts with a gradient-norm spike
+                        # clipped; the gradient norm is TRL's, before clipping
                         "clip_share_mean": run.mean(m.TRL_CLIP_SHARE),
                         "grad_norm_max": _highest(run, m.TRL_GRAD_NORM),
                         "modeled_gpu_days": run.last(m.MODELED_GPU_DAYS),

@@ -246,9 +246,9 @@ def config_changes(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     for name in sorted(before.keys() | after.keys()):
         if before.get(name) == after.get(name) or name.startswith(RESUMABLE_CHANGES):
             continue
-        if name == "model.path" and _one_folder(before[name], after.get(name)):
-            continue
         if name not in before:  # a field added since the checkpoint was written: its default
+            continue
+        if name == "model.path" and _one_folder(before[name], after.get(name)):
             continue
         problems.append(
             f"{name}: {before.get(name)!r} in the checkpoint, {after.get(name)!r} now; a resumed "

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.setup-done
 # Never a bare torch (it pulls a multi-GB CUDA build): the CPU wheel, pinned, goes in first.
 TORCH_CPU := torch==2.13.0
 
-.PHONY: setup demo test test-all test-fast test-unit lint format bench mutants mutation clean
+.PHONY: setup demo fresh-check test test-all test-fast test-unit lint format bench mutants mutation clean
 
 setup: $(STAMP)
 
@@ -30,12 +30,23 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 # table and curves. hf engine: on 2 CPU cores the vLLM sidecar is no faster and is slow to start
 # (its start: benchmarks/results/rollout_bench_vllm.json).
 # Then the same three on the setting where stale tokens matter (experiments/stale.yaml), one
-# seed for its first 100 of 200 steps (both parts: 7.5 min here): partial's tokens run several
-# versions behind, and RollVerify's acceptance collapses until it switches to on-policy (the
-# 5-seed tables, with intervals: docs/results.md).
+# seed for its first 60 of 200 steps: partial's tokens run several versions behind, and
+# RollVerify's acceptance collapses until it switches to on-policy (the 5-seed tables, with
+# intervals: docs/results.md). Both parts: under 10 minutes after setup on a fresh clone, the
+# machine to itself (`make fresh-check`, benchmarks/results/fresh_check.json).
 demo: setup
+	@echo "make demo: two comparisons of grpo, partial and rollverify, about 8 minutes on 2 CPU cores"
+	@echo "  1/2: the embedded default, 40 steps (about 3 minutes)"
 	$(VENV)/bin/rvctl compare grpo partial rollverify --engine hf --steps 40 --plots
-	$(VENV)/bin/rvctl compare grpo partial rollverify --config experiments/stale.yaml --engine hf --steps 100 --plots
+	@echo "  2/2: experiments/stale.yaml (stale tokens matter), 60 steps (about 5 minutes)"
+	$(VENV)/bin/rvctl compare grpo partial rollverify --config experiments/stale.yaml --engine hf --steps 60 --plots
+
+# The README's two commands on fresh clones, timed (issue 64): git clone into a new folder,
+# make setup, make demo, make test, one JSON object per clone. About 20 minutes a clone: run it
+# with the machine to itself. `make fresh-check CLONES=5` for five in a row.
+CLONES ?= 1
+fresh-check:
+	$(PYTHON) benchmarks/fresh_check.py --repeat $(CLONES) --out benchmarks/results/fresh_check.json
 
 # Two workers: the slow tests (vLLM sidecar, Ray sweeps) mostly wait on their subprocesses.
 # Whole files per worker, so a module's shared engine or reference run is made once.

@@ -16,6 +16,13 @@ from rvctl.output import Format
 FormatOption = Annotated[
     Format, typer.Option("--format", "-f", help="Output: a rich table, or json/csv/md.")
 ]
+WideOption = Annotated[
+    bool,
+    typer.Option(
+        help="Every column of the method table (split to fit the terminal), not the summary; "
+        "json/csv/md always carry every column."
+    ),
+]
 
 # The run options of `rvctl train`, which compare and sweep pass on to every run.
 ConfigOption = Annotated[

@@ -23,6 +23,7 @@ UNIT = frozenset(
     {
         "test_checkpoint.py",
         "test_cli.py",
+        "test_compare_board.py",
         "test_cli_fuzz.py",
         "test_cli_imports.py",
         "test_config.py",

@@ -499,8 +499,10 @@ def test_cli_sweep_table_with_grids_and_plots(store, tmp_path):
     assert all(f"wrote {p}" in result.stderr for p in pngs)
 
 
-def test_cli_method_table_fits_80_columns(store):
-    result = CliRunner().invoke(app, ["report", store.compare, "--tracking-uri", store.uri])
+def test_cli_wide_method_table_fits_80_columns(store):
+    result = CliRunner().invoke(
+        app, ["report", store.compare, "--tracking-uri", store.uri, "--wide"]
+    )
     assert result.exit_code == 0, result.output
     assert "rollverify" in result.stdout and "…" not in result.stdout  # nothing cut
     assert max(len(line) for line in result.stdout.splitlines()) <= 80
@@ -508,7 +510,9 @@ def test_cli_method_table_fits_80_columns(store):
 
 
 def test_the_table_carries_the_paired_columns_and_says_when_too_few_pairs(store):
-    result = CliRunner().invoke(app, ["report", store.compare, "--tracking-uri", store.uri])
+    result = CliRunner().invoke(
+        app, ["report", store.compare, "--tracking-uri", store.uri, "--wide"]
+    )
     assert result.exit_code == 0, result.output
     for header in ("pairs", "Δacc", "±Δacc", "Δdevice-days", "±Δdevice", "ΔGPU-days*", "±ΔGPU*"):
         assert header in result.stdout
@@ -659,7 +663,7 @@ def test_every_split_of_the_table_names_a_rows_correction_choices(tmp_path, empt
     for seed in (1, 2):
         s.run("m2po", seed)
         s.run("m2po", seed, params=areal)
-    result = CliRunner().invoke(app, ["report", "--tracking-uri", s.uri])
+    result = CliRunner().invoke(app, ["report", "--tracking-uri", s.uri, "--wide"])
     assert result.exit_code == 0, result.output
     rows = [line for line in result.stdout.splitlines() if line.startswith("│ m2po")]
     labelled = [line for line in rows if "uncounted, micro-batch, unclipped" in line]

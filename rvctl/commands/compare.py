@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Group
 from rich.live import Live
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from rollverify.tracking.metric_names import LIVE
 from rvctl import progress
-from rvctl.options import FormatOption, RunOptions, with_run_options
+from rvctl.options import FormatOption, RunOptions, WideOption, with_run_options
 from rvctl.output import Format, stderr
 
 
@@ -44,6 +46,7 @@ def compare(
         ),
     ] = None,
     format: FormatOption = Format.table,
+    wide: WideOption = False,
 ) -> None:
     """Train every method for every seed, then print the cost table."""
     from rollverify.experiments.compare import (
@@ -62,12 +65,12 @@ def compare(
         check_comparison(folder, comparison_tags(methods, seeds))
     check_pairs(run_config, children, address)  # before the live display, in a second or two
     board = Board(children, run_config.train.steps)
-    live = None if progress.plain() else Live(board.table(), console=stderr, refresh_per_second=4)
+    live = None if progress.plain() else Live(board.view(), console=stderr, refresh_per_second=4)
 
     def show(child: Child, step: int, metrics: dict[str, float]) -> None:
         board.update(child, step, metrics)
         if live is not None:
-            live.update(board.table())
+            live.update(board.view())
         elif step < 0:  # a log: a line per step, and one per finished run
             board.lines[child].start()
         else:
@@ -100,6 +103,7 @@ def compare(
         result.tracking_uri,
         format,
         plots_dir=result.folder / "plots" if plots else None,
+        wide=wide,
     )
     if format is Format.table:
         stderr.print(f"compare folder: {result.folder}")
@@ -109,12 +113,22 @@ def compare(
 
 
 class Board:
-    """The live table: one row per (method, seed)."""
+    """The live table, one row per (method, seed), over a bar of the whole comparison's steps
+    with its time left (from the steps so far: the first run's eval and start count too)."""
 
     def __init__(self, children, steps: int) -> None:
         self.steps = steps
         self.rows = {c: {"status": "waiting", "step": 0} for c in children}
         self.lines = {c: progress.StepLines(c.name, steps) for c in children}  # in a log
+        self.bar = Progress(
+            TextColumn("all runs"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} steps"),
+            TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
+        )
+        self.total = self.bar.add_task("compare", total=steps * len(children))
 
     def update(self, child, step: int, metrics: dict[str, float]) -> None:
         row = self.rows[child]
@@ -125,6 +139,13 @@ class Board:
         row.update({k: v for k, v in metrics.items() if not _missing(v)})
         if step >= self.steps:
             row["status"] = "done"
+        self.bar.update(self.total, completed=self.steps_done())
+
+    def steps_done(self) -> int:
+        return sum(row["step"] for row in self.rows.values())
+
+    def view(self) -> Group:
+        return Group(self.table(), self.bar)
 
     def table(self) -> Table:
         table = Table(title="rvctl compare")

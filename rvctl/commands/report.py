@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from rvctl.options import FormatOption
+from rvctl import summary
+from rvctl.options import FormatOption, WideOption
 from rvctl.output import Format, print_split, stderr
 
 # Rich table only: one-word headers (json/csv/md keep the stable keys). Rich cuts cells with
@@ -43,7 +44,7 @@ TABLE_HEADERS = {
     "modeled_gpu_days_diff_vs_grpo": "ΔGPU-days*",
     "modeled_gpu_days_diff_ci95": "±ΔGPU*",
 }
-FEW_PAIRS = "n<3"  # the table's cell for a difference without an interval (too few pairs)
+FEW_PAIRS = summary.FEW_PAIRS  # the table's cell for a difference without an interval
 LEGEND = (
     "AUC: area under the eval curve over the run's steps, normalised (a flat curve at 0.6: "
     "0.6); acc: final eval accuracy, mean over finished seeds (±ci95: Student t half-width); "
@@ -90,9 +91,10 @@ def report(
             "(.json, else CSV): what the table's means and intervals are computed from."
         ),
     ] = None,
+    wide: WideOption = False,
 ) -> None:
     """Accuracy, GPU-days and speedup per method (or per grid point of a sweep)."""
-    show_report(targets or [], tracking_uri, format, plots, per_seed)
+    show_report(targets or [], tracking_uri, format, plots, per_seed, wide)
 
 
 def show_report(
@@ -101,8 +103,10 @@ def show_report(
     format: Format,
     plots_dir: Path | None = None,
     per_seed: Path | None = None,
+    wide: bool = False,
 ) -> None:
-    """The report of `targets` (see `report`); compare and sweep end with it."""
+    """The report of `targets` (see `report`); compare and sweep end with it. A method table
+    is the short summary (rvctl.summary) unless `wide` or a machine format."""
     from rollverify.experiments.report import method_rows, run_groups, short_names, sweep_grid
     from rollverify.experiments.report import sweep_rows as grid_point_rows
     from rollverify.tracking.plots import plot_gaps, plot_metrics
@@ -111,6 +115,7 @@ def show_report(
     found = load_report(targets, tracking_uri)
     what = ", ".join(found.parent_run_ids) or f"{len(found.runs)} runs"
     _log(f"{found.kind}: {what} in {found.tracking_uri}")
+    short = format is Format.table and not wide and found.kind != "sweep"
 
     if found.kind == "sweep":
         rows = grid_point_rows(found.runs, found.sweep_params)
@@ -124,14 +129,16 @@ def show_report(
                 _print(grid, format, f"{TABLE_HEADERS[value]}, {names[0]} x {names[1]}")
     else:
         rows = method_rows(found.runs)
-        if format is Format.table:
-            rows = [_mark_few_pairs(row) for row in rows]
         keys = 2 if "corrections" in rows[0] else 1  # method, and the choices it ran with
-        _print(rows, format, f"methods ({found.kind})", keys=keys)
+        if short:
+            _print(summary.summary_rows(rows), format, f"methods ({found.kind})", keys=keys)
+        else:
+            shown = [_mark_few_pairs(row) for row in rows] if format is Format.table else rows
+            _print(shown, format, f"methods ({found.kind})", keys=keys)
 
     _say_duplicates(rows)
     if format is Format.table:
-        _log(LEGEND)
+        _log(summary.LEGEND if short else LEGEND)
     if per_seed is not None:
         _write_seed_rows(found, per_seed)
         _log(f"wrote {per_seed}")

@@ -1543,4 +1543,37 @@ MUTANTS = [
         "(-evals[step], -step)",
         ("tests/test_seed_rows.py::test_a_row_holds_the_best_evaluation_and_its_earliest_step",),
     ),
+    # -- issue 63: a graded program sees only what it needs; a judge it cannot crash ---------
+    Mutant(
+        "sandbox-shows-the-venv-and-the-checkout",
+        "the sandbox binds the venv (installed HumanEval) and the project (problem files) too",
+        "rollverify/tools/view.py",
+        "    paths = {executable, stdlib, *shared_libraries([executable, *extensions])}",
+        "    paths = {executable, stdlib, *shared_libraries([executable, *extensions])}\n"
+        "    paths |= {os.path.realpath(sys.prefix), str(Path(__file__).parents[2])}",
+        (
+            "tests/test_sandbox_view.py::test_no_file_the_program_can_see_holds_a_graded_problems_tests",
+        ),
+    ),
+    Mutant(
+        "sandbox-shows-site-packages",
+        "the standard library's site-packages (an installed package's data) is in the view",
+        "rollverify/tools/view.py",
+        'COVERED_IN_STDLIB = ("site-packages", "test")',
+        'COVERED_IN_STDLIB = ("test",)',
+        (
+            "tests/test_sandbox_view.py::"
+            "test_the_program_sees_the_standard_library_and_nothing_installed_or_of_the_user",
+        ),
+    ),
+    Mutant(
+        "retool-packages-undeclared",
+        "a ReTool call cannot import the maths packages its task declares",
+        "rollverify/tasks/retool.py",
+        "            result = run_python(code, **limits, packages=self.packages)",
+        "            result = run_python(code, **limits)",
+        (
+            "tests/test_sandbox_view.py::test_a_retool_call_sees_the_same_view_and_its_declared_packages",
+        ),
+    ),
 ]

@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 UNPRIVILEGED = 65534  # nobody
-pytestmark = pytest.mark.slow  # ~30 s: two test files again
+pytestmark = pytest.mark.slow  # ~45 s: four test files again
 FILES = (
     "tests/test_sandbox.py",
     "tests/test_reward_hacks.py",

@@ -626,7 +626,8 @@ MUTANTS = [
         '"tis": ("token_truncate", None, cfg.tis_cap),',
         '"tis": ("token_truncate", None, 3.0),',
         (
-            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[tis]",
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it"
+            "[tis]",
         ),
     ),
     Mutant(
@@ -636,7 +637,8 @@ MUTANTS = [
         '"mis": ("sequence_mask", cfg.mis_low, cfg.mis_high),',
         '"mis": ("token_mask", cfg.mis_low, cfg.mis_high),',
         (
-            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[mis]",
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it"
+            "[mis]",
         ),
     ),
     Mutant(
@@ -646,7 +648,8 @@ MUTANTS = [
         '"icepop": ("token_mask", cfg.icepop_low, cfg.icepop_high),',
         '"icepop": ("token_mask", None, cfg.icepop_high),',
         (
-            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[icepop]",
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it"
+            "[icepop]",
         ),
     ),
     Mutant(
@@ -656,7 +659,8 @@ MUTANTS = [
         '"decoupled": ("token_mask", None, cfg.decoupled_cap),',
         '"decoupled": ("token_truncate", None, cfg.decoupled_cap),',
         (
-            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[decoupled]",
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it"
+            "[decoupled]",
         ),
     ),
     Mutant(
@@ -674,7 +678,8 @@ MUTANTS = [
         'output["importance_sampling_ratio"] = output["importance_sampling_ratio"] * keep',
         "pass",
         (
-            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[m2po]",
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it"
+            "[m2po]",
         ),
     ),
     Mutant(
@@ -684,8 +689,10 @@ MUTANTS = [
         "with self._mismatch_correction():  # TRL multiplies the token losses by the weight",
         "if True:",
         (
-            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[tis]",
-            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[icepop]",
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it"
+            "[tis]",
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it"
+            "[icepop]",
         ),
     ),
     Mutant(
@@ -695,7 +702,8 @@ MUTANTS = [
         'if self.ratio_denominator == "behavior":',
         "if True:",
         (
-            "tests/test_corrections.py::test_the_ratio_denominator_is_mu_or_the_recomputed_pi_old[partial-recomputed-recomputed]",
+            "tests/test_corrections.py::test_the_ratio_denominator_is_mu_or_the_recomputed_pi_old"
+            "[partial-recomputed-recomputed]",
         ),
     ),
     Mutant(
@@ -705,7 +713,8 @@ MUTANTS = [
         "return config.train.ratio_denominator or method.denominator",
         "return method.denominator",
         (
-            "tests/test_corrections.py::test_the_ratio_denominator_is_mu_or_the_recomputed_pi_old[partial-behavior]",
+            "tests/test_corrections.py::test_the_ratio_denominator_is_mu_or_the_recomputed_pi_old"
+            "[partial-behavior]",
         ),
     ),
     Mutant(
@@ -723,7 +732,8 @@ MUTANTS = [
         "    changed = weight == 0\n",
         "    changed = weight < 0\n",
         (
-            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it[icepop]",
+            "tests/test_corrections.py::test_each_token_weight_is_the_published_rule_and_the_loss_applies_it"
+            "[icepop]",
         ),
     ),
     Mutant(
@@ -823,7 +833,8 @@ MUTANTS = [
         "if due > (start + eta - version) * batch_groups:",
         "if False:",
         (
-            "tests/test_async_rollout.py::test_no_trained_token_lags_more_than_eta_and_no_group_is_starved[3]",
+            "tests/test_async_rollout.py::test_no_trained_token_lags_more_than_eta_and_no_group_is_starved"
+            "[3]",
             "tests/test_async_rollout.py::test_the_batch_takes_the_earliest_complete_groups_and_waits_when_deadlines_would_slip",
         ),
     ),
@@ -883,7 +894,8 @@ MUTANTS = [
         "        if recompute_kv:\n            self._rows, self._cache = [], None",
         "        if False:\n            self._rows, self._cache = [], None",
         (
-            "tests/test_hf_engine.py::test_weights_loaded_in_flight_continue_every_sequence_and_tag_each_token[True]",
+            "tests/test_hf_engine.py::test_weights_loaded_in_flight_continue_every_sequence_and_tag_each_token"
+            "[True]",
         ),
     ),
     Mutant(
@@ -893,7 +905,8 @@ MUTANTS = [
         "        running = [self._flush(row) for row in self._rows]",
         "        running = [row.trajectory for row in self._rows]",
         (
-            "tests/test_hf_engine.py::test_weights_loaded_in_flight_continue_every_sequence_and_tag_each_token[False]",
+            "tests/test_hf_engine.py::test_weights_loaded_in_flight_continue_every_sequence_and_tag_each_token"
+            "[False]",
         ),
     ),
     Mutant(
@@ -923,7 +936,8 @@ MUTANTS = [
         "        with self._sequences_out():  # (a checkpoint's)",
         "        with nullcontext():  # (a checkpoint's)",
         (
-            "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them[2]",
+            "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them"
+            "[2]",
             "tests/test_async_training.py::test_killed_in_generation_and_in_training_resumes_bit_for_bit",
         ),
     ),
@@ -935,7 +949,8 @@ MUTANTS = [
         "from here)",
         "            nullcontext(),  # (an evaluation's; the engine is the trainer's from here)",
         (
-            "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them[2]",
+            "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them"
+            "[2]",
         ),
     ),
     Mutant(
@@ -945,7 +960,8 @@ MUTANTS = [
         "        if self.world.main and self.async_ is not None:  # between two tokens",
         "        if False:  # between two tokens",
         (
-            "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them[2]",
+            "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them"
+            "[2]",
         ),
     ),
     Mutant(
@@ -956,7 +972,8 @@ MUTANTS = [
         "        pass\n",
         (
             "tests/test_vllm_engine.py::test_weights_land_in_flight_and_each_sequence_continues_under_them",
-            "tests/test_vllm_engine.py::test_asynchronous_training_on_vllm_trains_every_group_once_through_a_stop[False-rollverify]",
+            "tests/test_vllm_engine.py::test_asynchronous_training_on_vllm_trains_every_group_once_through_a_stop"
+            "[False-rollverify]",
         ),
     ),
     Mutant(
@@ -966,7 +983,8 @@ MUTANTS = [
         "since = tuple(n - b + u for n, b, u in",
         "since = tuple(n - b + 0 * u for n, b, u in",
         (
-            "tests/test_vllm_engine.py::test_asynchronous_training_on_vllm_trains_every_group_once_through_a_stop[True-grpo]",
+            "tests/test_vllm_engine.py::test_asynchronous_training_on_vllm_trains_every_group_once_through_a_stop"
+            "[True-grpo]",
         ),
     ),
     Mutant(
@@ -1027,7 +1045,8 @@ MUTANTS = [
         "        self._pending.append((at, version, seconds, recompute_kv))",
         (
             "tests/test_async_rollout.py::test_weights_sent_before_the_last_landed_all_land_in_order",
-            "tests/test_async_rollout.py::test_the_bound_holds_and_every_version_lands_under_a_trainer_slower_than_the_engine[1]",
+            "tests/test_async_rollout.py::test_the_bound_holds_and_every_version_lands_under_a_trainer_slower_than_the_engine"
+            "[1]",
         ),
     ),
     Mutant(
@@ -1242,7 +1261,8 @@ MUTANTS = [
         "pass",
         (
             "tests/test_corrections.py::test_a_masked_token_leaves_the_token_count_when_asked[mis]",
-            "tests/test_corrections.py::test_a_masked_token_leaves_the_token_count_when_asked[icepop]",
+            "tests/test_corrections.py::test_a_masked_token_leaves_the_token_count_when_asked"
+            "[icepop]",
         ),
     ),
     Mutant(
@@ -1252,8 +1272,10 @@ MUTANTS = [
         'inputs["tool_mask"] = kept  # (completion_mask x kept = kept)',
         "pass",
         (
-            "tests/test_corrections.py::test_every_loss_type_counts_only_the_kept_tokens_when_asked[grpo]",
-            "tests/test_corrections.py::test_every_loss_type_counts_only_the_kept_tokens_when_asked[bnpo]",
+            "tests/test_corrections.py::test_every_loss_type_counts_only_the_kept_tokens_when_asked"
+            "[grpo]",
+            "tests/test_corrections.py::test_every_loss_type_counts_only_the_kept_tokens_when_asked"
+            "[bnpo]",
         ),
     ),
     Mutant(
@@ -1263,7 +1285,8 @@ MUTANTS = [
         'if correction == "opsm":',
         "if False:",
         (
-            "tests/test_corrections.py::test_masked_tokens_out_of_the_count_is_refused_where_there_is_no_count[opsm]",
+            "tests/test_corrections.py::test_masked_tokens_out_of_the_count_is_refused_where_there_is_no_count"
+            "[opsm]",
         ),
     ),
     Mutant(
@@ -1291,7 +1314,8 @@ MUTANTS = [
         'clip = unclipped if name == "m2po" and not cfg.m2po_clip else {}',
         "clip = {}",
         (
-            "tests/test_corrections.py::test_m2po_without_its_clip_lets_a_ratio_beyond_one_plus_epsilon_count[False]",
+            "tests/test_corrections.py::test_m2po_without_its_clip_lets_a_ratio_beyond_one_plus_epsilon_count"
+            "[False]",
         ),
     ),
     Mutant(
@@ -1469,7 +1493,8 @@ MUTANTS = [
         '            [t for t in TrajectoryCache.from_tensors(cache["tensors"], cache["records"])'
         " if t.finished]\n        )",
         (
-            "tests/test_vllm_kill.py::test_a_vllm_run_killed_while_its_sidecars_generate_resumes_with_nothing_lost[partial]",
+            "tests/test_vllm_kill.py::test_a_vllm_run_killed_while_its_sidecars_generate_resumes_with_nothing_lost"
+            "[partial]",
         ),
     ),
     Mutant(
@@ -1479,7 +1504,8 @@ MUTANTS = [
         "            in_flight=trajectories[:count],",
         "            in_flight=trajectories[1:count],",
         (
-            "tests/test_vllm_kill.py::test_a_vllm_run_killed_while_its_sidecars_generate_resumes_with_nothing_lost[async]",
+            "tests/test_vllm_kill.py::test_a_vllm_run_killed_while_its_sidecars_generate_resumes_with_nothing_lost"
+            "[async]",
         ),
     ),
     Mutant(
@@ -1490,8 +1516,10 @@ MUTANTS = [
         '            uncounted=tuple(extra.get("uncounted", (0, 0))),',
         "            uncounted=(0, 0),",
         (
-            "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost[weights-in-flight-lockstep]",
-            "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost[regenerating-lockstep]",
+            "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost"
+            "[weights-in-flight-lockstep]",
+            "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost"
+            "[regenerating-lockstep]",
         ),
     ),
     Mutant(
@@ -1501,8 +1529,10 @@ MUTANTS = [
         "            restored.finished[trajectory.group_id].append(trajectory)",
         "            pass",
         (
-            "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost[weights-in-flight-engine-thread]",
-            "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost[regenerating-engine-thread]",
+            "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost"
+            "[weights-in-flight-engine-thread]",
+            "tests/test_async_training.py::test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost"
+            "[regenerating-engine-thread]",
         ),
     ),
     Mutant(
@@ -1542,5 +1572,143 @@ MUTANTS = [
         "(-evals[step], step)",
         "(-evals[step], -step)",
         ("tests/test_seed_rows.py::test_a_row_holds_the_best_evaluation_and_its_earliest_step",),
+    ),
+    # -- issue 63: a graded program sees only what it needs; a judge it cannot crash ---------
+    Mutant(
+        "sandbox-shows-the-venv-and-the-checkout",
+        "the sandbox binds the venv (installed HumanEval) and the project (problem files) too",
+        "rollverify/tools/view.py",
+        "    paths = {executable, stdlib, *shared_libraries([executable, *extensions])}",
+        "    paths = {executable, stdlib, *shared_libraries([executable, *extensions])}\n"
+        "    paths |= {os.path.realpath(sys.prefix), str(Path(__file__).parents[2])}",
+        (
+            "tests/test_sandbox_view.py::test_no_file_the_program_can_see_holds_a_graded_problems_tests",
+            "tests/test_reward_hacks_judge.py::"
+            "test_a_program_that_reads_its_problems_tests_from_disk_scores_zero",
+        ),
+    ),
+    Mutant(
+        "sandbox-shows-site-packages",
+        "the standard library's site-packages (an installed package's data) is in the view",
+        "rollverify/tools/view.py",
+        'COVERED_IN_STDLIB = ("site-packages", "test")',
+        'COVERED_IN_STDLIB = ("test",)',
+        (
+            "tests/test_sandbox_view.py::"
+            "test_the_program_sees_the_standard_library_and_nothing_installed_or_of_the_user",
+        ),
+    ),
+    Mutant(
+        "retool-packages-undeclared",
+        "a ReTool call cannot import the maths packages its task declares",
+        "rollverify/tasks/retool.py",
+        "            result = run_python(code, **limits, packages=self.packages)",
+        "            result = run_python(code, **limits)",
+        (
+            "tests/test_sandbox_view.py::test_a_retool_call_sees_the_same_view_and_its_declared_packages",
+        ),
+    ),
+    Mutant(
+        "control-flow-exception-raised-as-builtin",
+        "a StopIteration of the program's is raised in the test as itself (map, filter end)",
+        "rollverify/tasks/rewards/judge.py",
+        "    if is_exception and kind not in CONTROL_FLOW:",
+        "    if is_exception:",
+        (
+            "tests/test_reward_hacks_judge.py::test_a_control_flow_exception_from_the_program_fails_tests_that_iterate"
+            "[StopIteration]",
+            "tests/test_reward_hacks_judge.py::test_a_control_flow_exception_from_the_program_fails_tests_that_iterate"
+            "[StopAsyncIteration]",
+        ),
+    ),
+    Mutant(
+        "keyboard-interrupt-is-an-exit",
+        "a KeyboardInterrupt in a call is taken for an exit, not the program's error",
+        "rollverify/tasks/rewards/candidate_server.py",
+        "    except (Exception, GeneratorExit, KeyboardInterrupt) as error:"
+        "  # the judge: its error",
+        "    except Exception as error:",
+        (
+            "tests/test_reward_hacks_judge.py::test_a_control_flow_exception_from_the_program_fails_tests_that_iterate"
+            "[KeyboardInterrupt]",
+        ),
+    ),
+    Mutant(
+        "decode-lets-other-errors-out",
+        "a malformed encoding raises ValueError or OverflowError, not NotPlain",
+        "rollverify/tasks/rewards/plain_data.py",
+        "    except Exception as error:\n        raise NotPlain(",
+        "    except ZeroDivisionError as error:\n        raise NotPlain(",
+        (
+            "tests/test_reward_hacks_judge.py::test_every_malformed_encoding_is_not_plain_data_never_another_error"
+            "[{'bytes': 'zz'}]",
+        ),
+    ),
+    Mutant(
+        "judge-crashes-on-a-name-it-cannot-read",
+        "a found reply of an unknown shape crashes the judge (nothing counted)",
+        "rollverify/tasks/rewards/judge.py",
+        "                except Exception as error:  # a reply's fault is the program's",
+        "                except ZeroDivisionError as error:",
+        (
+            "tests/test_reward_hacks_judge.py::test_a_reply_the_judge_cannot_read_scores_zero_and_is_tampering"
+            "[a found that is a list]",
+        ),
+    ),
+    Mutant(
+        "judge-crashes-on-builtins-replaced-as-a-number",
+        "a first message whose list of replaced builtins is a number crashes the judge",
+        "rollverify/tasks/rewards/judge.py",
+        '        if message.get("ready") is not True or not isinstance(patched, list):',
+        '        if message.get("ready") is not True:',
+        (
+            "tests/test_reward_hacks_judge.py::test_a_reply_the_judge_cannot_read_scores_zero_and_is_tampering"
+            "[builtins replaced, as a number]",
+        ),
+    ),
+    Mutant(
+        "class-trusted-by-its-module",
+        "a class that says __module__ = 'builtins' is not counted as comparing as it likes",
+        "rollverify/tasks/rewards/candidate_server.py",
+        "        if id(cls) not in standard and any(name in own for name in COMPARISONS):",
+        '        if cls.__module__ == "solution" and any(name in own for name in COMPARISONS):',
+        (
+            "tests/test_reward_hacks_judge.py::test_tampering_is_counted_whatever_the_class_claims_or_the_program_patches"
+            "[a class that claims to be a builtin]",
+        ),
+    ),
+    Mutant(
+        "server-sends-through-json-dumps",
+        "the server's messages go through json.dumps, which the program can patch",
+        "rollverify/tasks/rewards/candidate_server.py",
+        '        data = (join(encoder(message, 0)) + "\\n").encode()',
+        '        data = json.dumps(message, separators=(",", ":")).encode() + b"\\n"',
+        (
+            "tests/test_reward_hacks_judge.py::test_tampering_is_counted_whatever_the_class_claims_or_the_program_patches"
+            "[json.dumps patched to drop the report]",
+        ),
+    ),
+    Mutant(
+        "tracing-left-on",
+        "a trace function the program set stays on the server (it rewrites the reports)",
+        "rollverify/tasks/rewards/candidate_server.py",
+        "    found = [_GETTRACE(), _GETPROFILE(), _SETTRACE(None), _SETPROFILE(None)]",
+        "    found = [None, None]",
+        (
+            "tests/test_reward_hacks_judge.py::test_tampering_is_counted_whatever_the_class_claims_or_the_program_patches"
+            "[a tracer on the server's send]",
+            "tests/test_reward_hacks_judge.py::test_tampering_is_counted_whatever_the_class_claims_or_the_program_patches"
+            "[a tracer set in the call]",
+        ),
+    ),
+    Mutant(
+        "standard-classes-untrusted",
+        "a standard library class that defines comparison (Counter) is not plain data",
+        "rollverify/tasks/rewards/candidate_server.py",
+        "    standard = _every_class()  # the classes there are before the program runs",
+        "    standard = {}",
+        (
+            "tests/test_reward_hacks_judge.py::test_the_standard_librarys_counter_still_comes_back_as_a_dict",
+        ),
     ),
 ]

@@ -330,7 +330,7 @@ def test_the_sandbox_dies_with_its_caller(marker):
 
     caller = f"""
 from rollverify.tools.sandbox import run_python
-run_python({daemon_with(marker)!r} + "import time; time.sleep(60)", timeout_s=60)
+run_python({daemon_with(marker)!r} + "import time; time.sleep(300)", timeout_s=300)
 """
     started = subprocess.Popen(
         [sys.executable, "-c", caller], cwd=REPO, stderr=subprocess.PIPE, text=True
@@ -346,5 +346,6 @@ run_python({daemon_with(marker)!r} + "import time; time.sleep(60)", timeout_s=60
     started.kill()
     _, stderr = started.communicate()
     assert running, f"the program started no daemon; the caller said: {stderr[-2000:]}"
+    # (the program outlives this wait by far: one that ended by itself would not tell)
     wait_until(lambda: not processes_with(marker), timeout=60, every=0.05)
     assert processes_with(marker) == []

@@ -18,8 +18,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 UNPRIVILEGED = 65534  # nobody
-pytestmark = pytest.mark.slow  # ~30 s: two test files again
-FILES = ("tests/test_sandbox.py", "tests/test_reward_hacks.py")
+pytestmark = pytest.mark.slow  # ~45 s: four test files again
+FILES = (
+    "tests/test_sandbox.py",
+    "tests/test_reward_hacks.py",
+    "tests/test_sandbox_view.py",
+    "tests/test_reward_hacks_judge.py",
+)
 
 
 def reachable(path: str) -> bool:

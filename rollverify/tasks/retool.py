@@ -13,6 +13,7 @@ on any math data the math task reads; `task.prompt_template: retool` asks for th
 
 from __future__ import annotations
 
+import importlib.util
 import re
 
 from rollverify.rollout.tool_calls import ToolOutput
@@ -22,6 +23,9 @@ from rollverify.tasks.rewards.checks import RewardChecks
 from rollverify.tools.sandbox import run_python
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+# What a tool call may import besides the standard library (those installed here): ReTool's
+# interpreter does maths. The sandbox shows it nothing else (docs/sandbox.md).
+MATH_PACKAGES = ("numpy", "sympy", "mpmath")
 FENCE = re.compile(r"^\s*```(?:python|py)?\s*\n(.*?)\n?\s*```\s*$", re.DOTALL)
 
 
@@ -64,6 +68,7 @@ class PythonInterpreter:
         self.timeout_s, self.memory_mb = timeout_s, memory_mb
         self.max_output_chars = max_output_chars
         self.checks = RewardChecks()  # tells each kind of sandbox failure once
+        self.packages = tuple(p for p in MATH_PACKAGES if importlib.util.find_spec(p))
 
     def run(self, trajectory: Trajectory) -> ToolOutput:
         text = self.tokenizer.decode(trajectory.token_ids.tolist(), skip_special_tokens=False)
@@ -71,7 +76,8 @@ class PythonInterpreter:
         if code is None:
             return self._output("error: no <tool_call> before </tool_call>", error=True)
         try:
-            result = run_python(code, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
+            limits = {"timeout_s": self.timeout_s, "memory_mb": self.memory_mb}
+            result = run_python(code, **limits, packages=self.packages)
         except Exception as error:  # whatever the sandbox raised for this one call
             self.checks.sandbox_failed(error)
             told = f"error: the sandbox could not run the code ({type(error).__name__})"

@@ -4,17 +4,19 @@
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
-import sys
-from pathlib import Path
 
 from rollverify.tools.launcher import SCRIPT
+from rollverify.tools.view import (
+    covered_in_standard_library,
+    interpreter_view,
+    package_view,
+    parents,
+)
 
 AS_ROOT = "namespaces+own-uid"
 IN_USER_NAMESPACE = "namespaces+userns"
 SANDBOX_FOLDER = "/tmp/sandbox"  # inside: a fresh tmpfs
-HIDDEN_FOLDERS = ("/root", "/home", "/tmp", "/var/tmp", "/dev/shm", "/run")
 DEVICES = ("null", "zero", "full", "urandom")
 FOLDER_BYTES = 64 * 2**20
 COVER_BYTES = 2**20
@@ -29,25 +31,40 @@ def bubblewrap() -> str | None:
     return str(bwrap_path())
 
 
-def bubblewrap_command(isolation: str, code_fd: int, filter_fd: int) -> list[str]:
+def bubblewrap_command(
+    isolation: str, code_fd: int, filter_fd: int, packages: tuple[str, ...] = ()
+) -> list[str]:
     """bwrap's namespaces, mounts and guards for one run (its command follows `--`)."""
     command = [bubblewrap(), *namespaces(isolation)]
     command += ["--die-with-parent", "--as-pid-1", "--new-session", "--seccomp", str(filter_fd)]
-    command += ["--ro-bind", "/", "/"]
-    hidden = _hidden_folders()
-    if os.path.dirname(SANDBOX_FOLDER) not in hidden:  # else it would be made on the host
-        raise OSError(f"{os.path.dirname(SANDBOX_FOLDER)} is not a folder here to cover")
-    for folder in hidden:
-        command += ["--perms", "0755", "--size", str(COVER_BYTES), "--tmpfs", folder]
-    for folder in _interpreter_folders(hidden):
-        for parent in _folders_between(hidden, folder):  # bwrap would make them 0700
-            command += ["--perms", "0755", "--dir", parent]
-        command += ["--ro-bind", folder, folder]
+    command += allowlisted_view(packages)
+    command += ["--perms", "0755", "--dir", os.path.dirname(SANDBOX_FOLDER)]
     command += ["--perms", "0777", "--size", str(FOLDER_BYTES), "--tmpfs", SANDBOX_FOLDER]
     command += ["--perms", "0644", "--file", str(code_fd), f"{SANDBOX_FOLDER}/{SCRIPT}"]
-    for folder in hidden:
-        command += ["--remount-ro", folder]
-    return [*command, *devices(), "--proc", "/proc", "--chdir", SANDBOX_FOLDER]
+    command += [*devices(), "--proc", "/proc", "--remount-ro", "/"]
+    return [*command, "--chdir", SANDBOX_FOLDER]
+
+
+def allowlisted_view(packages: tuple[str, ...] = ()) -> list[str]:
+    """An empty root (bubblewrap's own tmpfs) holding only the interpreter's files and the
+    declared packages, read-only (view.py); the folders above them made searchable (0755:
+    bwrap would make them 0700, closed to the run's uid)."""
+    binds = [(path, path) for path in interpreter_view()] + list(package_view(packages))
+    covers = covered_in_standard_library()
+    targets = [target for _, target in binds]
+    command = []
+    for folder in sorted({p for t in targets for p in parents(t)} - {*targets, *covers}):
+        if not any(folder.startswith(t + "/") for t in targets):
+            command += ["--perms", "0755", "--dir", folder]
+    for source, target in binds:
+        if target in covers or not any(target.startswith(c + "/") for c in covers):
+            command += ["--ro-bind", source, target]
+    for folder in covers:  # empty, read-only, but the packages bound into site-packages
+        command += ["--perms", "0755", "--size", str(COVER_BYTES), "--tmpfs", folder]
+    for source, target in binds:
+        if any(target.startswith(c + "/") for c in covers):
+            command += ["--ro-bind", source, target]
+    return [*command, *(part for folder in covers for part in ("--remount-ro", folder))]
 
 
 def namespaces(isolation: str) -> list[str]:
@@ -66,34 +83,3 @@ def devices() -> list[str]:
         command += ["--dev-bind", f"/dev/{device}", f"/dev/{device}"]
     command += ["--symlink", "/proc/self/fd", "/dev/fd"]
     return [*command, "--remount-ro", "/dev"]
-
-
-def _hidden_folders() -> list[str]:
-    candidates = {*HIDDEN_FOLDERS, os.path.expanduser("~"), pwd.getpwuid(os.geteuid()).pw_dir}
-    real = {os.path.realpath(path) for path in candidates if os.path.isdir(path)}
-    return _outermost(real - {"/"})
-
-
-def _interpreter_folders(hidden: list[str]) -> list[str]:
-    """The interpreter's folders under a hidden one (pyenv under ~): bound back, read-only."""
-    executable = sys.executable
-    candidates = (sys.prefix, sys.base_prefix, os.path.dirname(executable))
-    folders = {os.path.realpath(path) for path in candidates}
-    folders.add(os.path.dirname(os.path.realpath(executable)))
-    return _outermost(f for f in folders if any(_inside(f, h) for h in hidden))
-
-
-def _folders_between(hidden: list[str], folder: str) -> list[str]:
-    """The folders from the cover `folder` is under (exclusive) down to `folder` (too)."""
-    cover = next(h for h in hidden if _inside(folder, h))
-    parents = [str(p) for p in Path(folder).parents if _inside(str(p), cover) and str(p) != cover]
-    return parents[::-1]
-
-
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-def _outermost(paths) -> list[str]:
-    paths = sorted(set(paths))
-    return [p for p in paths if not any(q != p and _inside(p, q) for q in paths)]

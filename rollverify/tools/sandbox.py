@@ -18,19 +18,20 @@ namespace's init) drops the uid, sets the limits, runs the program and reports h
   space, so that together they stay within memory_mb (no cgroup v2 memory controller here:
   docs/sandbox.md). Sandboxes at once: as many as half the host's free memory holds
   (host_memory.py). CPU: RLIMIT_CPU per process and the wall timeout.
-- disk writes: the whole tree read-only; the program's folder (cwd, HOME, TMPDIR) is a fresh
-  64 MiB tmpfs that vanishes with it; RLIMIT_FSIZE, RLIMIT_NOFILE, no core dumps.
-- devices: a /dev of its own holding null, zero, full and urandom only, read-only.
-- the user's files: empty read-only tmpfs over the home directory, /root, /home, /tmp,
-  /var/tmp, /dev/shm and /run (the interpreter's own folders bound back, read-only); as root,
+- files: an empty root holding only what the interpreter needs, read-only (view.py: the
+  interpreter, its shared libraries, the standard library without site-packages or tests,
+  and the packages the caller declares); no home, no checkout, no problem file, no /etc.
+- disk writes: none but the program's folder (cwd, HOME, TMPDIR), a fresh 64 MiB tmpfs that
+  vanishes with it; RLIMIT_FSIZE, RLIMIT_NOFILE, no core dumps.
+- devices: a /dev of its own holding null, zero, full and urandom only, read-only. As root,
   a uid of the run's own in group nogroup.
 - privileges and system calls: no capabilities, no_new_privs, no further user namespaces; a
   seccomp filter (syscall_filter.py) denies ptrace, mounts, namespaces, bpf, io_uring, keys,
   modules and the like.
 
-Not contained: kernel exploits; side channels; world-readable files outside the covered
-folders (/etc, /usr, /proc, /sys, a checkout such as /work); kernel memory the program makes
-the kernel spend (inodes in its folder, pipes) until it ends. Where no sandbox can be made
+Not contained: kernel exploits; side channels; the standard library's and the interpreter's
+own files (readable, not secret); kernel memory the program makes the kernel spend (inodes in
+its folder, pipes) until it ends. Where no sandbox can be made
 (no bubblewrap, no namespaces) run_python raises SandboxUnavailable: it never runs unisolated.
 """
 
@@ -104,10 +105,12 @@ def run_python(
     processes: int = PROCESS_LIMIT,
     stdin: str = "",
     max_output_bytes: int = 64_000,
+    packages: tuple[str, ...] = (),
 ) -> SandboxResult:
-    """Run `code` with `python -I` in a sandbox (module doc) and return how it went."""
+    """Run `code` with `python -I` in a sandbox (module doc) and return how it went.
+    packages: the installed packages the code may import (the standard library's only else)."""
     limits = {"timeout_s": timeout_s, "memory_mb": memory_mb, "processes": processes}
-    with Sandbox(code, **limits, stdin=stdin) as sandbox:
+    with Sandbox(code, **limits, stdin=stdin, packages=packages) as sandbox:
         return sandbox.result(max_output_bytes)
 
 
@@ -125,8 +128,9 @@ class Sandbox:
         processes: int = PROCESS_LIMIT,
         stdin: str | int = "",
         stdout: int | None = None,
+        packages: tuple[str, ...] = (),
     ) -> None:
-        self.code, self.timeout_s = code, timeout_s
+        self.code, self.timeout_s, self.packages = code, timeout_s, tuple(packages)
         self.memory_mb, self.processes = memory_mb, processes
         self.stdin, self.stdout = stdin, stdout
         self.isolation = choose_isolation()
@@ -202,7 +206,7 @@ class Sandbox:
         launcher = [os.path.realpath(sys.executable), "-I", "-S", "-c", _launcher_source()]
         launcher.append(json.dumps(self._plan(fds)))
         self.process = subprocess.Popen(
-            [*bubblewrap_command(self.isolation, code, rules), "--", *launcher],
+            [*bubblewrap_command(self.isolation, code, rules, self.packages), "--", *launcher],
             stdin=stdin,
             stdout=opened["log"],  # bubblewrap's and the launcher's own messages
             stderr=opened["log"],

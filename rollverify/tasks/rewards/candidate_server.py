@@ -8,26 +8,42 @@ here decides a test: whatever this process says, the judge reads plain data only
 program that rewrites this file's functions can only change what its own functions return.
 
 What it reports besides, to be counted as tampering (it can be silenced, never turned into a
-pass): builtins the program replaced, an exit in the program or a call, and a returned object
-of the program's whose class redefines comparison.
+pass): builtins the program replaced, an exit in the program or a call, a trace or profile
+function it set (which could rewrite what this reports), and a returned object whose class
+redefines comparison and did not exist before the program ran (by identity: a class cannot
+pass for the standard library's by its `__module__`). What it says goes out through an
+encoder made before the program runs, of C parts (json's encoder, os.write): patching
+`json.dumps` does not reach it. A program that rewrites this server's globals or frames
+(ctypes, a frame's f_trace) can still silence the count.
 """
 
 import builtins
+import json
 import os
+import sys
 from pathlib import Path
 
 from rollverify.tasks.rewards.plain_data import (  # sandbox: inlined
     NotPlain,
     Reference,
     decode,
-    dumps,
     encode,
     loads,
 )
 
 PLAIN = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
+PLAIN_IDS = frozenset(map(id, PLAIN))  # by identity: a metaclass's __eq__ cannot match one
 COMPARISONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__")
 INLINED = "# sandbox: inlined"
+_TYPE_MRO = type.__dict__["__mro__"].__get__  # a class's real MRO and dict (not a
+_TYPE_DICT = type.__dict__["__dict__"].__get__  # metaclass's property of that name)
+# Taken before the program runs (it may replace sys's); C functions, which no tracer can step.
+_GETTRACE, _GETPROFILE, _SETTRACE, _SETPROFILE = (
+    sys.gettrace,
+    sys.getprofile,
+    sys.settrace,
+    sys.setprofile,
+)
 
 
 def server_program(program, setup):
@@ -48,27 +64,65 @@ def _without_inlined_imports(source):
 
 
 def serve(program, setup):
-    channel = os.fdopen(os.dup(1), "wb")  # the judge's; the program's prints go nowhere
+    send = _sender(os.dup(1))  # the judge's channel; the program's prints go nowhere
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     requests = os.fdopen(0, "rb")
     before = dict(vars(builtins))
+    standard = _every_class()  # the classes there are before the program runs
     namespace = {"__name__": "solution"}
     failed = _run(program, setup, namespace)
+    traced = _stop_tracing()
     if failed is not None:
-        _send(channel, failed)
+        send(failed)
         return
     patched = sorted(
         n for n in {*before, *vars(builtins)} if vars(builtins).get(n) is not before.get(n)
     )
-    _send(channel, {"ready": True, "patched": patched})
+    send({"ready": True, "patched": patched, "traced": traced})
     objects = []
     for line in requests:
-        _send(channel, _answer(loads(line), namespace, objects))
+        send(_answer(loads(line), namespace, objects, standard))
 
 
-def _send(channel, message):
-    channel.write(dumps(message))
-    channel.flush()
+def _sender(fd):
+    """A send on `fd` of one message as one JSON line, made of C parts taken now (before the
+    program runs): json's C encoder, str.join, os.write."""
+    encoder = getattr(json.encoder, "c_make_encoder", None)
+    if encoder is None:  # (no _json here: the pure Python one, patchable)
+        encoder = json.JSONEncoder(separators=(",", ":")).iterencode
+    else:
+        escape = json.encoder.c_encode_basestring_ascii
+        encoder = encoder(None, _not_json, escape, None, ":", ",", False, False, True)
+    join, write = "".join, os.write
+
+    def send(message):
+        data = (join(encoder(message, 0)) + "\n").encode()
+        while data:
+            data = data[write(fd, data) :]
+
+    return send
+
+
+def _not_json(value):
+    raise TypeError(f"a {type(value).__name__} in a message")
+
+
+def _stop_tracing():
+    """Whether the program left a trace or profile function (which can rewrite this server's
+    locals, and so what it reports); both are cleared, in one line (no tracer steps it)."""
+    found = [_GETTRACE(), _GETPROFILE(), _SETTRACE(None), _SETPROFILE(None)]
+    return found[0] is not None or found[1] is not None
+
+
+def _every_class():
+    """Every class there is now, by identity (kept, so that no id is reused)."""
+    found, pending = {}, [object]
+    while pending:
+        kind = pending.pop()
+        if id(kind) not in found:
+            found[id(kind)] = kind
+            pending += type.__subclasses__(kind) if kind is not type else []
+    return found
 
 
 def _run(program, setup, namespace):
@@ -84,74 +138,84 @@ def _run(program, setup, namespace):
     return None
 
 
-def _answer(request, namespace, objects):
+def _answer(request, namespace, objects, standard):
     if "look" in request:
         found = {}
         for name in request["look"]:
             if name in namespace:
-                found[name] = _describe(namespace[name], objects)
+                found[name] = _describe(namespace[name], objects, standard)
         return {"found": found}
     function = namespace.get(request["call"])
     try:
         args = _resolved(decode(request["args"], builtins_too=True), objects)
         kwargs = _resolved(decode(request["kwargs"], builtins_too=True), objects)
         value = function(*args, **kwargs)
-    except Exception as error:
-        return {"raised": [type(error).__name__, str(error)[:300]]}
+    except (Exception, GeneratorExit, KeyboardInterrupt) as error:  # the judge: its error
+        return {"raised": [type(error).__name__, str(error)[:300]], "traced": _stop_tracing()}
     except BaseException as error:
-        return {"exited": type(error).__name__}
-    return _returned(value, objects, isinstance(function, type))
+        return {"exited": type(error).__name__, "traced": _stop_tracing()}
+    traced = _stop_tracing()
+    return _returned(value, objects, isinstance(function, type), standard) | {"traced": traced}
 
 
-def _describe(value, objects):
+def _describe(value, objects, standard):
     if isinstance(value, type):
         return ["class"]
     if callable(value):
         return ["function"]
     if type(value).__name__ == "module":
         return ["module", value.__name__]
-    returned = _returned(value, objects, True)
+    returned = _returned(value, objects, True, standard)
     return ["value", returned["returned"]] if "returned" in returned else ["none"]
 
 
-def _returned(value, objects, may_keep):
+def _returned(value, objects, may_keep, standard):
     """The reply for a returned `value`: plain data, a reference where `may_keep` (a class's
     instance), else what it is."""
     try:
-        return {"returned": encode(_plain(value))}
+        return {"returned": encode(_plain(value, standard))}
     except NotPlain as why:
         if may_keep and type(value).__module__ == "solution":
             objects.append(value)
             return {"returned": {"ref": len(objects) - 1}}
-        return {"unplain": str(why), "compares": _compares_as_it_likes(type(value))}
+        return {"unplain": str(why), "compares": _compares_as_it_likes(type(value), standard)}
 
 
-def _plain(value, depth=0):
+def _plain(value, standard, depth=0):
     """`value` with every subclass of a plain type made that type (a Counter a dict, a
     namedtuple a tuple); NotPlain for anything else, or for a class of the program's that
     redefines comparison."""
     if depth > 64:
         raise NotPlain("nested too deep")
-    kind = next((t for t in type(value).__mro__ if t in PLAIN), None)
+    kind = next((t for t in _mro(type(value)) if id(t) in PLAIN_IDS), None)
     if value is None:
         return None
-    if kind is None or _compares_as_it_likes(type(value)):
+    if kind is None or _compares_as_it_likes(type(value), standard):
         raise NotPlain(f"a {type(value).__name__} is not plain data")
     if kind in (list, tuple, set, frozenset):
-        return kind(_plain(item, depth + 1) for item in value)
+        return kind(_plain(item, standard, depth + 1) for item in value)
     if kind is dict:
-        return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in value.items()}
+        return {
+            _plain(k, standard, depth + 1): _plain(v, standard, depth + 1) for k, v in value.items()
+        }
     return kind(value)
 
 
-def _compares_as_it_likes(kind):
-    """A class of the program's (or a subclass of a plain type) that defines comparison."""
-    for cls in kind.__mro__:
-        if cls in PLAIN or cls is object:
+def _compares_as_it_likes(kind, standard):
+    """A class (or a subclass of a plain type) that defines comparison in a class that did
+    not exist before the program ran (`standard`: Counter's is the standard library's)."""
+    for cls in _mro(kind):
+        if id(cls) in PLAIN_IDS or cls is object:
             return False
-        if any(name in vars(cls) for name in COMPARISONS) and cls.__module__ == "solution":
+        own = _TYPE_DICT(cls)
+        if id(cls) not in standard and any(name in own for name in COMPARISONS):
             return True
     return False
+
+
+def _mro(kind):
+    """What `kind` is, whatever its metaclass says: type's own descriptor of __mro__."""
+    return _TYPE_MRO(kind)
 
 
 def _resolved(value, objects):

@@ -30,6 +30,11 @@ import types
 from rollverify.tasks.rewards.plain_data import NotPlain, decode, dumps, encode, loads
 
 MAX_REPLY_BYTES = 8 * 2**20  # a larger answer fails its test (and ends the exchange)
+DESCRIPTIONS = ("function", "class", "module", "value", "none")  # what the server says a name is
+# Raised by a call, these would be taken for control flow, not a failure: a StopIteration in a
+# map's or filter's function ends it (all(map(...)) is then true), StopAsyncIteration an
+# `async for`; GeneratorExit and KeyboardInterrupt are no test's to catch.
+CONTROL_FLOW = ("StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt")
 
 
 class ProgramFailed(BaseException):
@@ -85,11 +90,12 @@ class Judge:
             if message.get("exited"):
                 self.tampering.append("exited before the tests")
             return str(message["failed"])[:500]
-        if message.get("ready") is not True:
-            return self._forged("a first message that is not the server's")
         patched = message.get("patched")
+        if message.get("ready") is not True or not isinstance(patched, list):
+            return self._forged("a first message that is not the server's")
         if patched:
             self.tampering.append(f"replaced builtins: {', '.join(map(str, patched))[:200]}")
+        self._traced(message)
         return None
 
     def _bind(self, namespace: dict, names: set[str]) -> None:
@@ -100,12 +106,18 @@ class Judge:
             return
         for name, what in found.items():
             if name in names and isinstance(what, list) and what:
-                value = self._bound(name, what)
+                try:
+                    value = self._bound(name, what)
+                except Exception as error:  # a reply's fault is the program's
+                    self._forged(f"a name {name!r} the judge cannot read ({_why(error)})")
+                    return
                 if value is not None:
                     namespace[name] = value
 
     def _bound(self, name: str, what: list):
         kind = what[0]
+        if not any(kind == known and type(kind) is str for known in DESCRIPTIONS):
+            raise ValueError(f"no description of the server's: {str(kind)[:50]}")
         if kind in ("function", "class"):
             return stand_in(self, name, kind == "class")
         module = kind == "module" and len(what) == 2 and what[1] == name
@@ -127,14 +139,24 @@ class Judge:
         reply = self._exchange(request)
         if reply is None:
             self._spoil("the program ended during the tests")
+        try:
+            outcome = self._outcome(name, reply, is_class)
+        except Exception as error:  # whatever is wrong with a reply is the program's
+            self._spoil(self._forged(f"an answer the judge cannot read ({_why(error)})"))
+        if isinstance(outcome, _Raised):
+            raise outcome.error
+        return outcome
+
+    def _outcome(self, name: str, reply: dict, is_class: bool):
+        """The returned value, or the candidate's error as _Raised; ProgramFailed else."""
+        self._traced(reply)
         if "returned" in reply:
             try:
                 return decode(reply["returned"], references=is_class)
             except NotPlain as why:
                 self._spoil(self._forged(f"an answer that is not plain data ({why})"))
         if "raised" in reply and _is_pair_of_strings(reply["raised"]):
-            kind, message = reply["raised"]
-            raise _exception(kind)(message)
+            return _Raised(_candidates_error(*reply["raised"]))
         if "unplain" in reply:
             if reply.get("compares"):
                 self.tampering.append("returned an object that compares as it likes")
@@ -143,6 +165,10 @@ class Judge:
             self.tampering.append("exited in a call")
             self._spoil(f"{name}() exited ({str(reply['exited'])[:50]})")
         self._spoil(self._forged("an answer it was not asked for"))
+
+    def _traced(self, message: dict) -> None:
+        if message.get("traced"):
+            self.tampering.append("set a trace or profile function (it can rewrite the server)")
 
     def _spoil(self, why: str):
         self.spoiled = self.spoiled or why
@@ -185,6 +211,13 @@ class Judge:
         return {"passed": passed, "error": error, "tampering": self.tampering, "ended": self.ended}
 
 
+class _Raised:
+    """The exception a call of the program's raised, to raise in the test."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
 def stand_in(judge: Judge, name: str, is_class: bool):
     """A function of the tests' namespace that calls the program's `name`."""
 
@@ -214,11 +247,17 @@ def _names_read(tests: list[str]) -> set[str]:
     }
 
 
-def _exception(kind: str) -> type[Exception]:
-    """Python's own exception class of that name, else CandidateError."""
+def _candidates_error(kind: str, message: str) -> Exception:
+    """Python's own exception of that name (a ValueError a test expects), but one a test
+    would take for control flow (CONTROL_FLOW); else a CandidateError."""
     found = getattr(builtins, kind, None) if kind.isidentifier() else None
     is_exception = isinstance(found, type) and issubclass(found, Exception)
-    return found if is_exception else CandidateError
+    if is_exception and kind not in CONTROL_FLOW:
+        try:
+            return found(message)
+        except Exception:  # one that takes other arguments (UnicodeDecodeError)
+            pass
+    return CandidateError(f"{kind}: {message}" if message else kind)
 
 
 def _is_pair_of_strings(value) -> bool:

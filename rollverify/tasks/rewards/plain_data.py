@@ -71,17 +71,27 @@ def encode(value, references=None, depth=0):
     raise NotPlain(f"a {kind.__name__} is not plain data")
 
 
-def decode(data, references=True, depth=0, builtins_too=False):
-    """The plain value `data` (json.loads's output) stands for; NotPlain if it is not one.
-    references: whether a Reference may appear; builtins_too: a builtin by its name (the
-    program's side: what the tests pass)."""
+def decode(data, references=True, builtins_too=False):
+    """The plain value `data` (json.loads's output) stands for; NotPlain if it is not one,
+    whatever is wrong with it (bad hex, a complex too large: a sender's fault, never the
+    reader's crash). references: whether a Reference may appear; builtins_too: a builtin by
+    its name (the program's side: what the tests pass)."""
+    try:
+        return _decoded(data, references, 0, builtins_too)
+    except NotPlain:
+        raise
+    except Exception as error:
+        raise NotPlain(f"not an encoding of plain data ({type(error).__name__})") from None
+
+
+def _decoded(data, references, depth, builtins_too):
     if depth > MAX_DEPTH:
         raise NotPlain("nested too deep")
     kind = type(data)
     if data is None or kind in (bool, int, float, str):
         return data
     if kind is list:
-        return [decode(item, references, depth + 1, builtins_too) for item in data]
+        return [_decoded(item, references, depth + 1, builtins_too) for item in data]
     if kind is not dict or len(data) != 1:
         raise NotPlain(f"not an encoding of plain data: a {kind.__name__}")
     ((tag, body),) = data.items()
@@ -94,7 +104,7 @@ def decode(data, references=True, depth=0, builtins_too=False):
     if tag == "complex" and type(body) is list and len(body) == 2:
         return complex(*(_number(part) for part in body))
     if tag in ("tuple", "set", "frozenset", "dict") and type(body) is list:
-        items = [decode(item, references, depth + 1, builtins_too) for item in body]
+        items = [_decoded(item, references, depth + 1, builtins_too) for item in body]
         return _container(tag, items)
     raise NotPlain(f"not an encoding of plain data: tag {tag!r}")
 

@@ -12,7 +12,8 @@ functions whose calls cross to the sandbox and whose results come back as plain 
 (plain_data.py: numbers, strings, bytes, lists, tuples, dicts, sets, booleans, None). Nothing
 the program prints, reads, patches, exits with or returns can mark a test passed: an object
 whose __eq__ is always true never reaches the tests, there is no report line or secret to
-forge, and the tests' source is not in the sandbox. A timeout or a kill fails every test.
+forge, and the tests' source is neither in the sandbox nor on the disk it sees (an empty root
+with the interpreter and the standard library). A timeout or a kill fails every test.
 What the judge caught the program trying is `TestRun.tampering` (the task counts it).
 """
 

@@ -28,7 +28,7 @@ MUTANTS = [
     Mutant(
         "switch-ignored",
         "after the switch the run stops pausing (on-policy for good)",
-        "rollverify/training/loop.py",
+        "rollverify/training/sync_schedule.py",
         "return self.method.partial and not self.monitor.switched",
         "return self.method.partial",
         (
@@ -920,7 +920,7 @@ MUTANTS = [
         "async-checkpoint-misses-the-engine",
         "a checkpoint of asynchronous training holds the sequences the engine runs or queues",
         "rollverify/training/loop.py",
-        "        with self._sequences_out():  # (a checkpoint's)",
+        "        with self.rollouts.engine_out():  # (a checkpoint's)",
         "        with nullcontext():  # (a checkpoint's)",
         (
             "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them[2]",
@@ -931,7 +931,7 @@ MUTANTS = [
         "async-evaluation-takes-the-sequences",
         "an evaluation between steps leaves the sequences in flight be",
         "rollverify/training/loop.py",
-        "            self._sequences_out(),  # (an evaluation's; the engine is the trainer's "
+        "            self.rollouts.engine_out(),  # (an evaluation's; the engine is the trainer's "
         "from here)",
         "            nullcontext(),  # (an evaluation's; the engine is the trainer's from here)",
         (
@@ -941,9 +941,9 @@ MUTANTS = [
     Mutant(
         "async-no-in-flight-update",
         "in asynchronous training an update reaches the engine between two tokens",
-        "rollverify/training/loop.py",
-        "        if self.world.main and self.async_ is not None:  # between two tokens",
-        "        if False:  # between two tokens",
+        "rollverify/training/async_schedule.py",
+        "        self.engine.load_weights_in_flight(tensors, step, recompute_kv=not keep_kv)",
+        "        self.engine.load_weights(tensors, step)",
         (
             "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them[2]",
         ),
@@ -1384,8 +1384,8 @@ MUTANTS = [
     Mutant(
         "cache-measured-when-not-asked",
         "tracking.cache_ops false: the cache of a method that does not verify is not scored",
-        "rollverify/training/loop.py",
-        "        if not (self.method.verify or self.config.tracking.cache_ops):",
+        "rollverify/training/sync_schedule.py",
+        "        if not (self.method.verify or self.tracking.cache_ops):",
         "        if False:",
         (
             "tests/test_train.py::"

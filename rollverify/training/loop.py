@@ -13,7 +13,8 @@ the phase on the right, once per optimizer step (trl_callback.py hands the hooks
                                                         pauses it: checkpoint, RunInterrupted
                                          world.score    every rank scores a part of the batch
                                                         under the current policy (pi_old)
-                                         batch()        rank 0: OPS and sample filter
+                                         check_and_reward()
+                                                        rank 0: OPS and sample filter
                                                         (batch_check.py), rewards -> BatchRecord
                                          world.share    every rank gets its slice
     -> _calculate_rewards              reward()         those rewards (a dropped sample: None)
@@ -33,18 +34,16 @@ the phase on the right, once per optimizer step (trl_callback.py hands the hooks
                                        checkpoints      a checkpoint when due, a stop when asked
                                                         (checkpoint_client.py)
 
-The rollout schedule, chosen once at setup, does what differs by rollout.mode behind the same
-calls (`self.rollouts`): synchronous or partial rollout (sync_schedule.py) collects a batch,
-loads the weights between steps and verifies the cache after the update; asynchronous rollout
-(async_schedule.py) takes the bound's next batch, verified in flight before it trains, lands
-the weights in flight or in the engine's thread, books the overlap of engine and trainer, and
-takes the engine's sequences out for an evaluation or a checkpoint.
+The rollout schedule, chosen once at setup (`self.rollouts`), does what differs by
+rollout.mode behind the same calls: synchronous or partial rollout (sync_schedule.py) works
+between steps and verifies the cache after the update; asynchronous rollout (async_schedule.py)
+verifies in flight, lands the weights in flight or in the engine's thread, and takes the
+engine's sequences out for an evaluation or a checkpoint.
 
-Booking (booking.py): scoring is timed into the records, evaluations and checkpoints are timed
-phases of their own, the rest is booked once, after the step. In a run of several processes
-(training/distributed/world.py) rank 0 does all of the above but the update; the other ranks
-meet it at the world's named calls.
-"""
+Booking (booking.py): scoring is timed into the records, evaluations and checkpoints are
+timed phases of their own, the rest once, after the step. In a run of several processes
+(distributed/world.py) rank 0 does all of the above but the update; the others meet it at the
+world's named calls."""
 
 from __future__ import annotations
 
@@ -70,7 +69,6 @@ from rollverify.tasks.base import Task
 from rollverify.tasks.evaluation import Evaluation, evaluate_sets
 from rollverify.tracking.metric_names import trl_metrics
 from rollverify.tracking.tracker import Tracker
-from rollverify.training.async_schedule import AsyncSchedule
 from rollverify.training.batch_check import check_batch
 from rollverify.training.booking import Booking, Clock
 from rollverify.training.cache_check import forward_work
@@ -85,9 +83,9 @@ from rollverify.training.records import (
     step_metrics,
 )
 from rollverify.training.rewards import Rewards
+from rollverify.training.rollout_schedule import rollout_schedule
 from rollverify.training.schedule import Schedule
 from rollverify.training.stopping import StopRequest
-from rollverify.training.sync_schedule import SynchronousSchedule
 from rollverify.training.trl_adapter import BehaviorRatioGRPOTrainer, build_trainer, rollout_output
 from rollverify.training.trl_callback import LoopCallback
 from rollverify.training.weight_sync import sync_engine
@@ -130,14 +128,17 @@ class TrainingLoop:
         self.counters = RunCounters()  # the run's own running figures
         self.last_metrics: dict[str, float] = {}  # the last step's, as logged
         self.schedule = Schedule(config.train, start_step)  # when to evaluate, checkpoint, stop
-        self.generation: BatchRecord | None = None  # the rollout batch being trained
+        self.trained_batch: BatchRecord | None = None  # the rollout batch being trained
         callback = LoopCallback(self, logged_step=start_step, resuming=start_step > 0)
         folder = str(run_dir / "trl") if run_dir is not None else "trl"
         self.trainer: BehaviorRatioGRPOTrainer = build_trainer(
             config, method, model, tokenizer, self.reward, self.rollout, callback, output_dir=folder
         )
         self.rewards = Rewards(task, self.trainer.processing_class, config.rollout)
-        self.rollouts = self._rollout_schedule()  # synchronous (or partial), or asynchronous
+        self.rollouts = rollout_schedule(  # synchronous (or partial), or asynchronous
+            config, engine, task, method, self.monitor, self._score,
+            tie_filter(self.rewards.of_group), main=world.main,
+        )  # fmt: skip
         self.checkpoints = CheckpointClient(
             self,
             world=world,
@@ -149,18 +150,6 @@ class TrainingLoop:
             stop=self.stop,
             start_step=start_step,
         )
-
-    def _rollout_schedule(self) -> SynchronousSchedule | AsyncSchedule:
-        config = self.config
-        if config.rollout.mode == "async":
-            return AsyncSchedule(
-                config.rollout, self.engine, self.task, self.method, config.verify, self.monitor,
-                self._score,
-            )  # fmt: skip
-        return SynchronousSchedule(
-            config.rollout, self.engine, self.task, self.method, config.verify, config.tracking,
-            self.monitor, self._score, tie_filter(self.rewards.of_group), main=self.world.main,
-        )  # fmt: skip
 
     @property
     def version(self) -> int:
@@ -189,9 +178,10 @@ class TrainingLoop:
         # The OPS filter acts on this score (its cost); every other method only logs it.
         used = self.method.sample_filter == "ops"
         with Clock() as scoring:
-            current = self._score(trajectories)
+            old_logprobs = self._score(trajectories)
         self.records.scoring.add(used, scoring.seconds, forward_work(trajectories or []))
-        batch = self.batch(result, trajectories, current) if self.world.main else None
+        main = self.world.main
+        batch = self.check_and_reward(result, trajectories, old_logprobs) if main else None
         return self.world.share(batch)
 
     def _collect(self) -> RolloutResult | None:
@@ -208,18 +198,18 @@ class TrainingLoop:
             self.booking.paused_rollout(interrupted, trace, self.version + 1)
             return None
 
-    def batch(
-        self, result: RolloutResult, trajectories: list[Trajectory], current: torch.Tensor
+    def check_and_reward(
+        self, result: RolloutResult, trajectories: list[Trajectory], old_logprobs: torch.Tensor
     ) -> dict[str, list]:
         """Rank 0: the batch's OPS, filter and rewards, as TRL's rollout_func returns them.
-        current: log pi_old of its tokens, float [B*G, >= T]."""
+        old_logprobs: log pi_old of its tokens, float [B*G, >= T]."""
         with self.rollouts.reading():  # the rollout's tool calls (a task with a tool), restarts,
             tool_calls = self.tool_counts.take(self.engine)  # trace (all three: since the last
             restarts, steps = self.engine.stats.restarts, self.rollouts.take_trace()  # batch)
-        self.records.batch = self.generation = check_batch(
+        self.records.batch = self.trained_batch = check_batch(
             result,
             trajectories,
-            current,
+            old_logprobs,
             self.method,
             self.config.verify,
             self.version,
@@ -228,7 +218,7 @@ class TrainingLoop:
             engine_steps=steps,
             tool_calls=tool_calls,
         )
-        keep = self.generation.keep
+        keep = self.trained_batch.keep
         output = rollout_output(result, keep, mask_dropped=self.method.sample_filter is not None)
         rewards = self.rewards.of_batch(output["completion_ids"], output["answer"])
         self.records.reward_mean = sum(rewards) / len(rewards)
@@ -260,7 +250,7 @@ class TrainingLoop:
         self.rollouts.book_overlap(records)  # an engine in its thread: busy beside the trainer
         if not self.world.main:  # the rest (ledger, evaluation) is rank 0's
             return
-        self.booking.after_step(step, records, self.generation, self.counters)
+        self.booking.after_step(step, records, self.trained_batch, self.counters)
         due = self.schedule.evaluation_due(step)
         if due and not stopping:
             records.evaluation = self.evaluate()

@@ -1065,8 +1065,8 @@ MUTANTS = [
         "tool-calls-not-run-in-training",
         "a run of a task with a tool runs its calls (the engine is wrapped)",
         "rollverify/training/run.py",
-        "            with_tools(engine, task, config) as engine,",
-        "            nullcontext(engine) as engine,",
+        "        with_tools(engine, parts.task, config) as engine,",
+        "        nullcontext(engine) as engine,",
         ("tests/test_chain_tool.py::test_every_partial_method_trains_the_tool_task[rollverify]",),
     ),
     Mutant(

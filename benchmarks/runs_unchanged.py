@@ -1,8 +1,8 @@
 """A refactor changes no run: short seeded runs and `rvctl simulate` tables, at a base revision
 and at this checkout, compared. Prints one JSON object (each run's counts and differences).
 
-    .venv/bin/python benchmarks/refactor_check.py --base 114ec51 \
-        --out benchmarks/results/refactor_check_50.json
+    .venv/bin/python benchmarks/runs_unchanged.py --base 114ec51 \
+        --out benchmarks/results/runs_unchanged_60.json
 
 Each run is `rvctl train` on the hf engine, seed 0, one thread, a checkpoint every step: grpo,
 partial, rollverify, asynchronous rollverify in lock-step, chain_tool (synchronous and
@@ -230,7 +230,7 @@ def main() -> None:
             (work / side / "simulate").mkdir()
             simulate_all(code, work / side / "simulate")
         report = {
-            "benchmark": "refactor_check",
+            "benchmark": "runs_unchanged",
             "base": args.base,
             "runs": {
                 name: compare_runs(work / "before" / name, work / "after" / name)

@@ -617,7 +617,7 @@ MUTANTS = [
         "    return _group((r for r in runs if r.finished and r.seed is not None), "
         "lambda r: r.seed)",
         "    return dict(enumerate([r] for r in runs if r.finished and r.seed is not None))",
-        ("tests/test_report.py::test_runs_pair_by_seed_not_by_order",),
+        ("tests/test_report_pairs.py::test_runs_pair_by_seed_not_by_order",),
     ),
     Mutant(
         "tis-cap-trl-default",
@@ -744,7 +744,7 @@ MUTANTS = [
         'base = (*values[:i], "grpo", *values[i + 1 :])',
         'base = next(v for v in groups if v[i] == "grpo")',
         (
-            "tests/test_report.py::"
+            "tests/test_report_pairs.py::"
             "test_a_grid_over_methods_pairs_each_point_with_grpo_at_the_same_knob",
         ),
     ),
@@ -1310,7 +1310,7 @@ MUTANTS = [
         "rvctl/commands/report.py",
         'keys = 2 if "corrections" in rows[0] else 1',
         "keys = 1",
-        ("tests/test_report.py::test_every_split_of_the_table_names_a_rows_correction_choices",),
+        ("tests/test_report_cli.py::test_every_split_of_the_table_names_a_rows_correction_choices",),
     ),
     Mutant(
         "sweep-point-run-again",
@@ -1357,7 +1357,7 @@ MUTANTS = [
         "        if not run.finished:",
         (
             "tests/test_report.py::test_a_seed_finished_twice_counts_once_and_the_report_says_so",
-            "tests/test_report.py::test_a_seed_finished_twice_pairs_with_grpo_once",
+            "tests/test_report_pairs.py::test_a_seed_finished_twice_pairs_with_grpo_once",
         ),
     ),
     Mutant(

@@ -63,7 +63,9 @@ class Store:
         switch_at=None,
         nan_last_acceptance=False,
         cost_per_step=60.0,
+        extra=None,
     ) -> Logged:
+        """`extra`: {metric: {step: value}} logged beside the rest (no draw from the rng)."""
         tags = {"method": method, "seed": str(seed), "engine": "hf"}
         if parent:
             tags["mlflow.parentRunId"] = parent
@@ -101,6 +103,8 @@ class Store:
                 values["eval_accuracy"] = min(1.0, 0.25 + 0.03 * step + rng.normal(0, 0.03))
             for name, value in values.items():
                 history.setdefault(name, {})[step] = value
+        for name, points in (extra or {}).items():
+            history.setdefault(name, {}).update(points)
         metrics = [
             Metric(name, float(value), 1_700_000_000_000 + step, step)
             for name, points in history.items()

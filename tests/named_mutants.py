@@ -620,6 +620,27 @@ MUTANTS = [
         ("tests/test_report_pairs.py::test_runs_pair_by_seed_not_by_order",),
     ),
     Mutant(
+        "study-pairs-by-order",
+        "the study's tables (rvctl report --vs/--table) pair runs by seed, not by their order",
+        "rollverify/experiments/run_figures.py",
+        "        twin = base.get(run.seed)",
+        "        twin = dict(enumerate(base.values())).get(len(diffs))",
+        (
+            "tests/test_study_tables.py::test_the_dose_response_pairs_each_eta_with_eta_0_seed_by_seed",
+            "tests/test_study_tables.py::test_each_method_pairs_with_its_own_run_at_the_baselines_values",
+        ),
+    ),
+    Mutant(
+        "study-baseline-any-method",
+        "rvctl report --vs verify.dt=2 pairs each method with its own run at dt 2",
+        "rollverify/experiments/vs_baseline.py",
+        "        wanted = {METHOD: method} | kept | vs",
+        "        wanted = kept | vs",
+        (
+            "tests/test_study_tables.py::test_each_method_pairs_with_its_own_run_at_the_baselines_values",
+        ),
+    ),
+    Mutant(
         "tis-cap-trl-default",
         "tis truncates pi_old/mu at the configured C (2), not TRL's default 3",
         "rollverify/core/corrections.py",
@@ -1310,7 +1331,9 @@ MUTANTS = [
         "rvctl/commands/report.py",
         'keys = 2 if "corrections" in rows[0] else 1',
         "keys = 1",
-        ("tests/test_report_cli.py::test_every_split_of_the_table_names_a_rows_correction_choices",),
+        (
+            "tests/test_report_cli.py::test_every_split_of_the_table_names_a_rows_correction_choices",
+        ),
     ),
     Mutant(
         "sweep-point-run-again",

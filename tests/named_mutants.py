@@ -1375,7 +1375,7 @@ MUTANTS = [
     Mutant(
         "report-counts-a-seed-twice",
         "rvctl report counts one finished run per seed in a row; the others as duplicates",
-        "rollverify/experiments/report.py",
+        "rollverify/experiments/run_figures.py",
         "        if not run.finished or run.seed in seen:",
         "        if not run.finished:",
         (

@@ -21,13 +21,8 @@ from typing import Any
 
 from provenance import provenance
 
-from rollverify.experiments.report import (
-    _mean_last,
-    _mean_over_steps,
-    _seed_runs,
-    mean_ci95,
-    paired_diffs,
-)
+from rollverify.experiments.report import _mean_over_steps, _seed_runs, mean_ci95, paired_diffs
+from rollverify.experiments.run_figures import mean_last
 from rollverify.tracking.run_records import load_report
 
 METRICS = {  # column -> (metric, how: over steps or last)
@@ -44,14 +39,14 @@ def group_key(run, sweep_params: list[str]) -> str:
 
 
 def summary(runs: list) -> dict[str, Any]:
-    accuracy = [a for r in runs if (a := _mean_last([r], "eval_accuracy")) is not None]
+    accuracy = [a for r in runs if (a := mean_last([r], "eval_accuracy")) is not None]
     mean, ci95 = mean_ci95(accuracy)
     row: dict[str, Any] = {"runs": len(runs), "eval_accuracy": mean, "eval_accuracy_ci95": ci95}
     for column, (metric, how) in METRICS.items():
         if how == "steps":
             row[column] = _mean_over_steps(runs, metric)
         elif how == "last":
-            row[column] = _mean_last(runs, metric)
+            row[column] = mean_last(runs, metric)
         else:
             values = [max(r.history[metric].values()) for r in runs if r.history.get(metric)]
             row[column] = max(values) if values else None  # (not logged before issue 33)

@@ -5,8 +5,8 @@
 # Each part is a sweep whose folder is recorded in OUT/PART.dir as soon as it exists, so running
 # the script again resumes every part where it stopped (`--sweep-dir`): finished trials are
 # kept, unfinished ones resume from their checkpoints. Tables: `rvctl report` on the parts'
-# folders (OUT/*.dir), benchmarks/stale_dose_response.py, stale_composition.py and (against
-# a baseline other than grpo: partial, the same method at dt 2) stale_paired.py.
+# folders (OUT/*.dir): as it is (against grpo), `--table dose-response`, `--table composition`
+# and, against another baseline (partial, the same method at dt 2), `--vs KEY=VALUE`.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-runs/stale-study}; mkdir -p "$OUT"; cd "$OUT"

@@ -18,6 +18,7 @@ from rvctl.commands import (
     data,
     export,
     methods,
+    preconditions,
     report,
     simulate,
     sweep,
@@ -48,6 +49,9 @@ app.command(
 )(sweep.sweep)
 app.command("report", short_help="Accuracy, GPU-days and speedup per method or point.")(
     report.report
+)
+app.command("preconditions", short_help="Does a setting meet the staleness study's preconditions?")(
+    preconditions.preconditions
 )
 app.command("simulate", short_help="Modeled GPU cost of the methods at scale.")(simulate.simulate)
 app.command("calibrate", short_help="Fit the cost model's terms to a run's trace.")(

@@ -53,10 +53,10 @@ SetOption = Annotated[
 
 
 def run_overrides(
-    steps: int | None,
-    engine: str | None,
-    output: Path | None,
-    tracking_uri: str | None,
+    steps: int | None = None,
+    engine: str | None = None,
+    output: Path | None = None,
+    tracking_uri: str | None = None,
     processes: int | None = None,
     settings: list[str] | None = None,
     **named: Any,

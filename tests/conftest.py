@@ -144,6 +144,22 @@ def pytest_collection_modifyitems(config, items):
         )
 
 
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory) -> Path:
+    """An empty MLflow store that rvctl report's tests copy (tests/report_store.py)."""
+    from tests.report_store import make_empty_store
+
+    return make_empty_store(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, empty_store):
+    """A logged compare and sweep (tests/report_store.py's make_store)."""
+    from tests.report_store import make_store
+
+    return make_store(tmp_path_factory, empty_store)
+
+
 @pytest.fixture
 def rvctl(monkeypatch, capsys):
     """`rvctl ARGS` in this process (tests/cli.py), from the checkout's root."""

@@ -62,6 +62,23 @@ def copy_checkout(destination: Path) -> None:
             target = destination / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
+    # A checkout of its own, so that what reads the code's commit (runs' provenance tags)
+    # finds one there as it does in ours.
+    for command in (
+        ["git", "init", "-q"],
+        ["git", "add", "-A"],
+        [
+            "git",
+            "-c",
+            "user.name=mutants",
+            "-c",
+            "user.email=mutants@localhost",
+            "commit",
+            "-qm",
+            "the checkout under test",
+        ],
+    ):
+        subprocess.run(command, cwd=destination, capture_output=True, check=True)
 
 
 def apply(mutant: Mutant, tree: Path) -> str | None:

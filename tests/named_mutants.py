@@ -28,7 +28,7 @@ MUTANTS = [
     Mutant(
         "switch-ignored",
         "after the switch the run stops pausing (on-policy for good)",
-        "rollverify/training/loop.py",
+        "rollverify/training/sync_schedule.py",
         "return self.method.partial and not self.monitor.switched",
         "return self.method.partial",
         (
@@ -617,7 +617,28 @@ MUTANTS = [
         "    return _group((r for r in runs if r.finished and r.seed is not None), "
         "lambda r: r.seed)",
         "    return dict(enumerate([r] for r in runs if r.finished and r.seed is not None))",
-        ("tests/test_report.py::test_runs_pair_by_seed_not_by_order",),
+        ("tests/test_report_pairs.py::test_runs_pair_by_seed_not_by_order",),
+    ),
+    Mutant(
+        "study-pairs-by-order",
+        "the study's tables (rvctl report --vs/--table) pair runs by seed, not by their order",
+        "rollverify/experiments/run_figures.py",
+        "        twin = base.get(run.seed)",
+        "        twin = dict(enumerate(base.values())).get(len(diffs))",
+        (
+            "tests/test_study_tables.py::test_the_dose_response_pairs_each_eta_with_eta_0_seed_by_seed",
+            "tests/test_study_tables.py::test_each_method_pairs_with_its_own_run_at_the_baselines_values",
+        ),
+    ),
+    Mutant(
+        "study-baseline-any-method",
+        "rvctl report --vs verify.dt=2 pairs each method with its own run at dt 2",
+        "rollverify/experiments/vs_baseline.py",
+        "        wanted = {METHOD: method} | kept | vs",
+        "        wanted = kept | vs",
+        (
+            "tests/test_study_tables.py::test_each_method_pairs_with_its_own_run_at_the_baselines_values",
+        ),
     ),
     Mutant(
         "tis-cap-trl-default",
@@ -754,7 +775,7 @@ MUTANTS = [
         'base = (*values[:i], "grpo", *values[i + 1 :])',
         'base = next(v for v in groups if v[i] == "grpo")',
         (
-            "tests/test_report.py::"
+            "tests/test_report_pairs.py::"
             "test_a_grid_over_methods_pairs_each_point_with_grpo_at_the_same_knob",
         ),
     ),
@@ -933,7 +954,7 @@ MUTANTS = [
         "async-checkpoint-misses-the-engine",
         "a checkpoint of asynchronous training holds the sequences the engine runs or queues",
         "rollverify/training/loop.py",
-        "        with self._sequences_out():  # (a checkpoint's)",
+        "        with self.rollouts.engine_out():  # (a checkpoint's)",
         "        with nullcontext():  # (a checkpoint's)",
         (
             "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them"
@@ -945,7 +966,7 @@ MUTANTS = [
         "async-evaluation-takes-the-sequences",
         "an evaluation between steps leaves the sequences in flight be",
         "rollverify/training/loop.py",
-        "            self._sequences_out(),  # (an evaluation's; the engine is the trainer's "
+        "            self.rollouts.engine_out(),  # (an evaluation's; the engine is the trainer's "
         "from here)",
         "            nullcontext(),  # (an evaluation's; the engine is the trainer's from here)",
         (
@@ -956,9 +977,9 @@ MUTANTS = [
     Mutant(
         "async-no-in-flight-update",
         "in asynchronous training an update reaches the engine between two tokens",
-        "rollverify/training/loop.py",
-        "        if self.world.main and self.async_ is not None:  # between two tokens",
-        "        if False:  # between two tokens",
+        "rollverify/training/async_schedule.py",
+        "        self.engine.load_weights_in_flight(tensors, step, recompute_kv=not keep_kv)",
+        "        self.engine.load_weights(tensors, step)",
         (
             "tests/test_async_training.py::test_no_trained_token_lags_more_than_eta_and_tokens_keep_the_version_that_sampled_them"
             "[2]",
@@ -1084,8 +1105,8 @@ MUTANTS = [
         "tool-calls-not-run-in-training",
         "a run of a task with a tool runs its calls (the engine is wrapped)",
         "rollverify/training/run.py",
-        "            with_tools(engine, task, config) as engine,",
-        "            nullcontext(engine) as engine,",
+        "        with_tools(engine, parts.task, config) as engine,",
+        "        nullcontext(engine) as engine,",
         ("tests/test_chain_tool.py::test_every_partial_method_trains_the_tool_task[rollverify]",),
     ),
     Mutant(
@@ -1334,7 +1355,9 @@ MUTANTS = [
         "rvctl/commands/report.py",
         'keys = 2 if "corrections" in rows[0] else 1',
         "keys = 1",
-        ("tests/test_report.py::test_every_split_of_the_table_names_a_rows_correction_choices",),
+        (
+            "tests/test_report_cli.py::test_every_split_of_the_table_names_a_rows_correction_choices",
+        ),
     ),
     Mutant(
         "sweep-point-run-again",
@@ -1376,12 +1399,12 @@ MUTANTS = [
     Mutant(
         "report-counts-a-seed-twice",
         "rvctl report counts one finished run per seed in a row; the others as duplicates",
-        "rollverify/experiments/report.py",
+        "rollverify/experiments/run_figures.py",
         "        if not run.finished or run.seed in seen:",
         "        if not run.finished:",
         (
             "tests/test_report.py::test_a_seed_finished_twice_counts_once_and_the_report_says_so",
-            "tests/test_report.py::test_a_seed_finished_twice_pairs_with_grpo_once",
+            "tests/test_report_pairs.py::test_a_seed_finished_twice_pairs_with_grpo_once",
         ),
     ),
     Mutant(
@@ -1408,8 +1431,8 @@ MUTANTS = [
     Mutant(
         "cache-measured-when-not-asked",
         "tracking.cache_ops false: the cache of a method that does not verify is not scored",
-        "rollverify/training/loop.py",
-        "        if not (self.method.verify or self.config.tracking.cache_ops):",
+        "rollverify/training/sync_schedule.py",
+        "        if not (self.method.verify or self.tracking.cache_ops):",
         "        if False:",
         (
             "tests/test_train.py::"

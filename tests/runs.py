@@ -13,18 +13,11 @@ from mlflow.tracking import MlflowClient
 
 from rollverify.config import RunConfig, load_config
 from rollverify.rollout.trajectory import TrajectoryCache
+from rollverify.tracking.reproducibility import comparable, metric_history
 from rollverify.training.checkpoint.files import folder_for
 from rollverify.training.checkpoint.files import load as load_checkpoint
 
-TIMINGS = {
-    "rollout_seconds",
-    "train_seconds",
-    "sync_seconds",
-    "verify_seconds",
-    "measure_seconds",
-    "device_seconds",
-    "trl/step_time",  # TRL's own timing of the step
-}
+__all__ = ["comparable", "metric_history"]  # where the tests found them
 
 
 # The tiny run every end-to-end test starts from (each adds what it needs): a few seconds per
@@ -95,26 +88,6 @@ def history(summary) -> dict[str, dict[int, float]]:
     """Every metric of a finished run: name -> {step: value}."""
     assert MlflowClient(summary.tracking_uri).get_run(summary.run_id).info.status == "FINISHED"
     return metric_history(summary.tracking_uri, summary.run_id)
-
-
-def metric_history(tracking_uri: str, run_id: str) -> dict[str, dict[int, float]]:
-    client = MlflowClient(tracking_uri)
-    return {
-        name: {m.step: m.value for m in client.get_metric_history(run_id, name)}
-        for name in client.get_run(run_id).data.metrics
-    }
-
-
-def comparable(metrics: dict) -> dict:
-    """Metrics that two runs of one seed must share exactly: all but timings and the cost
-    ledger's seconds (its token counts stay)."""
-    return {
-        name: values
-        for name, values in metrics.items()
-        if name not in TIMINGS
-        and not (name.startswith("cost_") and "seconds" in name)
-        and name != "cost_gpu_days"
-    }
 
 
 def cached(run_dir: str | Path, step: int | None = None) -> TrajectoryCache:

@@ -78,7 +78,7 @@ def batches(monkeypatch) -> list[LossBatch]:
         recorded.append(
             LossBatch(
                 version=loop.version,
-                trajectories=list(loop.generation.result.trajectories()),
+                trajectories=list(loop.trained_batch.result.trajectories()),
                 inputs={
                     k: v.detach().clone() if torch.is_tensor(v) else v for k, v in output.items()
                 },

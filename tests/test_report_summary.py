@@ -6,7 +6,6 @@ import json
 from typer.testing import CliRunner
 
 from rvctl.app import app
-from tests.test_report import empty_store, store  # noqa: F401 (fixtures: a logged compare)
 
 
 def cells_by_method(stdout: str) -> tuple[list[str], dict[str, list[str]]]:
@@ -17,7 +16,7 @@ def cells_by_method(stdout: str) -> tuple[list[str], dict[str, list[str]]]:
     return split[0], {row[0]: row for row in split[1:]}
 
 
-def test_the_summary_leads_with_what_decides_in_80_columns(store):  # noqa: F811
+def test_the_summary_leads_with_what_decides_in_80_columns(store):
     runner = CliRunner()
     target = [store.compare, "--tracking-uri", store.uri]
     result = runner.invoke(app, ["report", *target])
@@ -45,7 +44,7 @@ def test_the_summary_leads_with_what_decides_in_80_columns(store):  # noqa: F811
     assert "--wide" in result.stderr  # the legend says where the rest is
 
 
-def test_wide_and_the_machine_formats_keep_every_column(store):  # noqa: F811
+def test_wide_and_the_machine_formats_keep_every_column(store):
     target = ["report", store.compare, "--tracking-uri", store.uri]
     wide = CliRunner().invoke(app, [*target, "--wide"])
     assert wide.exit_code == 0, wide.output

@@ -181,7 +181,7 @@ def test_a_run_under_a_low_cap_logs_its_stale_drops_and_their_tokens(tmp_path):
     assert dropped[1] == 0 and sum(dropped.values()) > 0
     assert all((discarded[step] > 0) == (n > 0) for step, n in dropped.items())
     assert metrics["tokens_discarded_total"][3] == sum(discarded.values())
-    # the report's record reads them too (benchmarks/stale_composition.py counts what starves)
+    # the report's record reads them too (rvctl report --table composition counts what starves)
     record = run_record(summary.tracking_uri, summary.run_id)
     assert record.history["trajectories_dropped_stale"] == dropped
 

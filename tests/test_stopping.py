@@ -82,7 +82,8 @@ def test_a_checkpoint_the_grace_cannot_cover_is_skipped_and_the_last_one_resumes
     """SIGTERM after step 1 with 0.5 s of grace: the last checkpoint took longer than that
     leaves (with its margin), so the run stops without writing one, from step 0's."""
     from rollverify.training.checkpoint.files import latest
-    from rollverify.training.run import find_run, resume, train
+    from rollverify.training.run import resume, train
+    from rollverify.training.run_folder import find_run
     from rollverify.training.stopping import RunInterrupted
     from tests.runs import tiny
 

@@ -80,9 +80,8 @@ def test_rewards_are_scored_from_the_real_generations(tmp_path):
 
     def spy(self, completions, answer, **kwargs):  # TRL's decoded texts beside our rewards
         rewards = original(self, completions=completions, answer=answer, **kwargs)
-        prompts = [
-            self.task.tokenizer.decode(t.prompt_ids) for t in self.generation.result.trajectories()
-        ]
+        trained = self.trained_batch.result.trajectories()
+        prompts = [self.task.tokenizer.decode(t.prompt_ids) for t in trained]
         batches.append((list(completions), list(answer), rewards, prompts))
         return rewards
 

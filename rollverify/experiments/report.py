@@ -15,29 +15,29 @@ seed, so what a seed does to both methods alike (data order, sampling) cancels o
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rollverify.core.corrections import MASKING
 from rollverify.core.methods import METHODS
-from rollverify.experiments.power import (
-    curve_area,
-    mean_ci95,
-    paired_difference,
-    t_critical_95,
+from rollverify.experiments.power import mean_ci95, paired_difference, t_critical_95
+from rollverify.experiments.run_figures import (
+    counted,
+    eval_area,
+    finite_only,
+    lowest,
+    mean,
+    parse_value,
+    present,
+    sort_key,
+    switch_step,
 )
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import Report, RunRecord
 
-__all__ = ["mean_ci95", "t_critical_95"]  # where report's users found them first
-
-
-def eval_area(run: RunRecord) -> float | None:
-    """The normalised area under the run's evaluation curve (eval_accuracy over its steps,
-    step 0 included): rollverify/experiments/power.py."""
-    return curve_area(run.history.get(m.EVAL_ACCURACY, {}))
+# where report's users found them first
+__all__ = ["counted", "eval_area", "mean_ci95", "switch_step", "t_critical_95"]
 
 
 # The figures compared with grpo's seed by seed, under their column prefix: each run's value.
@@ -107,7 +107,7 @@ def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
     if len(sets) > 1:  # per-set accuracy beside the mean, as the paper's tables
         position = order.index("eval_accuracy_ci95") + 1
         order[position:position] = [column for name in sets for column in set_columns(name)]
-    return [_clean({k: row.get(k) for k in order}) for row in rows]
+    return [finite_only({k: row.get(k) for k in order}) for row in rows]
 
 
 def _corrections_column(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -166,14 +166,14 @@ def sweep_rows(runs: Sequence[RunRecord], sweep_params: Sequence[str]) -> list[d
     by_method = len({r.method for r in runs}) > 1 and "train.method" not in sweep_params
 
     def point(run: RunRecord) -> tuple:
-        values = tuple(_parse_value(run.params.get(p)) for p in sweep_params)
+        values = tuple(parse_value(run.params.get(p)) for p in sweep_params)
         return ((run.method,) if by_method else ()) + values
 
     groups = _group(runs, point)
     keys = (["method"] if by_method else []) + names
     grpo_points = _grpo_points(groups, keys)
     rows = []
-    for values in sorted(groups, key=lambda v: [_sort_key(x) for x in v]):
+    for values in sorted(groups, key=lambda v: [sort_key(x) for x in v]):
         summary = _summary(groups[values])
         row = dict(zip(keys, values, strict=True))
         choices = {correction_choices(r) for r in groups[values]} - {None}
@@ -193,7 +193,7 @@ def sweep_rows(runs: Sequence[RunRecord], sweep_params: Sequence[str]) -> list[d
         if grpo_points:  # a grid over methods: each point against grpo's at the same values
             base = grpo_points.get(values)
             row |= paired_diffs(groups[values], groups[base]) if base else _no_pairs()
-        rows.append(_clean(row))
+        rows.append(finite_only(row))
     if not _corrections_column(rows):
         rows = [{k: v for k, v in row.items() if k != "corrections"} for row in rows]
     return rows
@@ -267,70 +267,41 @@ def run_groups(report: Report) -> dict[str, list[RunRecord]]:
     return groups
 
 
-def counted(runs: Iterable[RunRecord]) -> list[RunRecord]:
-    """The finished runs a row averages: the first of each seed (`runs` oldest first, as
-    load_report gives them); runs of an unknown seed all count."""
-    seen: set[int] = set()
-    kept = []
-    for run in runs:
-        if not run.finished or run.seed in seen:
-            continue
-        kept.append(run)
-        if run.seed is not None:
-            seen.add(run.seed)
-    return kept
-
-
 def _summary(group: Sequence[RunRecord]) -> dict[str, Any]:
     """Means over the finished runs of a group, one per seed; the others are only counted."""
     done = counted(group)
     finished = sum(r.finished for r in group)
-    accuracy, ci95 = mean_ci95(_present(r.last(m.EVAL_ACCURACY) for r in done))
-    area, area_ci95 = mean_ci95(_present(eval_area(r) for r in done))
-    switches = _present(switch_step(r) for r in done)
+    accuracy, ci95 = mean_ci95(present(r.last(m.EVAL_ACCURACY) for r in done))
+    area, area_ci95 = mean_ci95(present(eval_area(r) for r in done))
+    switches = present(switch_step(r) for r in done)
     return {
         "status": "finished" if done else "unfinished",
         "seeds": len(done),
         "unfinished": len(group) - finished,
         "duplicates": finished - len(done),
-        "eval_accuracy_before": _mean(r.history.get(m.EVAL_ACCURACY, {}).get(0) for r in done),
+        "eval_accuracy_before": mean(r.history.get(m.EVAL_ACCURACY, {}).get(0) for r in done),
         "eval_auc_mean": area,
         "eval_auc_ci95": area_ci95,
         "eval_accuracy_mean": accuracy,
         "eval_accuracy_ci95": ci95,
-        "gpu_days": _mean(r.last(m.COST_GPU_DAYS) for r in done),
-        "modeled_gpu_days": _mean(r.last(m.MODELED_GPU_DAYS) for r in done),
+        "gpu_days": mean(r.last(m.COST_GPU_DAYS) for r in done),
+        "modeled_gpu_days": mean(r.last(m.MODELED_GPU_DAYS) for r in done),
         "ops_mean": _mean_over_steps(done, m.OPS_MEAN),
         "staleness_mean": _mean_over_steps(done, m.STALENESS_MEAN),
         "mismatch_kl": _mean_over_steps(done, m.MISMATCH_KL),
-        "acceptance_rate_final": _mean(r.last(m.ACCEPTANCE_RATE) for r in done),
+        "acceptance_rate_final": mean(r.last(m.ACCEPTANCE_RATE) for r in done),
         # median over the seeds that switched
         "switch_step": statistics.median(switches) if switches else None,
-        "acceptance_window_min": _mean(_lowest(r, m.ACCEPTANCE_WINDOW_MEAN) for r in done),
-        "tokens_cut_sequence_stage": _mean(r.total(m.TOKENS_CUT_SEQUENCE_STAGE) for r in done),
-        "tokens_cut_token_stage": _mean(r.total(m.TOKENS_CUT_TOKEN_STAGE) for r in done),
+        "acceptance_window_min": mean(lowest(r, m.ACCEPTANCE_WINDOW_MEAN) for r in done),
+        "tokens_cut_sequence_stage": mean(r.total(m.TOKENS_CUT_SEQUENCE_STAGE) for r in done),
+        "tokens_cut_token_stage": mean(r.total(m.TOKENS_CUT_TOKEN_STAGE) for r in done),
     } | {
-        column: _mean(r.last(metric(name)) for r in done)
+        column: mean(r.last(metric(name)) for r in done)
         for name in eval_sets(group)
         for column, metric in zip(
             set_columns(name), (m.eval_avg_at_k, m.eval_pass_at_k), strict=True
         )
     }
-
-
-def _lowest(run: RunRecord, metric: str) -> float | None:
-    values = _present(run.history.get(metric, {}).values())
-    return min(values) if values else None
-
-
-def _highest(run: RunRecord, metric: str) -> float | None:
-    values = _present(run.history.get(metric, {}).values())
-    return max(values) if values else None
-
-
-def switch_step(run: RunRecord) -> int | None:
-    """The step a run switched to on-policy rollout (`switched` first on); None if it never did."""
-    return _first_step(run, m.SWITCHED, lambda v: v >= 0.5)
 
 
 def _group(runs: Iterable[RunRecord], key: Callable[[RunRecord], Any]) -> dict[Any, list]:
@@ -347,50 +318,8 @@ def _seed_runs(runs: Iterable[RunRecord]) -> dict[int, list[RunRecord]]:
 
 def _mean_over_steps(runs: Iterable[RunRecord], metric: str) -> float | None:
     """Mean over runs of each run's mean over its steps."""
-    return _mean(r.mean(metric) for r in runs)
+    return mean(r.mean(metric) for r in runs)
 
 
 def _mean_of(runs: Iterable[RunRecord], value: Callable[[RunRecord], float | None]):
-    return _mean(value(r) for r in runs)
-
-
-def _first_step(run: RunRecord, metric: str, test: Callable[[float], bool]) -> int | None:
-    steps = sorted(s for s, v in run.history.get(metric, {}).items() if test(v))
-    return steps[0] if steps else None
-
-
-def _present(values: Iterable[float | None]) -> list[float]:
-    return [v for v in values if v is not None and math.isfinite(v)]
-
-
-def _mean(values: Iterable[float | None]) -> float | None:
-    present = _present(values)
-    return statistics.fmean(present) if present else None
-
-
-def _clean(row: dict[str, Any]) -> dict[str, Any]:
-    """NaN/inf numbers -> None, so json never holds NaN."""
-    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
-
-
-def _parse_value(text: str | None) -> int | float | str | None:
-    """A param as a number when it is one ("0.01" -> 0.01, "4" -> 4); "inf" stays a string."""
-    if text is None:
-        return None
-    for kind in (int, float):
-        try:
-            value = kind(text)
-        except ValueError:
-            continue
-        return value if math.isfinite(value) else text
-    return text
-
-
-def _sort_key(value: Any) -> tuple:
-    """Numbers (and "inf") in numeric order, then strings, then missing values."""
-    if value is None:
-        return (2, 0.0, "")
-    try:
-        return (0, float(value), "")
-    except ValueError:
-        return (1, 0.0, str(value))
+    return mean(value(r) for r in runs)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollverify.experiments.report import (
-    _clean,
-    _highest,
-    _lowest,
+from rollverify.experiments.report import run_groups
+from rollverify.experiments.run_figures import (
     counted,
     eval_area,
-    run_groups,
+    finite_only,
+    highest,
+    lowest,
     switch_step,
 )
 from rollverify.tracking import metric_names as m
@@ -30,7 +30,7 @@ def seed_rows(report: Report) -> list[dict[str, Any]]:
             # collapse", M2PO): the earliest step of its best evaluation
             peak_step = min(evals, key=lambda step: (-evals[step], step)) if evals else None
             rows.append(
-                _clean(
+                finite_only(
                     {
                         "group": label,
                         "method": run.method,
@@ -45,12 +45,12 @@ def seed_rows(report: Report) -> list[dict[str, Any]]:
                         "entropy_last": run.last(m.ENTROPY_MEAN),
                         "entropy_max": max(entropy.values()) if entropy else None,
                         "staleness_mean": run.mean(m.STALENESS_MEAN),
-                        "staleness_max": _highest(run, m.STALENESS_MAX),
+                        "staleness_max": highest(run, m.STALENESS_MAX),
                         "staleness_token_mean": run.mean(m.STALENESS_TOKEN_MEAN),
                         "stale_token_share_8": run.mean(m.STALE_TOKEN_SHARE_8),
                         "mismatch_kl": run.mean(m.MISMATCH_KL),
                         "ops_mean": run.mean(m.OPS_MEAN),
-                        "acceptance_window_min": _lowest(run, m.ACCEPTANCE_WINDOW_MEAN),
+                        "acceptance_window_min": lowest(run, m.ACCEPTANCE_WINDOW_MEAN),
                         "switch_step": switch_step(run),
                         "tokens_cut_sequence_stage": run.total(m.TOKENS_CUT_SEQUENCE_STAGE),
                         "tokens_cut_token_stage": run.total(m.TOKENS_CUT_TOKEN_STAGE),
@@ -58,7 +58,7 @@ def seed_rows(report: Report) -> list[dict[str, Any]]:
                         # a ratio of 1 (pi_old recomputed, one update a rollout) is never
                         # clipped; the gradient norm is TRL's, before clipping
                         "clip_share_mean": run.mean(m.TRL_CLIP_SHARE),
-                        "grad_norm_max": _highest(run, m.TRL_GRAD_NORM),
+                        "grad_norm_max": highest(run, m.TRL_GRAD_NORM),
                         "modeled_gpu_days": run.last(m.MODELED_GPU_DAYS),
                     }
                 )

@@ -38,7 +38,7 @@ REPORT_METRICS = (
     m.ACCEPTANCE_WINDOW_MEAN,
     m.TOKENS_CUT_SEQUENCE_STAGE,
     m.TOKENS_CUT_TOKEN_STAGE,
-    m.TRAJECTORIES_DROPPED_STALE,  # benchmarks/stale_composition.py: what a staleness cap starves
+    m.TRAJECTORIES_DROPPED_STALE,  # the composition table: what a staleness cap starves
     m.CORRECTION_TOKEN_SHARE,  # the per-seed rows: how often a peer correction acted
     m.TRL_CLIP_SHARE,  # ... how often the PPO clip cut
     m.TRL_GRAD_NORM,  # ... and its largest gradient norm

@@ -8,7 +8,7 @@ hands over where a phase of asynchronous training differs from the synchronous o
                                 trajectories verified on the way (_verify_in_flight), their
                                 cut suffixes regenerated
   sync        send_weights()    in its thread: a copy of the weights, landing there
-              load_in_flight()  in lock-step: between two tokens of every sequence
+              load_weights()    in lock-step: between two tokens of every sequence
   verify      take_checks()     the step's verifications in flight, as one record
   booking     book_overlap()    in its thread: the engine's and the trainer's busy seconds
   evaluation, engine_out()      the engine's sequences out meanwhile (a hold parks its
@@ -73,6 +73,8 @@ class AsyncSchedule:
     @property
     def threaded(self) -> bool:
         return not self.rollout.lockstep
+
+    cache_size = 0  # no cache between steps: the groups in play are in `state`
 
     # -- rollout --------------------------------------------------------------------------------
 
@@ -154,7 +156,7 @@ class AsyncSchedule:
 
     # -- weight sync ----------------------------------------------------------------------------
 
-    def load_in_flight(self, tensors: WeightStream, step: int) -> None:
+    def load_weights(self, tensors: WeightStream, step: int) -> None:
         """Lock-step: the update lands between two tokens of every sequence."""
         keep_kv = self.rollout.keep_kv
         self.engine.load_weights_in_flight(tensors, step, recompute_kv=not keep_kv)
@@ -176,8 +178,9 @@ class AsyncSchedule:
 
     # -- verification and booking ---------------------------------------------------------------
 
-    def take_checks(self) -> CacheCheck:
-        """The step's verifications (before training, in flight), as one record."""
+    def take_checks(self, step: int, records: StepRecords) -> CacheCheck:
+        """The step's verifications (before training, in flight), as one record: nothing is
+        verified after the update (`step` and `records` are the synchronous schedule's)."""
         checks, self.checks = self.checks, []
         return CacheCheck.merged(checks)
 

@@ -13,7 +13,8 @@ the phase on the right, once per optimizer step (trl_callback.py hands the hooks
                                                         pauses it: checkpoint, RunInterrupted
                                          world.score    every rank scores a part of the batch
                                                         under the current policy (pi_old)
-                                         batch()        rank 0: OPS and sample filter
+                                         check_and_reward()
+                                                        rank 0: OPS and sample filter
                                                         (batch_check.py), rewards -> BatchRecord
                                          world.share    every rank gets its slice
     -> _calculate_rewards              reward()         those rewards (a dropped sample: None)
@@ -33,22 +34,22 @@ the phase on the right, once per optimizer step (trl_callback.py hands the hooks
                                        checkpoints      a checkpoint when due, a stop when asked
                                                         (checkpoint_client.py)
 
-Asynchronous training (rollout.mode async) hands over where a phase differs (async_schedule.py):
-the bound's next batch, verified in flight before it trains; the weights landing in flight or
-in the engine's thread; the overlap of engine and trainer; the engine's sequences taken out for
-an evaluation or a checkpoint.
+The rollout schedule, chosen once at setup (`self.rollouts`), does what differs by
+rollout.mode behind the same calls: synchronous or partial rollout (sync_schedule.py) works
+between steps and verifies the cache after the update; asynchronous rollout (async_schedule.py)
+verifies in flight, lands the weights in flight or in the engine's thread, and takes the
+engine's sequences out for an evaluation or a checkpoint.
 
-Booking (booking.py): scoring is timed into the records, evaluations and checkpoints are timed
-phases of their own, the rest is booked once, after the step. In a run of several processes
-(training/distributed/world.py) rank 0 does all of the above but the update; the other ranks
-meet it at the world's named calls.
-"""
+Booking (booking.py): scoring is timed into the records, evaluations and checkpoints are
+timed phases of their own, the rest once, after the step. In a run of several processes
+(distributed/world.py) rank 0 does all of the above but the update; the others meet it at the
+world's named calls."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -61,17 +62,16 @@ from rollverify.core.switching import AcceptanceMonitor
 from rollverify.infra.faults import kill_point
 from rollverify.rollout.dynamic_sampling import tie_filter
 from rollverify.rollout.engines.protocol import RolloutEngine
-from rollverify.rollout.schedules import RolloutInterrupted, RolloutResult, RolloutState, collect
+from rollverify.rollout.schedules import RolloutInterrupted, RolloutResult
 from rollverify.rollout.tool_calls import ToolCountsSince
 from rollverify.rollout.trajectory import Trajectory
 from rollverify.tasks.base import Task
 from rollverify.tasks.evaluation import Evaluation, evaluate_sets
 from rollverify.tracking.metric_names import trl_metrics
 from rollverify.tracking.tracker import Tracker
-from rollverify.training.async_schedule import AsyncSchedule
 from rollverify.training.batch_check import check_batch
 from rollverify.training.booking import Booking, Clock
-from rollverify.training.cache_check import cached_unfinished, check_cache, forward_work
+from rollverify.training.cache_check import forward_work
 from rollverify.training.checkpoint_client import CheckpointClient
 from rollverify.training.distributed.world import World
 from rollverify.training.records import (
@@ -83,6 +83,7 @@ from rollverify.training.records import (
     step_metrics,
 )
 from rollverify.training.rewards import Rewards
+from rollverify.training.rollout_schedule import rollout_schedule
 from rollverify.training.schedule import Schedule
 from rollverify.training.stopping import StopRequest
 from rollverify.training.trl_adapter import BehaviorRatioGRPOTrainer, build_trainer, rollout_output
@@ -96,6 +97,7 @@ class TrainingLoop:
 
     def __init__(
         self,
+        *,
         config: RunConfig,
         method: Method,
         task: Task,
@@ -117,13 +119,7 @@ class TrainingLoop:
         self.booking = Booking(config, active=world.main)  # the ledger and the trace
         if engine is not None:
             engine.take_trace()  # a reused engine's steps were another run's
-        self.state = RolloutState()
         self.monitor = AcceptanceMonitor(config.verify.window, config.verify.switch_threshold)
-        self.async_ = None  # rollout.mode async: its extra work, beside the step
-        if config.rollout.mode == "async":
-            self.async_ = AsyncSchedule(
-                config.rollout, engine, task, method, config.verify, self.monitor, self._score
-            )
         self.eval_sets = task.eval_sets()
         # A fixed token sequence to compare engine and trainer after each weight sync.
         self.probe = torch.cat([p.prompt_ids for p in task.eval_problems()[:8]])[:64]
@@ -132,13 +128,17 @@ class TrainingLoop:
         self.counters = RunCounters()  # the run's own running figures
         self.last_metrics: dict[str, float] = {}  # the last step's, as logged
         self.schedule = Schedule(config.train, start_step)  # when to evaluate, checkpoint, stop
-        self.generation: BatchRecord | None = None  # the rollout batch being trained
+        self.trained_batch: BatchRecord | None = None  # the rollout batch being trained
         callback = LoopCallback(self, logged_step=start_step, resuming=start_step > 0)
         folder = str(run_dir / "trl") if run_dir is not None else "trl"
         self.trainer: BehaviorRatioGRPOTrainer = build_trainer(
             config, method, model, tokenizer, self.reward, self.rollout, callback, output_dir=folder
         )
         self.rewards = Rewards(task, self.trainer.processing_class, config.rollout)
+        self.rollouts = rollout_schedule(  # synchronous (or partial), or asynchronous
+            config, engine, task, method, self.monitor, self._score,
+            tie_filter(self.rewards.of_group), main=world.main,
+        )  # fmt: skip
         self.checkpoints = CheckpointClient(
             self,
             world=world,
@@ -154,12 +154,7 @@ class TrainingLoop:
     @property
     def version(self) -> int:
         """The policy trained next (the engine's, but in a thread of its own: it may lag)."""
-        return self.async_.version if self.async_ is not None else self.engine.version
-
-    @property
-    def partial(self) -> bool:
-        """Partial rollout until the monitor switches the run to on-policy, for good."""
-        return self.method.partial and not self.monitor.switched
+        return self.rollouts.version
 
     def _score(self, trajectories: list[Trajectory] | None) -> torch.Tensor:
         """log pi_old of their tokens, float [N, >= T]: every rank scores a part of them."""
@@ -183,62 +178,47 @@ class TrainingLoop:
         # The OPS filter acts on this score (its cost); every other method only logs it.
         used = self.method.sample_filter == "ops"
         with Clock() as scoring:
-            current = self._score(trajectories)
+            old_logprobs = self._score(trajectories)
         self.records.scoring.add(used, scoring.seconds, forward_work(trajectories or []))
-        batch = self.batch(result, trajectories, current) if self.world.main else None
+        main = self.world.main
+        batch = self.check_and_reward(result, trajectories, old_logprobs) if main else None
         return self.world.share(batch)
 
     def _collect(self) -> RolloutResult | None:
         """B complete groups from the engine; None if a stop request paused the rollout."""
-        rollout = self.config.rollout
 
         def stop_now() -> bool:
             kill_point("rollout", self.version + 1)  # tests: killed as the engine generates
             return self.stop.requested
 
         try:
-            if self.async_ is not None:
-                return self.async_.next_batch(self.records, should_stop=stop_now)
-            return collect(
-                self.engine,
-                self.task,
-                self.state,
-                batch_groups=rollout.batch_groups,
-                group_size=rollout.group_size,
-                partial=self.partial,
-                max_inflight_groups=rollout.max_inflight_groups,
-                should_stop=stop_now,
-                drop_group=tie_filter(self.rewards.of_group),
-                max_drops=rollout.dynamic_sampling_max_drops,
-                max_staleness=rollout.max_staleness,
-            )
+            return self.rollouts.next_batch(self.records, should_stop=stop_now)
         except RolloutInterrupted as interrupted:  # booked now: the checkpoint keeps it
-            self.booking.paused_rollout(
-                interrupted, (self.async_ or self.engine).take_trace(), self.version + 1
-            )
+            trace = self.rollouts.take_trace()
+            self.booking.paused_rollout(interrupted, trace, self.version + 1)
             return None
 
-    def batch(
-        self, result: RolloutResult, trajectories: list[Trajectory], current: torch.Tensor
+    def check_and_reward(
+        self, result: RolloutResult, trajectories: list[Trajectory], old_logprobs: torch.Tensor
     ) -> dict[str, list]:
         """Rank 0: the batch's OPS, filter and rewards, as TRL's rollout_func returns them.
-        current: log pi_old of its tokens, float [B*G, >= T]."""
-        with self._engine_read():  # the rollout's tool calls (a task with a tool), restarts, trace
-            tool_calls = self.tool_counts.take(self.engine)  # (all three: since the last batch)
-            restarts, steps = self.engine.stats.restarts, (self.async_ or self.engine).take_trace()
-        self.records.batch = self.generation = check_batch(
+        old_logprobs: log pi_old of its tokens, float [B*G, >= T]."""
+        with self.rollouts.reading():  # the rollout's tool calls (a task with a tool), restarts,
+            tool_calls = self.tool_counts.take(self.engine)  # trace (all three: since the last
+            restarts, steps = self.engine.stats.restarts, self.rollouts.take_trace()  # batch)
+        self.records.batch = self.trained_batch = check_batch(
             result,
             trajectories,
-            current,
+            old_logprobs,
             self.method,
             self.config.verify,
             self.version,
-            cache_size=len(self.state.cache),
+            cache_size=self.rollouts.cache_size,
             engine_restarts=restarts,
             engine_steps=steps,
             tool_calls=tool_calls,
         )
-        keep = self.generation.keep
+        keep = self.trained_batch.keep
         output = rollout_output(result, keep, mask_dropped=self.method.sample_filter is not None)
         rewards = self.rewards.of_batch(output["completion_ids"], output["answer"])
         self.records.reward_mean = sum(rewards) / len(rewards)
@@ -267,11 +247,10 @@ class TrainingLoop:
         stopping = self.checkpoints.stop_requested() and step < self.config.train.steps
         records.sync = self.sync_weights(step, skip=stopping)
         records.cache = self.verify_cache(step)
-        if self.async_ is not None:  # the engine in its thread: busy beside the trainer
-            self.async_.book_overlap(records)
+        self.rollouts.book_overlap(records)  # an engine in its thread: busy beside the trainer
         if not self.world.main:  # the rest (ledger, evaluation) is rank 0's
             return
-        self.booking.after_step(step, records, self.generation, self.counters)
+        self.booking.after_step(step, records, self.trained_batch, self.counters)
         due = self.schedule.evaluation_due(step)
         if due and not stopping:
             records.evaluation = self.evaluate()
@@ -288,41 +267,25 @@ class TrainingLoop:
         model = self.trainer.accelerator.unwrap_model(self.trainer.model)
         dtype, probe = self.config.model.dtype, self.probe.tolist()
         tolerance = self.config.vllm.sync_check_tolerance
-        if self.world.main and self.async_ is not None and self.async_.threaded:
-            gap = self.async_.send_weights(model, step, dtype, probe, tolerance)
+        if self.world.main and self.rollouts.threaded:  # to the engine's thread
+            gap = self.rollouts.send_weights(model, step, dtype, probe, tolerance)
             return SyncRecord(seconds=time.perf_counter() - start, gap=gap, engine_steps=[])
-        load = None  # the other ranks: their part of each gather
-        if self.world.main and self.async_ is not None:  # between two tokens of every sequence
-            load = self.async_.load_in_flight
-        elif self.world.main:
-            load = self.engine.load_weights
+        # rank 0 loads (between steps, or between two tokens of every sequence); the other
+        # ranks take their part of each gather
+        load = self.rollouts.load_weights if self.world.main else None
         gap, probe_steps = sync_engine(self.engine, model, dtype, probe, tolerance, step, load)
         return SyncRecord(seconds=time.perf_counter() - start, gap=gap, engine_steps=probe_steps)
 
     def verify_cache(self, step: int) -> CacheCheck:
-        """The cache under the new policy, every rank scoring a part: verified if the method
-        does (rank 0), else measured (cache_check.py). Empty on the other ranks. Asynchronous
-        training verifies before training instead (in flight): its checks of the step."""
-        if self.async_ is not None:
-            return self.async_.take_checks()
-        if not (self.method.verify or self.config.tracking.cache_ops):
-            return CacheCheck()  # nothing acts on it, and its OPS are not asked for
-        cached = cached_unfinished(self.state.cache) if self.world.main else None
-        check = CacheCheck()
-        with Clock() as scoring:
-            current = self._score(cached)
-            if self.world.main:
-                verify = self.config.verify
-                check = check_cache(cached, current, self.method, verify, self.monitor, step)
-        # (check.scored: the work of the trajectories as verification left them)
-        self.records.scoring.add(self.method.verify, scoring.seconds, check.scored)
-        return check
+        """The step's verifications: of the cache under the new policy (synchronous), or in
+        flight before the batch trained (asynchronous)."""
+        return self.rollouts.take_checks(step, self.records)
 
     def evaluate(self) -> Evaluation:
         """Every eval set at once (rollverify/tasks/evaluation.py); its time is the eval phase.
         Asynchronous training: the sequences in flight wait outside the engine meanwhile."""
         with (
-            self._sequences_out(),  # (an evaluation's; the engine is the trainer's from here)
+            self.rollouts.engine_out(),  # (an evaluation's; the engine is the trainer's from here)
             self.booking.phase("eval", self.version, self.engine),
             getattr(self.engine, "counted_apart", nullcontext)(),  # its tool calls
         ):
@@ -357,8 +320,7 @@ class TrainingLoop:
 
     def close(self) -> None:
         """Stop the engine's thread, if it runs (the engine stays, its work lost with it)."""
-        if self.async_ is not None:
-            self.async_.close()
+        self.rollouts.close()
 
     # -- the checkpoint contract (checkpoint_client.py writes them) --------------------------
 
@@ -366,31 +328,20 @@ class TrainingLoop:
         """Everything of the loop's own a resumed run needs, by owner. Tensors only under
         rollout.cache.tensors; the rest is JSON-able. Asynchronous training: the engine's
         sequences are taken out first (the next rollout submits them again, in order)."""
-        with self._sequences_out():  # (a checkpoint's)
-            if self.async_ is not None:  # the groups in play (and a thread's engine RNG)
-                rollout = self.async_.state_dict()
-            else:
-                rollout = {"rollout": self.state.state_dict()}
-            return rollout | {
+        with self.rollouts.engine_out():  # (a checkpoint's)
+            # the cache, or the groups in play (and a thread's engine RNG)
+            return self.rollouts.state_dict() | {
                 "task": self.task.state_dict(),
                 "monitor": self.monitor.state_dict(),
                 "ledger": self.booking.ledger.state_dict(),
                 "loop": self.counters.state_dict(),
             }
 
-    def _sequences_out(self) -> AbstractContextManager:
-        """Asynchronous training: the engine's sequences out while the block runs."""
-        return self.async_.engine_out() if self.async_ is not None else nullcontext()
-
-    def _engine_read(self) -> AbstractContextManager:
-        """The engine read by the trainer: in a thread of its own, one at a time inside it."""
-        return self.async_.reading() if self.async_ is not None else nullcontext()
-
     def load_state_dict(self, state: dict[str, Any], step: int) -> None:
         """Continue from a checkpoint of `step` (the trainer's state comes back through its
         resume hooks, training/trl_adapter.py)."""
         self.task.load_state_dict(state["task"])
-        (self.async_ or self.state).load_state_dict(state["rollout"])
+        self.rollouts.load_state_dict(state["rollout"])
         self.monitor.load_state_dict(state["monitor"])
         self.booking.ledger.load_state_dict(state["ledger"])
         self.counters.load_state_dict(state["loop"])

@@ -15,6 +15,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,7 @@ from rollverify.infra.hub import model_folder
 from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.tasks.base import Task
 from rollverify.tracking.metric_names import EVAL_ACCURACY
-from rollverify.training.checkpoint.files import latest
-from rollverify.training.checkpoint.run_state import config_changes, restore_loop
+from rollverify.training.checkpoint.run_state import restore_loop
 from rollverify.training.distributed.world import World
 from rollverify.training.launch import launch
 from rollverify.training.loop import TrainingLoop
@@ -44,24 +44,13 @@ from rollverify.training.parts import (
 )
 from rollverify.training.preflight import check_before_start, sharding_problems
 from rollverify.training.records import evaluation_metrics
+from rollverify.training.resume_plan import RunFinished, resume_plan
 from rollverify.training.run_end import finished_run, store_artifacts, summary_of, write_summary
-from rollverify.training.run_folder import (
-    find_run,
-    is_finished,
-    resumed_config,
-    run_dir_for,
-    run_lock,
-)
+from rollverify.training.run_folder import run_dir_for, run_lock
 from rollverify.training.run_plan import RunPlan, RunSummary
 from rollverify.training.run_tracking import run_tracker
 from rollverify.training.stopping import RunInterrupted, StopRequest
 from rollverify.training.weight_sync import WeightStream
-
-
-class RunFinished(Exception):
-    """`rvctl resume` of a run that reached its last step: nothing to do (exit 0)."""
-
-    exit_code = 0
 
 
 def train(
@@ -87,102 +76,103 @@ def resume(
     step raises RunFinished, its end completed first if a stop cut it off (run_end.py)."""
     try:
         plan = resume_plan(run_dir, overrides, config_path, on_step, engine, parent_run_id)
-    except RunFinished:
-        finished_run(find_run(Path(run_dir)))
+    except RunFinished as finished:
+        finished_run(finished.run_dir)
         raise
     return run(plan)
-
-
-def resume_plan(
-    run_dir: str | Path,
-    overrides: dict[str, Any] | None = None,
-    config_path: str | Path | None = None,
-    on_step: Callable[[int, dict[str, float]], None] = lambda step, metrics: None,
-    engine: RolloutEngine | None = None,
-    parent_run_id: str | None = None,
-) -> RunPlan:
-    """Continue a run from its last good checkpoint (or from step 0 if it has none yet), in
-    the same folder and MLflow run. `run_dir` may also be an output folder holding one run.
-
-    The config is the run's own (or `config_path`), with `overrides`; a change that would make
-    the rest of the run a different experiment is refused (ConfigError, one line per field).
-    A run already at its last step raises RunFinished (say --steps N to train further).
-    """
-    run_dir = find_run(Path(run_dir))
-    checkpoint = latest(run_dir / "checkpoints")
-    config = resumed_config(run_dir, overrides, config_path)
-    if checkpoint is not None:
-        if is_finished(checkpoint.step, config, overrides):
-            raise RunFinished(
-                f"{run_dir} is finished: it trained all {checkpoint.step} steps; to train "
-                f"further, rvctl resume {run_dir} --steps N with N > {checkpoint.step}"
-            )
-        problems = config_changes(checkpoint.state["config"], config.to_dict())
-        if config.train.steps <= checkpoint.step:
-            problems.append(
-                f"train.steps: the run is at step {checkpoint.step} of {config.train.steps}; "
-                f"pass --steps N with N > {checkpoint.step} to train further"
-            )
-        if problems:
-            raise ConfigError(problems)
-    else:  # nothing trained yet, but its MLflow run (params, method tag) may exist
-        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
-        problems = config_changes(saved, config.to_dict())
-        if problems:
-            raise ConfigError(problems)
-    return RunPlan(config, run_dir, checkpoint, parent_run_id, on_step, engine)
 
 
 def run(plan: RunPlan) -> RunSummary:
     """setup; train; cleanup. The folder and its config come first, so a run killed at any
     later moment (loading the model, starting engines) can be resumed. Every rank of a world
-    runs this with the same plan (worker.py)."""
+    runs this with the same plan (worker.py); train.processes > 1 started from one process
+    launches them (launch.py), each running this recipe."""
     world = World.joined()
     if world.main:  # (a launcher checks before its workers start; its rank 0 again)
-        # This machine's GPUs are counted by whoever starts the run on it: not by a rank of
-        # a world (a multi-node torchrun's node has a share of them) nor in a Ray worker (a
-        # sweep trial, a comparison's pair: Ray shows it the GPUs it holds, engines hold
-        # their own).
-        gpus_here = world.size == 1 and not _in_ray_worker()
-        check_before_start(plan.config, gpus_here)
-        problems = [] if gpus_here else sharding_problems(plan.config)  # (this node's CUDA)
-        if problems:
-            raise ConfigError(problems)
+        _check_inputs(plan.config, world)
     if world.size == 1 and plan.config.train.processes > 1:
         return launch(plan, prepare=prepare_folder)
-    if world.size != plan.config.train.processes:
+    _check_world(plan.config, world)
+    with _run_folder(plan, world):  # rank 0's: made, config.yaml written, locked
+        started = time.perf_counter()
+        parts = setup(plan)
+        with _engine(plan, parts, world) as engine:  # cleanup: stopped on the way out
+            return _train(plan, parts, engine, started, world)
+
+
+@dataclass
+class Parts:
+    """What a run trains: the task (its data read), the tokenizer and the model (at the
+    checkpoint's weights when resuming)."""
+
+    tokenizer: Any
+    task: Task
+    model: Any
+
+
+def setup(plan: RunPlan) -> Parts:
+    """Seeds and threads, then the tokenizer, the task and the model, in that order (the
+    task's data is read, or refused, before the model loads)."""
+    config = plan.config
+    if config.train.threads:
+        torch.set_num_threads(config.train.threads)
+    torch.manual_seed(config.train.seed)
+    folder = model_folder(config.model_path(), config.model.revision)  # (a hub id: cached)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    task = make_task(config, tokenizer)
+    dtype = getattr(torch, config.master_dtype())
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    if plan.checkpoint is not None:
+        model.load_state_dict(plan.checkpoint.tensors["model"])
+    return Parts(tokenizer, task, model)
+
+
+def _check_inputs(config: RunConfig, world: World) -> None:
+    """The config against this machine. Its GPUs are counted by whoever starts the run on
+    it: not by a rank of a world (a multi-node torchrun's node has a share of them) nor in a
+    Ray worker (a sweep trial, a comparison's pair: Ray shows it the GPUs it holds, engines
+    hold their own)."""
+    gpus_here = world.size == 1 and not _in_ray_worker()
+    check_before_start(config, gpus_here)
+    problems = [] if gpus_here else sharding_problems(config)  # (this node's CUDA)
+    if problems:
+        raise ConfigError(problems)
+
+
+def _check_world(config: RunConfig, world: World) -> None:
+    if world.size != config.train.processes:
         raise ConfigError(
             [
-                f"train.processes: {plan.config.train.processes}, but torchrun started "
+                f"train.processes: {config.train.processes}, but torchrun started "
                 f"{world.size} processes (--nnodes x --nproc-per-node); make them agree"
             ]
         )
-    config, run_dir = plan.config, plan.run_dir
-    if world.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    with run_lock(run_dir) if world.main else nullcontext():
-        started = time.perf_counter()
-        if world.main:
-            _write_config(plan)
-        if config.train.threads:
-            torch.set_num_threads(config.train.threads)
-        torch.manual_seed(config.train.seed)
-        folder = model_folder(config.model_path(), config.model.revision)  # (a hub id: cached)
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        task = make_task(config, tokenizer)  # its data read (or refused) before the model loads
-        model = AutoModelForCausalLM.from_pretrained(
-            folder, dtype=getattr(torch, config.master_dtype())
-        )
-        if plan.checkpoint is not None:
-            model.load_state_dict(plan.checkpoint.tensors["model"])
-        with (
-            _engine_for(plan, model, tokenizer) if world.main else nullcontext() as engine,
-            with_tools(engine, task, config) as engine,
-        ):
-            if engine is not None:
-                engine.pause()  # a reused engine may hold another run's requests
-                engine.load_weights(WeightStream(model, config.model.dtype), version=plan.step)
-            return _train(plan, engine, model, tokenizer, task, started, world)
+
+
+@contextmanager
+def _run_folder(plan: RunPlan, world: World) -> Iterator[None]:
+    """Rank 0: the run's folder and config.yaml, under its lock for the whole run."""
+    if not world.main:
+        yield
+        return
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    with run_lock(plan.run_dir):
+        _write_config(plan)
+        yield
+
+
+@contextmanager
+def _engine(plan: RunPlan, parts: Parts, world: World) -> Iterator[RolloutEngine | None]:
+    """Rank 0's engine (None on the other ranks) with the task's tools, at the run's weights."""
+    config = plan.config
+    with (
+        _engine_for(plan, parts.model, parts.tokenizer) if world.main else nullcontext() as engine,
+        with_tools(engine, parts.task, config) as engine,
+    ):
+        if engine is not None:
+            engine.pause()  # a reused engine may hold another run's requests
+            engine.load_weights(WeightStream(parts.model, config.model.dtype), version=plan.step)
+        yield engine
 
 
 def prepare_folder(plan: RunPlan) -> None:
@@ -193,6 +183,22 @@ def prepare_folder(plan: RunPlan) -> None:
     _write_config(plan)
     if plan.checkpoint is None:
         run_tracker(plan, METHODS[plan.config.train.method].name)
+
+
+def _start_from(plan: RunPlan, loop: TrainingLoop, tracker) -> None:
+    """Rank 0, before TRL's loop: step 0's evaluation (the base model), or the checkpoint's
+    loop state and the evaluation a stop skipped (evaluating leaves the training's RNG be)."""
+    if plan.checkpoint is None:
+        before = evaluation_metrics(loop.evaluate())
+        loop.counters.eval_before = before[EVAL_ACCURACY]
+        tracker.log_metrics(before, step=0)
+        plan.on_step(0, before)
+        return
+    restore_loop(loop, plan.checkpoint)
+    if loop.counters.eval_pending:
+        tracker.log_metrics(evaluation_metrics(loop.evaluate()), step=plan.step)
+        loop.counters.eval_pending = False
+    plan.on_step(plan.step, {})
 
 
 def _in_ray_worker() -> bool:
@@ -222,13 +228,7 @@ def _engine_for(plan: RunPlan, model, tokenizer) -> Iterator[RolloutEngine]:
 
 
 def _train(
-    plan: RunPlan,
-    engine: RolloutEngine | None,
-    model,
-    tokenizer,
-    task: Task,
-    started: float,
-    world: World,
+    plan: RunPlan, parts: Parts, engine: RolloutEngine | None, started: float, world: World
 ) -> RunSummary:
     """The MLflow run, the loop and its trainer; step 0's evaluation (or a resumed run's
     pending one); TRL's training loop to the last step; the end's writes (run_end.py: after the
@@ -243,33 +243,21 @@ def _train(
     try:
         with stop.listening():
             loop = TrainingLoop(
-                config,
-                method,
-                task,
-                engine,
-                tracker,
-                model,
-                tokenizer,
-                plan.on_step,
-                plan.run_dir,
-                stop,
+                config=config,
+                method=method,
+                task=parts.task,
+                engine=engine,
+                tracker=tracker,
+                model=parts.model,
+                tokenizer=parts.tokenizer,
+                on_step=plan.on_step,
+                run_dir=plan.run_dir,
+                stop=stop,
                 start_step=plan.step,
                 world=world,
             )
-            if not world.main:
-                pass  # the evaluations and the loop's state are rank 0's
-            elif checkpoint is None:
-                before = evaluation_metrics(loop.evaluate())
-                loop.counters.eval_before = before[EVAL_ACCURACY]
-                tracker.log_metrics(before, step=0)
-                plan.on_step(0, before)
-            else:
-                restore_loop(loop, checkpoint)
-                if loop.counters.eval_pending:  # a stop skipped it (evaluating leaves the
-                    # training's RNG be)
-                    tracker.log_metrics(evaluation_metrics(loop.evaluate()), step=plan.step)
-                    loop.counters.eval_pending = False
-                plan.on_step(plan.step, {})
+            if world.main:  # the evaluations and the loop's state are rank 0's
+                _start_from(plan, loop, tracker)
             loop.trainer.resume_from = checkpoint  # read by the trainer's resume hooks
             loop.trainer.train(
                 resume_from_checkpoint=str(checkpoint.folder) if checkpoint is not None else None

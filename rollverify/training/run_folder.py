@@ -39,7 +39,7 @@ def resumed_config(
     run_dir: Path, overrides: dict[str, Any] | None = None, config_path: str | Path | None = None
 ) -> RunConfig:
     """The run's own config (or `config_path`'s) with `overrides`: what a resume trains with
-    (whether it may: training/run.py's resume_plan, against the checkpoint)."""
+    (whether it may: training/resume_plan.py, against the checkpoint)."""
     base = load_config(config_path if config_path is not None else run_dir / "config.yaml")
     return with_overrides(base, overrides or {})
 

@@ -69,7 +69,8 @@ def _agreed_plan(args: argparse.Namespace, world):
     from rollverify.config import load_config
     from rollverify.infra.nested_dicts import config_fields
     from rollverify.training.checkpoint.files import load
-    from rollverify.training.run import RunFinished, RunPlan, resume_plan, run_dir_for
+    from rollverify.training.resume_plan import RunFinished, resume_plan
+    from rollverify.training.run import RunPlan, run_dir_for
 
     shared = None
     plan = None

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from rvctl import summary
+from rvctl.commands.report_study import StudyTable, check_study_options, show_study
 from rvctl.options import FormatOption, WideOption
 from rvctl.output import Format, print_split, stderr
 
@@ -92,8 +93,57 @@ def report(
         ),
     ] = None,
     wide: WideOption = False,
+    vs: Annotated[
+        str | None,
+        typer.Option(
+            help="KEY=VALUE[,KEY=VALUE]: instead, each group of runs against the runs of its "
+            "seed with these values (its own method unless train.method is among the keys), "
+            "e.g. train.method=partial or verify.dt=2.",
+            show_default=False,
+        ),
+    ] = None,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            help="KEY[,KEY], with --vs: the baseline keeps the group's values of these keys "
+            "(--vs train.method=grpo --by rollout.eta: each eta against grpo at that eta).",
+            show_default=False,
+        ),
+    ] = None,
+    table: Annotated[
+        StudyTable | None,
+        typer.Option(
+            help="Instead, a table of the staleness study (docs/results.md): dose-response "
+            "(asynchronous runs by rollout.eta, each against its eta 0 and sync grpo; --plots: "
+            "a chart per figure against eta) or composition (which groups train first, apart "
+            "from how stale they are).",
+            show_default=False,
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --vs or --table: also write the rows, every figure and per seed, to "
+            "this JSON file.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Accuracy, GPU-days and speedup per method (or per grid point of a sweep)."""
+    """Accuracy, GPU-days and speedup per method (or per grid point of a sweep); or, with --vs
+    or --table, the staleness study's paired tables."""
+    check_study_options(vs, by, table)
+    if out is not None and not (vs or table):
+        raise ValueError("--out: writes a --vs or --table table; for the method table use -f json")
+    if per_seed is not None and (vs or table):
+        raise ValueError("--per-seed: the method table's; with --vs or --table, --out holds them")
+    if vs or table:
+        from rollverify.tracking.run_records import load_report
+
+        found = load_report(targets or [], tracking_uri)
+        _log(f"{found.kind}: {len(found.runs)} runs in {found.tracking_uri}")
+        for path in show_study(found.runs, vs, by, table, format, out, plots):
+            _log(f"wrote {path}")
+        return
     show_report(targets or [], tracking_uri, format, plots, per_seed, wide)
 
 

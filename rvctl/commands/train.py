@@ -3,6 +3,7 @@ one-screen summary."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
@@ -13,7 +14,6 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rollverify.training.preflight import check_before_start
-from rollverify.training.run_folder import find_run, is_finished, resumed_config
 from rvctl import progress
 from rvctl.options import (
     EngineOption,
@@ -83,44 +83,31 @@ def resume(
     was killed before its first), in its folder and MLflow run. RUN_DIR may be an output
     folder holding one run. A finished run: says so, exit 0."""
     overrides = run_overrides(
-        steps,
-        engine,
-        None,
-        None,
-        processes,
-        settings,
+        steps=steps,
+        engine=engine,
+        processes=processes,
+        settings=settings,
         **{"train.checkpoint_every": checkpoint_every},
     )
-    from rollverify.training.checkpoint.files import newest_step  # (torch: not for every command)
-
-    run_dir = find_run(run_dir)
-    resumed = resumed_config(run_dir, overrides, config)
-    finished = is_finished(newest_step(run_dir / "checkpoints"), resumed, overrides)
-    if not finished:  # (a finished one says so, exit 0, below)
-        check_before_start(resumed)  # before TRL, Ray or an engine load
-    from rollverify.training.run import RunFinished  # heavy: torch, TRL, MLflow
-    from rollverify.training.run import resume as resume_run
+    from rollverify.training.resume_plan import RunFinished, resume_plan  # torch, not TRL
 
     try:
-        summary = _with_progress(
-            run_dir.name,
-            overrides.get("train.steps") or _planned_steps(run_dir),
-            lambda on_step: resume_run(run_dir, overrides, config, on_step=on_step),
-        )
+        plan = resume_plan(run_dir, overrides, config)
     except RunFinished as finished:  # a script that always resumes must not fail on it
+        from rollverify.training.run_end import finished_run
+
+        finished_run(finished.run_dir)  # its end completed, if a stop cut it off
         print(finished)
         return
+    check_before_start(plan.config)  # before TRL, Ray or an engine load
+    from rollverify.training.run import run  # heavy: TRL, MLflow
+
+    summary = _with_progress(
+        plan.run_dir.name,
+        plan.config.train.steps,
+        lambda on_step: run(dataclasses.replace(plan, on_step=on_step)),
+    )
     _print_summary(summary, format)
-
-
-def _planned_steps(run_dir: Path) -> int | None:
-    """The run's train.steps, for the progress bar (the library checks the folder)."""
-    import yaml
-
-    try:
-        return yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["steps"]
-    except Exception:  # not a run folder: resume says so, with the fix
-        return None
 
 
 def _with_progress(name: str, steps: int | None, run: Callable[[Callable], Any]) -> Any:

@@ -9,12 +9,15 @@ from their old blocks with one gather and one copy per piece.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
 from transformers import AttentionInterface
 from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from rollverify.rollout.engines.batching import DECODE_KEEP, length_groups
 
 GQA_ATTENTION = "rollverify_gqa_sdpa"
 SPARE_COLUMNS = 64  # room to append before the buffers must grow (a copy)
@@ -139,3 +142,49 @@ def left_pad(tensor: torch.Tensor, width: int) -> torch.Tensor:
     shape = list(tensor.shape)
     shape[2] = missing
     return torch.cat([tensor.new_zeros(shape), tensor], dim=2)
+
+
+def reband(
+    old: list[BandedLayer],
+    lengths: list[int],
+    where: list[tuple[int, int]],
+    fresh: int,
+    new_kv: list,
+    masks,
+    device: torch.device,
+) -> tuple[list[int], list[BandedLayer]]:
+    """The rows (their KV `lengths`, each found at `where`: (band, index), band `fresh` being
+    the new rows' `new_kv`, each layer's keys and values) banded again by length: each band as
+    wide as its longest row, never wider. Returns the rows' new order and the layers.
+    Rows of one source stay together in a band: one gather per (band, source)."""
+    bands = [sorted(g, key=where.__getitem__) for g in length_groups(lengths, DECODE_KEEP)]
+    plans = [_plan(band, where, lengths, old, device) for band in bands]
+    widths = [max(lengths[i] for i in band) for band in bands]
+    layers = []
+    for index in range(len(old) if old else len(new_kv)):
+        blocks = [old[index].block(s) for s in range(fresh)] + new_kv[index : index + 1]
+        buffers = [
+            old[index].buffers[plan] if isinstance(plan, int) else banded(blocks, *plan)
+            for plan in plans
+        ]
+        layers.append(BandedLayer(buffers, list(widths), masks))
+    return [i for band in bands for i in band], layers
+
+
+def _plan(band: list[int], where: list[tuple[int, int]], lengths: list[int], old: list, device):
+    """How to build one band: the index of an old band holding exactly these rows at this
+    width (kept as it is, no copy), or its width and (source block, row indices) pieces."""
+    width = max(lengths[i] for i in band)
+    source = where[band[0]][0]
+    if (
+        old
+        and source < len(old[0].sizes)
+        and [where[i] for i in band] == [(source, j) for j in range(old[0].sizes[source])]
+        and old[0].widths[source] == width
+    ):
+        return source
+    pieces = [
+        (block, torch.tensor([where[i][1] for i in members], device=device))
+        for block, members in itertools.groupby(band, key=lambda i: where[i][0])
+    ]
+    return width, pieces

@@ -16,7 +16,6 @@ TRL's loss recomputes (rollverify/core/sampling.py says why).
 from __future__ import annotations
 
 import copy
-import itertools
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -30,8 +29,8 @@ from transformers.cache_utils import Cache, DynamicLayer
 from rollverify.core.sampling import Sampling
 from rollverify.cost.trace import EngineStep
 from rollverify.infra.faults import kill_point
-from rollverify.rollout.engines.banded_kv import GQA_ATTENTION, BandedLayer, banded, left_pad
-from rollverify.rollout.engines.batching import DECODE_KEEP, length_groups
+from rollverify.rollout.engines.banded_kv import GQA_ATTENTION, left_pad, reband
+from rollverify.rollout.engines.batching import length_groups
 from rollverify.rollout.engines.protocol import EngineStats, QueuedSlots, probe_logprobs_of
 from rollverify.rollout.trajectory import Trajectory
 
@@ -325,38 +324,7 @@ class HFEngine(QueuedSlots):
         ]
         fresh = len(old[0].sizes) if old else 0
         where = [located[i] for i in keep] + [(fresh, j) for j in joining]
-        # Rows of one source stay together in a band: one gather per (band, source).
-        bands = [
-            sorted(g, key=where.__getitem__)
-            for g in length_groups([r.length for r in rows], DECODE_KEEP)
-        ]
-        plans = [self._plan(band, where, rows, old) for band in bands]
-        widths = [max(rows[i].length for i in band) for band in bands]
-        layers = []
-        for index in range(len(old) if old else len(new_kv)):
-            blocks = [old[index].block(s) for s in range(fresh)] + new_kv[index : index + 1]
-            buffers = [
-                old[index].buffers[plan] if isinstance(plan, int) else banded(blocks, *plan)
-                for plan in plans
-            ]
-            layers.append(BandedLayer(buffers, list(widths), self._masks))
-        self._rows = [rows[i] for band in bands for i in band]
+        lengths = [r.length for r in rows]
+        order, layers = reband(old, lengths, where, fresh, new_kv, self._masks, self.device)
+        self._rows = [rows[i] for i in order]
         self._cache = Cache(layers=layers)
-
-    def _plan(self, band: list[int], where: list[tuple[int, int]], rows: list[_Row], old: list):
-        """How to build one band: the index of an old band holding exactly these rows at this
-        width (kept as it is, no copy), or its width and (source block, row indices) pieces."""
-        width = max(rows[i].length for i in band)
-        source = where[band[0]][0]
-        if (
-            old
-            and source < len(old[0].sizes)
-            and [where[i] for i in band] == [(source, j) for j in range(old[0].sizes[source])]
-            and old[0].widths[source] == width
-        ):
-            return source
-        pieces = [
-            (block, torch.tensor([where[i][1] for i in members], device=self.device))
-            for block, members in itertools.groupby(band, key=lambda i: where[i][0])
-        ]
-        return width, pieces

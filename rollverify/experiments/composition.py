@@ -1,9 +1,8 @@
 """The composition control of the staleness study (docs/results.md): runs that separate which
 groups train first from how stale their tokens are, each paired by seed with synchronous grpo.
 
-    .venv/bin/python benchmarks/stale_composition.py runs/sweep-method-2* runs/sweep-method-eta-* \
-        runs/sweep-method-max_staleness-* runs/sweep-method-batch_order-* \
-        --out benchmarks/results/stale_composition.json [--md]
+    rvctl report runs/sweep-method-2* runs/sweep-method-eta-* runs/sweep-method-max_staleness-* \
+        runs/sweep-method-batch_order-* --table composition [--out F.json] [-f md]
 
 Rows are labelled by method and the settings that make them differ (rollout.mode, eta,
 batch_order, max_staleness), so runs of one method from several sweeps stay apart. Per row:
@@ -18,16 +17,16 @@ starves).
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
-
-from stale_tables import cell, mean_and_ci, mean_over_steps, paired_by_seed, pm
-
-from rollverify.experiments.report import counted, eval_area
+from rollverify.experiments.cells import cell, pm
+from rollverify.experiments.run_figures import (
+    counted,
+    eval_area,
+    mean_and_ci,
+    mean_over_steps,
+    paired_by_seed,
+)
 from rollverify.tracking import metric_names as m
-from rollverify.tracking.run_records import RunRecord, load_report
-from rvctl.output import Format, print_rows
+from rollverify.tracking.run_records import RunRecord
 
 SETTINGS = ("rollout.mode", "rollout.eta", "rollout.batch_order", "rollout.max_staleness")
 EARLY = 20  # steps whose trained lengths say which groups train first
@@ -115,33 +114,4 @@ MD_COLUMNS = {  # header -> a row's cell
 
 def markdown(table: list[dict]) -> list[dict[str, str]]:
     """docs/results.md's table: one row of formatted cells per row of `table`."""
-    return [{header: cell(row) for header, cell in MD_COLUMNS.items()} for row in table]
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("targets", nargs="+")
-    parser.add_argument("--tracking-uri")
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--md", action="store_true", help="print docs/results.md's table")
-    args = parser.parse_args()
-    table = rows(load_report(args.targets, args.tracking_uri).runs)
-    if args.md:
-        print_rows(markdown(table), Format.md)
-    for row in table:
-        paired = "".join(
-            f"  ΔAUC {against} {row[f'auc_{suffix}']:+.4f} ± {row[f'auc_{suffix}_ci95']:.4f}"
-            for against, suffix in (("grpo", "vs_grpo"), ("twin", "vs_twin"))
-            if row.get(f"auc_{suffix}_ci95") is not None
-        )
-        print(
-            f"{row['run']:>45} n={row['seeds']} AUC {pm(row, 'auc')}{paired}  "
-            f"early length {pm(row, 'early_length', 1)}  "
-            f"stale8 {pm(row, 'stale_token_share_8', 3)}"
-        )
-    if args.out:
-        args.out.write_text(json.dumps({"rows": table}, indent=1) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    return [{header: cell_of(row) for header, cell_of in MD_COLUMNS.items()} for row in table]

@@ -1,10 +1,9 @@
 """Staleness injected directly: each method's figures against rollout.eta, paired with the same
-method at eta 0 seed by seed (docs/results.md, "Staleness injected directly").
+method at eta 0 seed by seed (docs/results.md, "Staleness injected directly"): what
+`rvctl report --table dose-response` prints, over sweeps such as
 
     rvctl sweep method eta --config experiments/stale.yaml --method grpo,partial-recomputed,...\
         --eta 0,2,4,8,16 --seeds 5 --engine hf --set train.threads=1 --set rollout.mode=async
-    .venv/bin/python benchmarks/stale_dose_response.py runs/sweep-method-eta-* [SYNC_GRPO_SWEEP] \
-        --plots docs/results/stale_dose --out benchmarks/results/stale_dose_response.json [--md]
 
 Per (method, eta) of the asynchronous runs: the mean over seeds of the AUC (the primary figure),
 the final accuracy, the mean entropy over steps, k3 (mismatch_kl), per-token staleness, the
@@ -12,21 +11,24 @@ acceptance rate, the tokens each verification stage cut and the switch step (ver
 methods), and the difference to the same method at eta 0 with its paired 95% interval and the
 smallest difference 5 seeds could detect at 80% power; where synchronous grpo's runs are among
 the targets, the AUC's paired difference to them too. One PNG per figure against eta, a line
-per method. The per-seed figures are in the JSON beside the table.
+per method. The per-seed figures are in each row (`per_seed`).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
-from stale_tables import cell, mean_and_ci, mean_over_steps, paired_by_seed, pm
-
-from rollverify.experiments.report import counted, eval_area, switch_step
+from rollverify.experiments.cells import cell, pm
+from rollverify.experiments.run_figures import (
+    counted,
+    eval_area,
+    mean_and_ci,
+    mean_over_steps,
+    paired_by_seed,
+    switch_step,
+)
 from rollverify.tracking import metric_names as m
-from rollverify.tracking.run_records import RunRecord, load_report
-from rvctl.output import Format, print_rows
+from rollverify.tracking.run_records import RunRecord
 
 FIGURES = {  # name -> each run's value
     "auc": eval_area,
@@ -169,37 +171,3 @@ def _plotted(row: dict, key: str) -> bool:
     return row[key] is not None or (
         row["eta"] == 0 and row[key.removesuffix("_vs_eta0")] is not None
     )
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("targets", nargs="+", help="sweep folders (or run ids)")
-    parser.add_argument("--tracking-uri")
-    parser.add_argument("--plots", type=Path)
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--md", action="store_true", help="print docs/results.md's table")
-    args = parser.parse_args()
-    found = load_report(args.targets, args.tracking_uri)
-    table = rows(found.runs)
-    if args.md:
-        print_rows(markdown(table), Format.md)
-    for row in table:
-        cells = [f"{row['method']:>20} eta={row['eta']:<2} n={row['seeds']}"]
-        for name in PAIRED:
-            value, diff = row[name], row[f"{name}_vs_eta0"]
-            ci = row[f"{name}_vs_eta0_ci95"]
-            cells.append(
-                f"{name} {value:.4f}" + (f" ({diff:+.4f} ± {ci:.4f})" if ci is not None else "")
-                if value is not None
-                else f"{name} -"
-            )
-        print("  ".join(cells))
-    if args.plots:
-        for path in plot(table, args.plots):
-            print(f"wrote {path}")
-    if args.out:
-        args.out.write_text(json.dumps({"rows": table}, indent=1) + "\n")
-
-
-if __name__ == "__main__":
-    main()

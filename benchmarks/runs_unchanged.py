@@ -1,15 +1,16 @@
 """A refactor changes no run: short seeded runs and `rvctl simulate` tables, at a base revision
 and at this checkout, compared. Prints one JSON object (each run's counts and differences).
 
-    .venv/bin/python benchmarks/refactor_check.py --base 114ec51 \
-        --out benchmarks/results/refactor_check_50.json
+    .venv/bin/python benchmarks/runs_unchanged.py --base 114ec51 \
+        --out benchmarks/results/runs_unchanged_60.json
 
 Each run is `rvctl train` on the hf engine, seed 0, one thread, a checkpoint every step: grpo,
 partial, rollverify, asynchronous rollverify in lock-step, chain_tool (synchronous and
-asynchronous), and the code and math tasks on a random byte model (tests/tiny.py). Compared:
-every metric the run logged but timings (tests/runs.py `comparable`), every checkpoint file's
-bytes and its state (measured seconds aside), the trace (all but its seconds), the ledger's
-tokens and modeled seconds, the summary. The retool task is left out: its sandboxed calls
+asynchronous), and the code and math tasks on a random byte model
+(rollverify/tiny/byte_model.py). Compared: every metric the run logged but timings
+(rollverify/tracking/reproducibility.py `comparable`), every checkpoint file's bytes and its
+state (measured seconds aside), the trace (all but its seconds), the ledger's tokens and
+modeled seconds, the summary. The retool task is left out: its sandboxed calls
 run beside the engine, so which step a response resumes at depends on timing. The tables
 are `rvctl simulate`'s JSON, compiled and Python engines, asynchronous, tool calls, growing
 lengths: byte for byte. The base revision runs from `git archive`, in a folder of its own.
@@ -33,7 +34,7 @@ from provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.runs import comparable, metric_history  # noqa: E402
+from rollverify.tracking.reproducibility import comparable, metric_history  # noqa: E402
 
 TINY = {
     "train": {"steps": 3, "eval_every": 0, "threads": 1, "checkpoint_every": 1, "seed": 0},
@@ -89,7 +90,7 @@ def _merged(*diffs: dict) -> dict:
 
 def prepare(work: Path) -> None:
     """The byte model and the problem files the code and math runs read."""
-    from tests.tiny import byte_model
+    from rollverify.tiny.byte_model import byte_model
 
     byte_model(work / "byte-model", [], {"<eos>": 0.04})
     problems = [
@@ -230,7 +231,7 @@ def main() -> None:
             (work / side / "simulate").mkdir()
             simulate_all(code, work / side / "simulate")
         report = {
-            "benchmark": "refactor_check",
+            "benchmark": "runs_unchanged",
             "base": args.base,
             "runs": {
                 name: compare_runs(work / "before" / name, work / "after" / name)

@@ -1,35 +1,25 @@
 """Does a setting meet the preconditions of the staleness study (docs/results.md, "A setting
-where stale tokens can matter")? Measured, never assumed:
-
-    .venv/bin/python benchmarks/stale_preconditions.py --config experiments/stale.yaml \
-        [--store runs/mlflow.db] --out benchmarks/results/stale_preconditions.json
+where stale tokens can matter")? Measured, never assumed: what `rvctl preconditions` prints.
 
 1. The starting policy (the config's base model, its sampler): on the held-out set, k samples
    per problem as the run evaluates them, the mean token entropy of the sampled responses
    (nats, the full distribution at each sampled position), the sampled accuracy (avg@k), and
    the response lengths (median, p95, p99, max; p95 / median).
-2. With --store: from the study's runs in that MLflow store (finished runs of the config's
+2. With a store: from the study's runs in that MLflow store (finished runs of the config's
    task), per method and seed, the share of trained tokens at least 8 versions old
    (`stale_token_share_8`, mean over steps) and whether grpo stayed stable on every seed
    (the rule is written beside the table in docs/results.md: no evaluation falls more than
    0.10 below the best one before it, and the last is above the first).
-
-Prints a table; writes JSON with every per-seed figure.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 from pathlib import Path
 
 import torch
-from rich.console import Console
-from rich.table import Table
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rollverify.config import load_config, parse_settings
 from rollverify.config.load import with_overrides
 from rollverify.infra.hub import model_folder
 from rollverify.rollout.trajectory import Trajectory
@@ -156,14 +146,12 @@ def from_store(store: str) -> dict:
     return {"runs": runs}
 
 
-def runs_table(runs: list[dict]) -> Table:
+def method_rows(runs: list[dict]) -> list[dict]:
     """Per method: seeds, the mean share of trained tokens 8+ versions old, grpo's stability."""
-    table = Table(title="the study's runs")
-    for column in ("method", "seeds", "stale_token_share_8 (mean)", "stable seeds"):
-        table.add_column(column, justify="right")
     methods: dict[str, list[dict]] = {}
     for run in runs:
         methods.setdefault(run["method"], []).append(run)
+    out = []
     for method, group in sorted(methods.items()):
         shares = [
             r["stale_token_share_8_mean"]
@@ -171,40 +159,12 @@ def runs_table(runs: list[dict]) -> Table:
             if r["stale_token_share_8_mean"] is not None
         ]
         stable_seeds = sorted(r["seed"] for r in group if r["stable"])
-        table.add_row(
-            method,
-            str(len(group)),
-            f"{statistics.fmean(shares):.4f}" if shares else "-",
-            f"{len(stable_seeds)} of {len(group)} {stable_seeds}",
+        out.append(
+            {
+                "method": method,
+                "seeds": str(len(group)),
+                "stale_token_share_8 (mean)": f"{statistics.fmean(shares):.4f}" if shares else "-",
+                "stable seeds": f"{len(stable_seeds)} of {len(group)} {stable_seeds}",
+            }
         )
-    return table
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--set", action="append", default=[], help="key=value overrides")
-    parser.add_argument("--store", help="an MLflow sqlite file holding the study's runs")
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    overrides = parse_settings(args.set)
-    config = load_config(args.config, overrides=overrides)
-    result = {"config": args.config, "overrides": overrides, "policy": starting_policy(config)}
-    if args.store:
-        result |= from_store(args.store)
-    console = Console()
-    table = Table(title=f"the starting policy of {args.config}")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for key, value in result["policy"].items():
-        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
-    console.print(table)
-    if args.store:
-        console.print(runs_table(result["runs"]))
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+    return out

@@ -1,0 +1,110 @@
+"""Each group of runs against a baseline of the user's choosing, paired by seed: what
+`rvctl report --vs KEY=VALUE[,KEY=VALUE] [--by KEY[,KEY]]` prints (docs/results.md: "what each
+correction recovers" against partial, "vs the same method at dt 2"), where the method table is
+always against grpo.
+
+`vs`: a run's baseline is the run of its seed with those values and, where `train.method` is
+not among the keys, its own method; `by` keeps those keys' values too (each eta's runs against
+grpo's at that eta). Groups are the runs of one method with the same values of the vs and by
+keys; a group that is its own baseline gets no row. Per group: AUC (the primary figure) and
+final accuracy with their paired difference to the baseline, 95% interval and the smallest
+difference its seeds could detect at 80% power. A seed with more than one finished run counts
+its first, as the method table does.
+"""
+
+from __future__ import annotations
+
+from rollverify.experiments.cells import pm
+from rollverify.experiments.run_figures import (
+    counted,
+    eval_area,
+    mean_and_ci,
+    paired_by_seed,
+    sort_key,
+)
+from rollverify.tracking import metric_names as m
+from rollverify.tracking.run_records import RunRecord
+
+METHOD = "train.method"
+FIGURES = {"auc": eval_area, "accuracy": lambda r: r.last(m.EVAL_ACCURACY)}
+
+
+def parse_vs(text: str) -> dict[str, str]:
+    """'train.method=partial,verify.dt=2' -> {'train.method': 'partial', 'verify.dt': '2'}."""
+    pairs = [part.split("=", 1) for part in text.split(",") if part]
+    if not pairs or any(len(pair) != 2 or not all(pair) for pair in pairs):
+        raise ValueError(f"--vs: {text!r} is not KEY=VALUE[,KEY=VALUE] (e.g. verify.dt=2)")
+    return dict(pairs)
+
+
+def parse_by(text: str) -> tuple[str, ...]:
+    """'rollout.eta,verify.ds' -> ('rollout.eta', 'verify.ds')."""
+    return tuple(key for key in text.split(",") if key)
+
+
+def rows(runs: list[RunRecord], vs: dict[str, str], by: tuple[str, ...] = ()) -> list[dict]:
+    keys = [k for k in vs if k != METHOD] + [k for k in by if k not in vs]
+    groups: dict[tuple, list[RunRecord]] = {}
+    for run in runs:
+        groups.setdefault((run.method, *(_value(run, k) for k in keys)), []).append(run)
+    out = []
+    for (method, *values), runs_of_group in groups.items():
+        kept = {k: v for k, v in zip(keys, values, strict=True) if k in by}
+        wanted = {METHOD: method} | kept | vs
+        group = counted(runs_of_group)
+        if not group or _matches(group[0], wanted):
+            continue  # the baseline itself
+        base = _baseline(runs, wanted)
+        row: dict = {"method": method, "values": dict(zip(keys, values, strict=True))}
+        row["seeds"] = len(group)
+        row["baseline"] = ", ".join(f"{k}={v}" for k, v in wanted.items())
+        for name, figure in FIGURES.items():
+            row[name], row[f"{name}_ci95"] = mean_and_ci(group, figure)
+            paired = paired_by_seed(group, base, figure)
+            columns = (f"{name}_vs_base", f"{name}_vs_base_ci95", f"{name}_vs_base_mde80")
+            row |= dict(zip(columns, paired, strict=True))
+        row["paired_seeds"] = sum(r.seed in base for r in group)
+        out.append(row)
+    methods = list(dict.fromkeys(r["method"] for r in out))  # first seen first, values ascending
+    return sorted(
+        out, key=lambda r: (methods.index(r["method"]), *map(sort_key, r["values"].values()))
+    )
+
+
+def _value(run: RunRecord, key: str) -> str | None:
+    return run.method if key == METHOD else run.params.get(key)
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    """Config values as MLflow stores them: '2' and '2.0' are one value."""
+    try:
+        return a is not None and b is not None and float(a) == float(b)
+    except ValueError:
+        return a == b
+
+
+def _baseline(runs: list[RunRecord], wanted: dict[str, str]) -> dict[int, RunRecord]:
+    """The runs with `wanted`'s values, by seed (the first finished run of each, as
+    `rvctl report` counts them)."""
+    return {r.seed: r for r in counted(r for r in runs if _matches(r, wanted))}
+
+
+def _matches(run: RunRecord, wanted: dict[str, str]) -> bool:
+    return all(_same(_value(run, k), v) for k, v in wanted.items())
+
+
+def markdown(table: list[dict]) -> list[dict[str, str]]:
+    """docs/results.md's table: one row of formatted cells per row of `table`."""
+    return [
+        {"method": r["method"]}
+        | r["values"]
+        | {
+            "seeds (paired)": f"{r['seeds']} ({r['paired_seeds']})",
+            "baseline": r["baseline"],
+            "AUC (± 95%)": pm(r, "auc"),
+            "Δ AUC vs baseline (± 95%; detectable)": pm(r, "auc_vs_base"),
+            "final accuracy (± 95%)": pm(r, "accuracy", 3),
+            "Δ final vs baseline (± 95%; detectable)": pm(r, "accuracy_vs_base", 3),
+        }
+        for r in table
+    ]

@@ -1,0 +1,73 @@
+"""`rvctl report --vs/--by` and `--table`: the staleness study's tables (docs/results.md) over
+any runs, from the library (rollverify/experiments/vs_baseline.py, dose_response.py,
+composition.py)."""
+
+from __future__ import annotations
+
+import enum
+import json
+from pathlib import Path
+from typing import Any
+
+from rvctl.output import Format, print_rows, print_split
+
+
+class StudyTable(enum.StrEnum):
+    dose_response = "dose-response"
+    composition = "composition"
+
+
+def check_study_options(vs: str | None, by: str | None, table: StudyTable | None) -> None:
+    """Bad combinations, before the store is read."""
+    if by and not vs:
+        raise ValueError("--by: keeps values in the baseline of --vs; give --vs KEY=VALUE too")
+    if vs and table:
+        raise ValueError(f"--vs and --table {table}: one table at a time; drop one of them")
+    if vs:
+        from rollverify.experiments.vs_baseline import parse_vs
+
+        parse_vs(vs)
+
+
+def show_study(
+    runs: list,
+    vs: str | None,
+    by: str | None,
+    table: StudyTable | None,
+    format: Format,
+    out: Path | None,
+    plots_dir: Path | None,
+) -> list[Path]:
+    """Print the table; write its rows (`out`, JSON) and, for the dose-response, its charts.
+    Returns the files written."""
+    from rollverify.experiments import composition, dose_response, vs_baseline
+    from rollverify.infra.atomic_write import atomic_write_text
+
+    if vs:
+        rows = vs_baseline.rows(runs, vs_baseline.parse_vs(vs), vs_baseline.parse_by(by or ""))
+        record: dict[str, Any] = {"vs": vs, "rows": rows}
+        cells, title = vs_baseline.markdown(rows), f"against {vs}" + (f" by {by}" if by else "")
+    else:
+        module = dose_response if table is StudyTable.dose_response else composition
+        rows = module.rows(runs)
+        record, cells, title = {"rows": rows}, module.markdown(rows), str(table)
+    if format is Format.md:
+        print_rows(cells, Format.md)
+    elif format is Format.table:
+        print_split(cells, Format.table, title, keys=1)
+    else:  # json: every figure; csv: one line per row, its per-seed figures left to --out
+        print_rows(rows if format is Format.json else [_flat(row) for row in rows], format)
+    written = []
+    if out is not None:
+        atomic_write_text(out, json.dumps(record, indent=1) + "\n")
+        written.append(out)
+    if plots_dir is not None and table is StudyTable.dose_response:
+        written += dose_response.plot(rows, plots_dir)
+    return written
+
+
+def _flat(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as CSV columns: the group's values after its method, no per-seed figures."""
+    first = {"method": row["method"]} if "method" in row else {}
+    rest = {k: v for k, v in row.items() if k not in ("method", "values", "per_seed")}
+    return first | row.get("values", {}) | rest

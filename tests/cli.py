@@ -36,7 +36,7 @@ def run_rvctl(args: list[str], monkeypatch, capsys) -> subprocess.CompletedProce
 
 def run_cli(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
     """rvctl's main with ARGS in a process of its own, that can be SIGKILLed; `kill_at`: the
-    point it is killed at (rollverify/infra/faults.py), else none, whatever this process's
+    point it is killed at (rollverify/infra/kill_points.py), else none, whatever this process's
     environment says.
 
     The process is forked from a server that imported what `python -m rvctl.app` imports

@@ -184,7 +184,7 @@ MUTANTS = [
     Mutant(
         "hang-not-detected",
         "a sidecar that stops answering is taken for dead",
-        "rollverify/rollout/engines/vllm_engine.py",
+        "rollverify/rollout/engines/vllm_replacement.py",
         "except (RayActorError, GetTimeoutError) as error:",
         "except RayActorError as error:",
         (
@@ -195,7 +195,7 @@ MUTANTS = [
     Mutant(
         "restart-cap-removed",
         "a sidecar that keeps dying stops the run after MAX_RESTARTS",
-        "rollverify/rollout/engines/vllm_engine.py",
+        "rollverify/rollout/engines/vllm_replacement.py",
         "if self.restarts >= MAX_RESTARTS:",
         "if False:",
         ("tests/test_vllm_engine.py::test_the_restart_cap_stops_the_run_with_one_line",),
@@ -550,7 +550,7 @@ MUTANTS = [
     Mutant(
         "replacement-without-synced-weights",
         "a replaced sidecar takes the last synced weights, not the base model's",
-        "rollverify/rollout/engines/vllm_engine.py",
+        "rollverify/rollout/engines/vllm_replacement.py",
         "weights = None if weights_coming else self._restart_weights()",
         "weights = None",
         (
@@ -1015,7 +1015,7 @@ MUTANTS = [
         "self.version + self._training",
         "self.version",
         (
-            "tests/test_async_training.py::test_the_engine_thread_generates_beside_the_trainer_within_the_bound",
+            "tests/test_engine_thread.py::test_the_engine_thread_generates_beside_the_trainer_within_the_bound",
         ),
     ),
     Mutant(
@@ -1025,7 +1025,7 @@ MUTANTS = [
         "        with self._lock:\n            self._take_out_locked()\n        try:",
         "        try:",
         (
-            "tests/test_async_training.py::test_the_engine_thread_generates_beside_the_trainer_within_the_bound",
+            "tests/test_engine_thread.py::test_the_engine_thread_generates_beside_the_trainer_within_the_bound",
         ),
     ),
     Mutant(
@@ -1035,7 +1035,7 @@ MUTANTS = [
         "            self._busy.append((started, ended))",
         "            pass",
         (
-            "tests/test_async_training.py::test_the_engine_thread_generates_beside_the_trainer_within_the_bound",
+            "tests/test_engine_thread.py::test_the_engine_thread_generates_beside_the_trainer_within_the_bound",
         ),
     ),
     Mutant(
@@ -1044,7 +1044,7 @@ MUTANTS = [
         "rollverify/rollout/engine_thread.py",
         "                self._error, self._parked = error, True",
         "                self._parked = True",
-        ("tests/test_async_training.py::test_an_error_in_the_engine_thread_reaches_the_trainer",),
+        ("tests/test_engine_thread.py::test_an_error_in_the_engine_thread_reaches_the_trainer",),
     ),
     Mutant(
         "ledger-overlap-idle-dropped",
@@ -1054,7 +1054,7 @@ MUTANTS = [
         "        pass",
         (
             "tests/test_ledger.py::test_an_overlapped_step_books_each_sides_busy_seconds_and_the_rest_as_idle",
-            "tests/test_async_training.py::test_the_engine_thread_generates_beside_the_trainer_within_the_bound",
+            "tests/test_engine_thread.py::test_the_engine_thread_generates_beside_the_trainer_within_the_bound",
         ),
     ),
     Mutant(
@@ -1087,7 +1087,7 @@ MUTANTS = [
         "            self._land_weights()\n",
         "",
         (
-            "tests/test_async_training.py::test_a_hold_lands_the_updates_on_their_way_before_the_engine_is_used",
+            "tests/test_engine_thread.py::test_a_hold_lands_the_updates_on_their_way_before_the_engine_is_used",
         ),
     ),
     Mutant(
@@ -1269,7 +1269,7 @@ MUTANTS = [
     Mutant(
         "one-uid-for-every-sandbox",
         "as root every sandbox runs as one uid, so their process limits are shared",
-        "rollverify/tools/sandbox.py",
+        "rollverify/tools/namespaces.py",
         "        uid = OWN_UID_BASE + secrets.randbelow(OWN_UID_RANGE)",
         "        uid = OWN_UID_BASE",
         ("tests/test_sandbox.py::test_a_fork_bomb_does_not_starve_a_concurrent_program",),
@@ -1483,8 +1483,8 @@ MUTANTS = [
         "        with self.in_engine:  # (`_trace` is the trainer's alone: holds are its)",
         "        if True:  # (`_trace` is the trainer's alone: holds are its)",
         (
-            "tests/test_async_training.py::test_the_trace_is_taken_beside_the_engine_thread_one_thread_at_a_time",
-            "tests/test_async_training.py::test_the_trainer_and_the_engine_thread_are_never_inside_the_engine_at_once",
+            "tests/test_engine_thread.py::test_the_trace_is_taken_beside_the_engine_thread_one_thread_at_a_time",
+            "tests/test_engine_thread.py::test_the_trainer_and_the_engine_thread_are_never_inside_the_engine_at_once",
         ),
     ),
     Mutant(
@@ -1494,7 +1494,7 @@ MUTANTS = [
         "        return self.thread.in_engine if self.thread is not None else nullcontext()",
         "        return nullcontext()",
         (
-            "tests/test_async_training.py::test_the_trainer_and_the_engine_thread_are_never_inside_the_engine_at_once",
+            "tests/test_engine_thread.py::test_the_trainer_and_the_engine_thread_are_never_inside_the_engine_at_once",
         ),
     ),
     Mutant(
@@ -1504,7 +1504,7 @@ MUTANTS = [
         "        with self.in_engine:  # (not `_lock`: the trainer takes its batches meanwhile)",
         "        if True:  # (not `_lock`: the trainer takes its batches meanwhile)",
         (
-            "tests/test_async_training.py::test_the_trainer_and_the_engine_thread_are_never_inside_the_engine_at_once",
+            "tests/test_engine_thread.py::test_the_trainer_and_the_engine_thread_are_never_inside_the_engine_at_once",
         ),
     ),
     Mutant(

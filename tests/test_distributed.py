@@ -21,7 +21,7 @@ import torch
 from rollverify.config import ConfigError, load_config
 from rollverify.experiments.compare import compare
 from rollverify.experiments.sweep import trial_resources
-from rollverify.infra.faults import ENVIRONMENT
+from rollverify.infra.kill_points import ENVIRONMENT
 from rollverify.tracking.metric_names import CACHE_TOKENS_VERIFIED, SYNC_LOGPROB_GAP
 from rollverify.training.checkpoint.files import latest
 from rollverify.training.run import train

@@ -7,7 +7,7 @@ The kill test is the issue's: on CPU with the hf engine and a fixed seed, a run 
 during the first rollout (before any periodic checkpoint), during training and while writing
 a checkpoint (after logging its step), and resumed each time, ends with the same weights,
 optimizer, cache and logged metrics (timings aside) as a run that never stopped. Kills are
-real SIGKILLs at named points (rollverify/infra/faults.py), so each hits the moment it names.
+real SIGKILLs at named points (rollverify/infra/kill_points.py), so each hits the moment it names.
 """
 
 from __future__ import annotations

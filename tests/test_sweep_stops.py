@@ -4,7 +4,7 @@ A trial's end is written in an order (rollverify/training/run_end.py: the last c
 summary.json, the MLflow run's artifacts and FINISHED; then Tune is told). A resumed sweep
 used to train again a point whose run had finished when the stop fell between two of these
 writes. Here a grid point's trial (sweep.train_point, what each Tune trial runs) is SIGKILLed
-at each of them in turn (named kill points, rollverify/infra/faults.py), and called again as
+at each of them in turn (named kill points, rollverify/infra/kill_points.py), and called again as
 a resumed sweep's Tune calls it: the point ends with one run folder and one MLflow run,
 FINISHED, with the summary the run would have written. The sweep on Ray, stopped by signals
 to its process group at a random moment of a trial's end: test_orchestration.py.

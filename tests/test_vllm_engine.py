@@ -27,7 +27,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed: `make setup` installs
 
 from rollverify.cost import trace  # noqa: E402
 from rollverify.rollout import async_rollout, engine_thread  # noqa: E402
-from rollverify.rollout.engines import vllm_engine  # noqa: E402
+from rollverify.rollout.engines import vllm_engine, vllm_replacement  # noqa: E402
 from rollverify.rollout.engines.protocol import probe_logprobs_of  # noqa: E402
 from rollverify.rollout.engines.ray_runtime import ensure_ray, stop_ray  # noqa: E402
 from rollverify.rollout.engines.vllm_engine import SidecarFailed, VLLMEngine, VLLMSettings  # noqa: E402
@@ -643,7 +643,7 @@ def test_the_restart_cap_stops_the_run_with_one_line(engine, tokenizer, monkeypa
     poll stops the run with an error that says what happened."""
     import ray
 
-    monkeypatch.setattr(vllm_engine, "MAX_RESTARTS", engine.restarts)  # none left
+    monkeypatch.setattr(vllm_replacement, "MAX_RESTARTS", engine.restarts)  # none left
     engine.submit([Trajectory(p, i, 0) for i, p in enumerate(prompts(tokenizer, 4))])
     ray.kill(engine._actors[0], no_restart=True)
     try:

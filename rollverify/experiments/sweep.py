@@ -26,7 +26,8 @@ from rollverify.config import RunConfig, with_overrides
 from rollverify.core.methods import METHODS
 from rollverify.experiments.child_runs import open_parent, run_child, run_folder_of, trial_resources
 from rollverify.experiments.parent_record import record_report
-from rollverify.infra.faults import kill_point, one_line, own_error
+from rollverify.infra.faults import one_line, own_error
+from rollverify.infra.kill_points import kill_point
 from rollverify.infra.nested_dicts import config_fields, flatten
 from rollverify.infra.paths import locate
 from rollverify.training.run_plan import RunSummary

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rollverify.core.staleness_bound import choose_batch, may_start
-from rollverify.infra.faults import kill_point
+from rollverify.infra.kill_points import kill_point
 from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.rollout.schedules import PromptSource, RolloutInterrupted, RolloutResult
 from rollverify.rollout.trajectory import Trajectory, TrajectoryCache

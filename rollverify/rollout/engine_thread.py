@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rollverify.core.staleness_bound import may_start
-from rollverify.infra.faults import kill_point
+from rollverify.infra.kill_points import kill_point
 from rollverify.rollout.async_rollout import (
     AsyncState,
     admit,

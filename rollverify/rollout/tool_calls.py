@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
-from rollverify.infra.faults import kill_point
+from rollverify.infra.kill_points import kill_point
 from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.rollout.trajectory import Trajectory
 

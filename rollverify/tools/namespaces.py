@@ -1,9 +1,14 @@
-"""The bubblewrap command of one sandbox: its namespaces, its mounts, its /dev
-(rollverify/tools/sandbox.py runs it; its module doc says what each part contains)."""
+"""The bubblewrap command of one sandbox: its namespaces, its mounts, its /dev, and as root
+the uid of its own it runs as (rollverify/tools/sandbox.py runs it; its module doc says what
+each part contains)."""
 
 from __future__ import annotations
 
+import contextlib
+import grp
 import os
+import pwd
+import secrets
 import shutil
 
 from rollverify.tools.launcher import SCRIPT
@@ -20,6 +25,7 @@ SANDBOX_FOLDER = "/tmp/sandbox"  # inside: a fresh tmpfs
 DEVICES = ("null", "zero", "full", "urandom")
 FOLDER_BYTES = 64 * 2**20
 COVER_BYTES = 2**20
+OWN_UID_BASE, OWN_UID_RANGE = 0x60000000, 2**24  # as root, a run's uid: far above accounts
 
 
 def bubblewrap() -> str | None:
@@ -83,3 +89,21 @@ def devices() -> list[str]:
         command += ["--dev-bind", f"/dev/{device}", f"/dev/{device}"]
     command += ["--symlink", "/proc/self/fd", "/dev/fd"]
     return [*command, "--remount-ro", "/dev"]
+
+
+def own_user() -> list[int]:
+    """A uid no account and no other sandbox uses (random, from a range above any system's
+    accounts: two of 16 concurrent runs share one with odds under 1e-5), group nogroup."""
+    while True:
+        uid = OWN_UID_BASE + secrets.randbelow(OWN_UID_RANGE)
+        with contextlib.suppress(KeyError):
+            pwd.getpwuid(uid)
+            continue
+        return [uid, _nogroup()]
+
+
+def _nogroup() -> int:
+    for name in ("nogroup", "nobody"):
+        with contextlib.suppress(KeyError):
+            return grp.getgrnam(name).gr_gid
+    return 65534

@@ -39,12 +39,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import grp
 import json
 import math
 import os
-import pwd
-import secrets
 import signal
 import subprocess
 import sys
@@ -62,13 +59,13 @@ from rollverify.tools.namespaces import (
     bubblewrap_command,
     devices,
     namespaces,
+    own_user,
 )
 from rollverify.tools.syscall_filter import filter_program
 
 PATH = "/usr/local/bin:/usr/bin:/bin"
 ONE_THREAD = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")  # no thread pools
 PROCESS_LIMIT = 8  # processes and threads of one sandbox, by default
-OWN_UID_BASE, OWN_UID_RANGE = 0x60000000, 2**24  # as root, a run's uid: far above accounts
 OPEN_FILES_LIMIT = 64
 FILE_SIZE_LIMIT = 32 * 2**20
 KILL_GRACE_S = 5.0  # how long a killed namespace may take to go
@@ -222,7 +219,7 @@ class Sandbox:
         return {
             "fds": fds,  # the program's stdout and stderr, how it ended (the launcher's)
             "work": SANDBOX_FOLDER,
-            "user": _own_user() if self.isolation == AS_ROOT else None,
+            "user": own_user() if self.isolation == AS_ROOT else None,
             "limits": _limits(self.timeout_s, self.memory_mb, self.processes),
             "python": os.path.realpath(sys.executable),  # a venv's link may be in a cover
             "env": env | dict.fromkeys(ONE_THREAD, "1"),
@@ -297,24 +294,6 @@ def _probe(isolation: str) -> str:
         return ""
     user = "" if isolation == AS_ROOT else " in a user namespace (unprivileged)"
     return f"bubblewrap cannot make its namespaces{user}: {done.stderr.strip()[:200]}"
-
-
-def _own_user() -> list[int]:
-    """A uid no account and no other sandbox uses (random, from a range above any system's
-    accounts: two of 16 concurrent runs share one with odds under 1e-5), group nogroup."""
-    while True:
-        uid = OWN_UID_BASE + secrets.randbelow(OWN_UID_RANGE)
-        with contextlib.suppress(KeyError):
-            pwd.getpwuid(uid)
-            continue
-        return [uid, _nogroup()]
-
-
-def _nogroup() -> int:
-    for name in ("nogroup", "nobody"):
-        with contextlib.suppress(KeyError):
-            return grp.getgrnam(name).gr_gid
-    return 65534
 
 
 def _kill_namespace(process: subprocess.Popen) -> None:

@@ -59,7 +59,7 @@ from transformers import PreTrainedModel
 from rollverify.config import RunConfig
 from rollverify.core.methods import Method
 from rollverify.core.switching import AcceptanceMonitor
-from rollverify.infra.faults import kill_point
+from rollverify.infra.kill_points import kill_point
 from rollverify.rollout.dynamic_sampling import tie_filter
 from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.rollout.schedules import RolloutInterrupted, RolloutResult

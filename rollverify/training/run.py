@@ -26,8 +26,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rollverify.config import ConfigError, RunConfig
 from rollverify.core.methods import METHODS
 from rollverify.infra.atomic_write import atomic_write_text
-from rollverify.infra.faults import describe, kill_point
+from rollverify.infra.faults import describe
 from rollverify.infra.hub import model_folder
+from rollverify.infra.kill_points import kill_point
 from rollverify.rollout.engines.protocol import RolloutEngine
 from rollverify.tasks.base import Task
 from rollverify.tracking.metric_names import EVAL_ACCURACY

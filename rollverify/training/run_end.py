@@ -8,7 +8,7 @@ The end of a run trained to its last step is written in this order (run.py's _tr
     4. the MLflow run FINISHED
 
 A stop between 1 and 4 (a SIGKILL, a preempted job; kill points `end-summary` before 2 and
-`end-mlflow` before 3, infra/faults.py) leaves a run that trained everything but did not say
+`end-mlflow` before 3, infra/kill_points.py) leaves a run that trained everything but did not say
 so. `finished_run` completes such an end instead of training again: the summary rebuilt from
 the last checkpoint's state and the run's MLflow records (equal to the one the run would have
 written, but wall_seconds: the MLflow run's start to its last step's log), then 3 and 4. Each
@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from rollverify.core.methods import METHODS
 from rollverify.core.switching import AcceptanceMonitor
 from rollverify.infra.atomic_write import atomic_write_text
-from rollverify.infra.faults import describe, kill_point
+from rollverify.infra.faults import describe
+from rollverify.infra.kill_points import kill_point
 from rollverify.tracking.metric_names import OPS_MEAN, REWARD_MEAN
 from rollverify.tracking.tracker import MLflowTracker
 from rollverify.training.checkpoint.files import newest_state, newest_step

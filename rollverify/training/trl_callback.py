@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from transformers import TrainerCallback
 
-from rollverify.infra.faults import kill_point
+from rollverify.infra.kill_points import kill_point
 
 if TYPE_CHECKING:
     from rollverify.training.checkpoint_client import CheckpointClient

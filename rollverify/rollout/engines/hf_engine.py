@@ -28,7 +28,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from rollverify.core.sampling import Sampling
 from rollverify.cost.trace import EngineStep
-from rollverify.infra.faults import kill_point
+from rollverify.infra.kill_points import kill_point
 from rollverify.rollout.engines.banded_kv import GQA_ATTENTION, left_pad, reband
 from rollverify.rollout.engines.batching import length_groups
 from rollverify.rollout.engines.protocol import EngineStats, QueuedSlots, probe_logprobs_of

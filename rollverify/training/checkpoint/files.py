@@ -34,7 +34,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from rollverify.infra.faults import kill_point
+from rollverify.infra.kill_points import kill_point
 
 MANIFEST = "manifest.json"
 STATE = "state.json"

@@ -143,9 +143,8 @@ def test_killed_in_generation_and_in_training_resumes_bit_for_bit(tmp_path):
         assert ours.state[part] == theirs.state[part], part
 
 
-# -- the engine in a thread of its own (rollout.lockstep false) ---------------------------------
-
-
+@pytest.mark.slow
+@pytest.mark.parametrize("lockstep", [True, False], ids=["lockstep", "engine-thread"])
 @pytest.mark.parametrize("point", ["weights-in-flight", "regenerating"])
 def test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost(
     tmp_path, lockstep, point
@@ -208,9 +207,6 @@ def test_a_peer_correction_trains_asynchronously_too(tmp_path):
     summary = train(tiny(tmp_path, "tis", **{"rollout.mode": "async", "rollout.eta": 2}))
     metrics = history(summary)
     assert "trl/correction/token_share" in metrics and max(metrics["staleness_max"].values()) > 0
-
-
-# -- one thread at a time inside the engine ------------------------------------------------------
 
 
 @pytest.mark.slow

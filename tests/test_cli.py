@@ -25,6 +25,7 @@ def test_help_lists_the_commands_that_exist():
 
 COMMANDS = ["train", "resume", "methods", "compare", "sweep", "report", "simulate"]
 COMMANDS += ["calibrate", "export", "ui", "data", "data check", "config", "config show"]
+COMMANDS += ["preconditions"]
 COMMANDS += ["config explain"]
 
 

@@ -89,6 +89,7 @@ def test_the_ledger_and_cost_model_count_the_processes_the_run_holds(runs):
         assert two_modeled["modeled_train_seconds"][step] == pytest.approx(seconds / 2)
 
 
+@pytest.mark.long  # 74 s: make test-all (make test was at 10 minutes, 2026-12-06)
 def test_a_stopped_then_killed_run_resumes_to_the_uninterrupted_weights(runs, tmp_path):
     """Ctrl-C reaches the workers once (torchrun forwards it): every rank stops after the same
     step, with a checkpoint. Resumed, rank 1 is killed: the whole run stops, one line names

@@ -139,8 +139,9 @@ def test_a_threaded_run_killed_in_training_resumes_with_nothing_lost(tmp_path):
     assert min(int(g) for g in in_play) > min(r["group_id"] for r in saved.state["cache"])
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("lockstep", [True, False], ids=["lockstep", "engine-thread"])
+# -- one thread at a time inside the engine ------------------------------------------------------
+
+
 class TwoThreadsInside(AssertionError):
     pass
 

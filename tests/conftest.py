@@ -160,6 +160,15 @@ def store(tmp_path_factory, empty_store):
     return make_store(tmp_path_factory, empty_store)
 
 
+@pytest.fixture(scope="module")
+def study_store(tmp_path_factory, empty_store):
+    """The staleness study in miniature (tests/study_store.py): 37 logged runs."""
+    from tests.report_store import Store
+    from tests.study_store import make_study_store
+
+    return make_study_store(Store(tmp_path_factory.mktemp("study"), empty_store))
+
+
 @pytest.fixture
 def rvctl(monkeypatch, capsys):
     """`rvctl ARGS` in this process (tests/cli.py), from the checkout's root."""

@@ -101,6 +101,12 @@ def test_compare_runs_every_method_under_one_parent_and_reports_it(tmp_path, mon
             assert tags[f"version.{package}"], package
     assert rows["grpo"]["acceptance_rate_final"] is None  # grpo does not verify
     assert 0 <= rows["rollverify"]["acceptance_rate_final"] <= 1
+    # gone on with (finished: nothing trains again), with its frontier against grpo after it
+    again = command[:-2] + ["--compare-dir", str(folder), "--frontier"]
+    shown = run_rvctl(again, monkeypatch, capsys)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "cost-accuracy frontier against grpo" in shown.stdout and "Pareto" in shown.stdout
+    assert len(list(children(uri, parent["run_id"]))) == 2
     # the ledger is stored with each run, and matches what was logged
     for run in runs.values():
         ledger = json.loads((Path(run.data.tags["run_dir"]) / "ledger.json").read_text())
@@ -137,6 +143,7 @@ def test_a_stopped_local_ray_leaves_the_process_as_a_users_shell(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.ray
+@pytest.mark.long  # 70 s: make test-all (make test was at 10 minutes, 2026-12-06)
 def test_compare_and_sweep_on_a_ray_cluster_run_there_side_by_side(tmp_path):
     # 24 steps (~10 s a run alone): two runs side by side overlap by more than the spread of
     # their workers' start-up (with 1 step one started 47 ms after the other ended; with 3

@@ -136,14 +136,6 @@ TABLES = {  # golden file -> rvctl report's options that print it
 }
 
 
-@pytest.fixture(scope="module")
-def study_store(tmp_path_factory, empty_store):
-    from tests.report_store import Store
-    from tests.study_store import make_study_store
-
-    return make_study_store(Store(tmp_path_factory.mktemp("study"), empty_store))
-
-
 @pytest.mark.parametrize("name", TABLES)
 def test_the_command_writes_the_study_scripts_tables_byte_for_byte(
     name, study_store, rvctl, tmp_path
@@ -182,7 +174,7 @@ def test_the_dose_response_draws_a_chart_per_figure(study_store, rvctl, tmp_path
 @pytest.mark.parametrize(
     ("options", "named"),
     [
-        (["--vs", "verify.dt"], "--vs: 'verify.dt' is not KEY=VALUE"),
+        (["--vs", "verify.dt"], "--vs: 'verify.dt' is not METHOD or KEY=VALUE"),
         (["--by", "rollout.eta"], "--by: keeps values in the baseline of --vs"),
         (["--vs", "verify.dt=2", "--table", "composition"], "--vs and --table composition"),
         (["--out", "x.json"], "--out: writes a --vs or --table table"),

@@ -30,10 +30,19 @@ FIGURES = {"auc": eval_area, "accuracy": lambda r: r.last(m.EVAL_ACCURACY)}
 
 
 def parse_vs(text: str) -> dict[str, str]:
-    """'train.method=partial,verify.dt=2' -> {'train.method': 'partial', 'verify.dt': '2'}."""
-    pairs = [part.split("=", 1) for part in text.split(",") if part]
+    """'train.method=partial,verify.dt=2' -> {'train.method': 'partial', 'verify.dt': '2'}; a
+    method's name alone stands for train.method (--vs grpo, --vs partial,verify.dt=2)."""
+    from rollverify.core.methods import METHODS
+
+    pairs = [
+        [METHOD, part] if part in METHODS else part.split("=", 1)
+        for part in text.split(",")
+        if part
+    ]
     if not pairs or any(len(pair) != 2 or not all(pair) for pair in pairs):
-        raise ValueError(f"--vs: {text!r} is not KEY=VALUE[,KEY=VALUE] (e.g. verify.dt=2)")
+        raise ValueError(
+            f"--vs: {text!r} is not METHOD or KEY=VALUE[,KEY=VALUE] (e.g. grpo, verify.dt=2)"
+        )
     return dict(pairs)
 
 
@@ -42,11 +51,16 @@ def parse_by(text: str) -> tuple[str, ...]:
     return tuple(key for key in text.split(",") if key)
 
 
-def rows(runs: list[RunRecord], vs: dict[str, str], by: tuple[str, ...] = ()) -> list[dict]:
+def paired_groups(
+    runs: list[RunRecord], vs: dict[str, str], by: tuple[str, ...] = ()
+) -> list[tuple[str, dict, dict, list[RunRecord], dict[int, RunRecord]]]:
+    """Each group but the baseline's own: (method, its values of the keys, the baseline's
+    values, its counted runs, the baseline's run by seed); methods in order of first
+    appearance, values ascending."""
     keys = [k for k in vs if k != METHOD] + [k for k in by if k not in vs]
     groups: dict[tuple, list[RunRecord]] = {}
     for run in runs:
-        groups.setdefault((run.method, *(_value(run, k) for k in keys)), []).append(run)
+        groups.setdefault((run.method, *(value(run, k) for k in keys)), []).append(run)
     out = []
     for (method, *values), runs_of_group in groups.items():
         kept = {k: v for k, v in zip(keys, values, strict=True) if k in by}
@@ -54,8 +68,16 @@ def rows(runs: list[RunRecord], vs: dict[str, str], by: tuple[str, ...] = ()) ->
         group = counted(runs_of_group)
         if not group or _matches(group[0], wanted):
             continue  # the baseline itself
-        base = _baseline(runs, wanted)
-        row: dict = {"method": method, "values": dict(zip(keys, values, strict=True))}
+        named = dict(zip(keys, values, strict=True))
+        out.append((method, named, wanted, group, baseline_runs(runs, wanted)))
+    methods = list(dict.fromkeys(method for method, *_ in out))
+    return sorted(out, key=lambda g: (methods.index(g[0]), *map(sort_key, g[1].values())))
+
+
+def rows(runs: list[RunRecord], vs: dict[str, str], by: tuple[str, ...] = ()) -> list[dict]:
+    out = []
+    for method, values, wanted, group, base in paired_groups(runs, vs, by):
+        row: dict = {"method": method, "values": values}
         row["seeds"] = len(group)
         row["baseline"] = ", ".join(f"{k}={v}" for k, v in wanted.items())
         for name, figure in FIGURES.items():
@@ -65,17 +87,14 @@ def rows(runs: list[RunRecord], vs: dict[str, str], by: tuple[str, ...] = ()) ->
             row |= dict(zip(columns, paired, strict=True))
         row["paired_seeds"] = sum(r.seed in base for r in group)
         out.append(row)
-    methods = list(dict.fromkeys(r["method"] for r in out))  # first seen first, values ascending
-    return sorted(
-        out, key=lambda r: (methods.index(r["method"]), *map(sort_key, r["values"].values()))
-    )
+    return out
 
 
-def _value(run: RunRecord, key: str) -> str | None:
+def value(run: RunRecord, key: str) -> str | None:
     return run.method if key == METHOD else run.params.get(key)
 
 
-def _same(a: str | None, b: str | None) -> bool:
+def same(a: str | None, b: str | None) -> bool:
     """Config values as MLflow stores them: '2' and '2.0' are one value."""
     try:
         return a is not None and b is not None and float(a) == float(b)
@@ -83,14 +102,14 @@ def _same(a: str | None, b: str | None) -> bool:
         return a == b
 
 
-def _baseline(runs: list[RunRecord], wanted: dict[str, str]) -> dict[int, RunRecord]:
+def baseline_runs(runs: list[RunRecord], wanted: dict[str, str]) -> dict[int, RunRecord]:
     """The runs with `wanted`'s values, by seed (the first finished run of each, as
     `rvctl report` counts them)."""
     return {r.seed: r for r in counted(r for r in runs if _matches(r, wanted))}
 
 
 def _matches(run: RunRecord, wanted: dict[str, str]) -> bool:
-    return all(_same(_value(run, k), v) for k, v in wanted.items())
+    return all(same(value(run, k), v) for k, v in wanted.items())
 
 
 def markdown(table: list[dict]) -> list[dict[str, str]]:

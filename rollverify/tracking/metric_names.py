@@ -47,6 +47,8 @@ EVAL_ACCURACY = "eval_accuracy"
 SYNC_LOGPROB_GAP = "sync_logprob_gap"
 MISMATCH_KL = "mismatch_kl"
 MISMATCH_ESS = "mismatch_ess"
+DRIFT_OPS = "drift_ops"  # token OPS of the batch's tokens one version old
+DRIFT_K3 = "drift_k3"  # their k3
 TOOL_CALLS = "tool_calls"
 TOOL_ERRORS = "tool_errors"
 TOOL_TIMEOUTS = "tool_timeouts"
@@ -94,6 +96,8 @@ STEP = (
     SYNC_LOGPROB_GAP,
     MISMATCH_KL,
     MISMATCH_ESS,
+    DRIFT_OPS,
+    DRIFT_K3,
     TOOL_CALLS,
     TOOL_ERRORS,
     TOOL_TIMEOUTS,

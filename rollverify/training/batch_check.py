@@ -9,6 +9,7 @@ import torch
 
 from rollverify.config import VerifyConfig
 from rollverify.core.corrections import mismatch
+from rollverify.core.drift import version_drift
 from rollverify.core.filters import keep_samples, staleness, token_staleness
 from rollverify.core.methods import Method
 from rollverify.core.off_policy_shift import sequence_ops, token_ops
@@ -54,6 +55,7 @@ def check_batch(
         staleness_max=int(stale.max()),
         token_staleness=token_staleness(batch.versions, policy, version),
         mismatch=mismatch(current, batch.behavior_logprobs, policy),  # current = pi_old
+        drift=version_drift(ops, current, batch.behavior_logprobs, batch.versions, policy, version),
         cache_size=cache_size,
         engine_restarts=engine_restarts,
         engine_steps=engine_steps,

@@ -37,6 +37,7 @@ class BatchRecord:
     staleness_max: int  # of the oldest token of any trained completion
     token_staleness: tuple[float, float]  # (mean, share >= 8 versions) over the policy's tokens
     mismatch: tuple[float, float]  # (k3, ESS) of pi_old/mu over the batch's tokens
+    drift: tuple[float, float]  # (OPS, k3) of its tokens one version old (core/drift.py)
     cache_size: int  # trajectories left in the cache
     engine_restarts: int
     engine_steps: list[EngineStep]  # the rollout's trace, priced after the update
@@ -247,6 +248,13 @@ def step_metrics(
     return metrics | ledger
 
 
+def _drift_metrics(batch: BatchRecord) -> dict[str, float]:
+    """The per-version drift, at steps whose batch holds tokens one version old (none in an
+    on-policy batch: not logged, rather than NaN)."""
+    ops, k3 = batch.drift
+    return {} if math.isnan(ops) else {m.DRIFT_OPS: ops, m.DRIFT_K3: k3}
+
+
 def _batch_metrics(records: StepRecords) -> dict[str, float]:
     """What the step's rollout batch was: its OPS, lengths, staleness, the rollout."""
     batch = records.batch
@@ -274,6 +282,7 @@ def _batch_metrics(records: StepRecords) -> dict[str, float]:
             m.ROLLOUT_SECONDS: result.seconds,
         }
         | _tool_metrics(batch)
+        | _drift_metrics(batch)
         | _check_metrics(records)
     )
 

@@ -47,6 +47,14 @@ def compare(
     ] = None,
     format: FormatOption = Format.table,
     wide: WideOption = False,
+    frontier: Annotated[
+        bool,
+        typer.Option(
+            "--frontier",
+            help="Also print the cost-accuracy frontier against grpo (rvctl report --frontier); "
+            "with --plots, frontier.png.",
+        ),
+    ] = False,
 ) -> None:
     """Train every method for every seed, then print the cost table."""
     from rollverify.experiments.compare import (
@@ -105,6 +113,14 @@ def compare(
         plots_dir=result.folder / "plots" if plots else None,
         wide=wide,
     )
+    if frontier:
+        from rollverify.tracking.run_records import load_report
+        from rvctl.commands.report_study import show_study
+
+        runs = load_report([str(result.folder)], result.tracking_uri).runs
+        plots_dir = result.folder / "plots" if plots else None
+        for path in show_study(runs, "grpo", None, None, format, None, plots_dir, frontier=True):
+            stderr.print(f"wrote {path}", markup=False, highlight=False)
     if format is Format.table:
         stderr.print(f"compare folder: {result.folder}")
         if plots:

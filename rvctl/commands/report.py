@@ -120,28 +120,38 @@ def report(
             show_default=False,
         ),
     ] = None,
+    frontier: Annotated[
+        bool,
+        typer.Option(
+            "--frontier",
+            help="Instead, the cost-accuracy frontier: per method (and --by setting), modeled "
+            "GPU-days relative to the baseline (--vs, default grpo) and the paired ΔAUC, both "
+            "with 95% intervals, the Pareto set marked; --plots: frontier.png.",
+        ),
+    ] = False,
     out: Annotated[
         Path | None,
         typer.Option(
-            help="With --vs or --table: also write the rows, every figure and per seed, to "
-            "this JSON file.",
+            help="With --vs, --frontier or --table: also write the rows, every figure and per "
+            "seed, to this JSON file.",
             show_default=False,
         ),
     ] = None,
 ) -> None:
     """Accuracy, GPU-days and speedup per method (or per grid point of a sweep); or, with --vs
-    or --table, the staleness study's paired tables."""
-    check_study_options(vs, by, table)
-    if out is not None and not (vs or table):
+    or --table, the staleness study's paired tables; with --frontier, cost against accuracy."""
+    check_study_options(vs, by, table, frontier)
+    study = bool(vs or table or frontier)
+    if out is not None and not study:
         raise ValueError("--out: writes a --vs or --table table; for the method table use -f json")
-    if per_seed is not None and (vs or table):
+    if per_seed is not None and study:
         raise ValueError("--per-seed: the method table's; with --vs or --table, --out holds them")
-    if vs or table:
+    if study:
         from rollverify.tracking.run_records import load_report
 
         found = load_report(targets or [], tracking_uri)
         _log(f"{found.kind}: {len(found.runs)} runs in {found.tracking_uri}")
-        for path in show_study(found.runs, vs, by, table, format, out, plots):
+        for path in show_study(found.runs, vs, by, table, format, out, plots, frontier):
             _log(f"wrote {path}")
         return
     show_report(targets or [], tracking_uri, format, plots, per_seed, wide)

@@ -17,12 +17,15 @@ class StudyTable(enum.StrEnum):
     composition = "composition"
 
 
-def check_study_options(vs: str | None, by: str | None, table: StudyTable | None) -> None:
+def check_study_options(
+    vs: str | None, by: str | None, table: StudyTable | None, frontier: bool = False
+) -> None:
     """Bad combinations, before the store is read."""
-    if by and not vs:
+    if by and not (vs or frontier):
         raise ValueError("--by: keeps values in the baseline of --vs; give --vs KEY=VALUE too")
-    if vs and table:
-        raise ValueError(f"--vs and --table {table}: one table at a time; drop one of them")
+    if (vs or frontier) and table:
+        given = "--frontier" if frontier else "--vs"
+        raise ValueError(f"{given} and --table {table}: one table at a time; drop one of them")
     if vs:
         from rollverify.experiments.vs_baseline import parse_vs
 
@@ -37,13 +40,21 @@ def show_study(
     format: Format,
     out: Path | None,
     plots_dir: Path | None,
+    frontier: bool = False,
 ) -> list[Path]:
-    """Print the table; write its rows (`out`, JSON) and, for the dose-response, its charts.
-    Returns the files written."""
+    """Print the table; write its rows (`out`, JSON) and, for the dose-response and the
+    frontier, their charts. Returns the files written."""
     from rollverify.experiments import composition, dose_response, vs_baseline
+    from rollverify.experiments import frontier as cost_accuracy
     from rollverify.infra.atomic_write import atomic_write_text
 
-    if vs:
+    if frontier:
+        vs = vs or "grpo"
+        baseline, keys = vs_baseline.parse_vs(vs), vs_baseline.parse_by(by or "")
+        rows = cost_accuracy.frontier_rows(runs, baseline, keys)
+        record = {"vs": vs, "points": rows}
+        cells, title = cost_accuracy.markdown(rows), f"cost-accuracy frontier against {vs}"
+    elif vs:
         rows = vs_baseline.rows(runs, vs_baseline.parse_vs(vs), vs_baseline.parse_by(by or ""))
         record: dict[str, Any] = {"vs": vs, "rows": rows}
         cells, title = vs_baseline.markdown(rows), f"against {vs}" + (f" by {by}" if by else "")
@@ -63,6 +74,8 @@ def show_study(
         written.append(out)
     if plots_dir is not None and table is StudyTable.dose_response:
         written += dose_response.plot(rows, plots_dir)
+    if plots_dir is not None and frontier:
+        written.append(cost_accuracy.plot(rows, plots_dir))
     return written
 
 

@@ -1,0 +1,101 @@
+"""The cost-accuracy frontier (rollverify/experiments/frontier.py, `rvctl report --frontier`):
+each point's cost is its runs' modeled GPU-days over their baseline twins' and its gain the
+paired ΔAUC, both seed by seed with 95% intervals, and the Pareto set is the points nothing
+else beats on both axes (the baseline's own (1, 0) among them)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from rollverify.experiments.frontier import frontier_rows, label, on_pareto
+from rollverify.experiments.power import t_critical_95
+from rollverify.experiments.vs_baseline import parse_vs
+from rollverify.tracking.run_records import RunRecord
+
+
+def run(method, seed, auc, days, **params) -> RunRecord:
+    """A finished run with a flat evaluation curve at `auc` and `days` modeled GPU-days."""
+    history = {"eval_accuracy": {0: auc, 10: auc}, "modeled_gpu_days": {10: days}}
+    flat = {"train.method": method, "train.seed": str(seed)}
+    flat |= {k.replace("__", "."): str(v) for k, v in params.items()}
+    return RunRecord(f"{method}-{seed}-{auc}", method, seed, "FINISHED", 0, flat, history)
+
+
+GRPO = [run("grpo", s, a, d) for s, a, d in [(0, 0.5, 1.0), (1, 0.6, 2.0), (2, 0.7, 4.0)]]
+
+
+def points(*runs, vs="grpo", by=()) -> dict:
+    return {p["point"]: p for p in frontier_rows([*GRPO, *runs], parse_vs(vs), by)}
+
+
+def test_cost_and_gain_pair_each_run_with_its_seeds_baseline_run():
+    # stored in seed order 2, 0, 1: pairing by position would give other ratios and gains
+    opsm = [run("opsm", s, a, d) for s, a, d in [(2, 0.68, 2.4), (0, 0.49, 0.4), (1, 0.60, 1.0)]]
+    (point,) = points(*opsm).values()
+    ratios = [0.4 / 1.0, 1.0 / 2.0, 2.4 / 4.0]  # seeds 0, 1, 2: 0.4, 0.5, 0.6
+    spread = math.sqrt(sum((r - 0.5) ** 2 for r in ratios) / 2)
+    assert (point["cost"], point["pairs"]) == (pytest.approx(0.5), 3)
+    assert point["cost_ci95"] == pytest.approx(t_critical_95(2) * spread / math.sqrt(3))
+    assert point["auc_vs_base"] == pytest.approx((-0.01 + 0.0 - 0.02) / 3)
+
+
+def test_the_pareto_set_is_what_nothing_beats_on_both_axes():
+    partial = [
+        run("partial", s, a - 0.05, d / 2) for s, a, d in [(0, 0.5, 1), (1, 0.6, 2), (2, 0.7, 4)]
+    ]
+    tis = [run("tis", s, a, d / 2) for s, a, d in [(0, 0.5, 1), (1, 0.6, 2), (2, 0.7, 4)]]
+    dearer = [
+        run("rollverify", s, a + 0.02, d * 1.1)
+        for s, a, d in [(0, 0.5, 1), (1, 0.6, 2), (2, 0.7, 4)]
+    ]
+    worse = [
+        run("mis", s, a - 0.01, d * 1.2) for s, a, d in [(0, 0.5, 1), (1, 0.6, 2), (2, 0.7, 4)]
+    ]
+    found = points(*partial, *tis, *dearer, *worse)
+    assert found["tis"]["cost"] == pytest.approx(0.5) and found["tis"]["pareto"] is True
+    assert found["partial"]["pareto"] is False  # tis: as cheap, more AUC
+    assert found["rollverify"]["pareto"] is True  # dearer than grpo, but the only gain
+    assert found["mis"]["pareto"] is False  # grpo's own point: cheaper and better
+
+
+def test_a_point_without_a_cost_or_a_pair_is_not_placed():
+    assert on_pareto({"cost": None, "auc_vs_base": 0.1}, []) is None
+    unpaired = [run("partial", 7, 0.5, 1.0)]  # a seed grpo has no run of
+    (point,) = points(*unpaired).values()
+    assert (point["cost"], point["auc_vs_base"], point["pareto"]) == (None, None, None)
+
+
+def test_a_synchronous_point_is_not_labelled_with_an_eta():
+    sync = run("partial", 0, 0.5, 1.0, rollout__mode="sync", rollout__eta=1)
+    stale = run("partial", 0, 0.5, 1.0, rollout__mode="async", rollout__eta=8)
+    assert label("partial", {"rollout.eta": "1"}, sync) == "partial"
+    assert label("partial", {"rollout.eta": "8"}, stale) == "partial, eta=8"
+
+
+def test_the_command_prints_writes_and_draws_the_frontier(study_store, rvctl, tmp_path):
+    out = tmp_path / "frontier.json"
+    options = ["--frontier", "--by", "rollout.mode", "--plots", str(tmp_path), "-f", "json"]
+    result = rvctl("report", "--tracking-uri", study_store.uri, *options, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    shown, written = json.loads(result.stdout), json.loads(out.read_text())
+    assert written == {"vs": "grpo", "points": shown} and (tmp_path / "frontier.png").is_file()
+    by_point = {p["point"]: p for p in shown}
+    assert {p["baseline"] for p in shown} == {
+        "train.method=grpo, rollout.mode=sync",
+        "train.method=grpo, rollout.mode=async",
+    }
+    assert all(p["pairs"] == p["seeds"] for p in by_point.values())
+    table = rvctl("report", "--tracking-uri", study_store.uri, "--frontier", "--vs", "partial")
+    assert table.returncode == 0 and "Pareto" in table.stdout
+
+
+def test_the_frontier_and_a_study_table_are_one_at_a_time(study_store, rvctl):
+    result = rvctl("report", "--tracking-uri", study_store.uri, "--frontier", "--table",
+                   "composition")  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: --frontier and --table composition: one table at a time; drop one of them"
+    ]

@@ -59,6 +59,8 @@ def test_the_pareto_set_is_what_nothing_beats_on_both_axes():
     assert found["partial"]["pareto"] is False  # tis: as cheap, more AUC
     assert found["rollverify"]["pareto"] is True  # dearer than grpo, but the only gain
     assert found["mis"]["pareto"] is False  # grpo's own point: cheaper and better
+    (alone,) = points(*worse).values()  # no other point beats it: the baseline's own does
+    assert alone["pareto"] is False
 
 
 def test_a_point_without_a_cost_or_a_pair_is_not_placed():

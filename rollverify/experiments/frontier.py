@@ -20,7 +20,7 @@ from pathlib import Path
 from rollverify.experiments import vs_baseline
 from rollverify.experiments.cells import pm
 from rollverify.experiments.power import mean_ci95
-from rollverify.experiments.run_figures import paired_by_seed, present
+from rollverify.experiments.run_figures import present
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import RunRecord
 
@@ -53,10 +53,8 @@ def frontier_rows(
         point["seeds"] = len(group)
         point["baseline"] = ", ".join(f"{k}={v}" for k, v in wanted.items())
         point["cost"], point["cost_ci95"], point["pairs"] = cost_ratio(group, base)
-        for name, figure in vs_baseline.FIGURES.items():
-            difference = paired_by_seed(group, base, figure)
-            columns = (f"{name}_vs_base", f"{name}_vs_base_ci95", f"{name}_vs_base_mde80")
-            point |= dict(zip(columns, difference, strict=True))
+        for name in vs_baseline.FIGURES:
+            point |= vs_baseline.paired_columns(name, group, base)
         points.append(point)
     baseline = {"cost": 1.0, "auc_vs_base": 0.0}  # the baseline's own point
     for point in points:

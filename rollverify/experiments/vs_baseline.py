@@ -82,12 +82,18 @@ def rows(runs: list[RunRecord], vs: dict[str, str], by: tuple[str, ...] = ()) ->
         row["baseline"] = ", ".join(f"{k}={v}" for k, v in wanted.items())
         for name, figure in FIGURES.items():
             row[name], row[f"{name}_ci95"] = mean_and_ci(group, figure)
-            paired = paired_by_seed(group, base, figure)
-            columns = (f"{name}_vs_base", f"{name}_vs_base_ci95", f"{name}_vs_base_mde80")
-            row |= dict(zip(columns, paired, strict=True))
+            row |= paired_columns(name, group, base)
         row["paired_seeds"] = sum(r.seed in base for r in group)
         out.append(row)
     return out
+
+
+def paired_columns(name: str, group: list[RunRecord], base: dict[int, RunRecord]) -> dict:
+    """FIGURES[name]'s paired difference to the baseline: NAME_vs_base, its 95% half-width
+    (_ci95) and the smallest difference the pairs detect at 80% power (_mde80)."""
+    paired = paired_by_seed(group, base, FIGURES[name])
+    columns = (f"{name}_vs_base", f"{name}_vs_base_ci95", f"{name}_vs_base_mde80")
+    return dict(zip(columns, paired, strict=True))
 
 
 def value(run: RunRecord, key: str) -> str | None:

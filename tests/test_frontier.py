@@ -101,3 +101,14 @@ def test_the_frontier_and_a_study_table_are_one_at_a_time(study_store, rvctl):
     assert result.stderr.strip().splitlines() == [
         "error: --frontier and --table composition: one table at a time; drop one of them"
     ]
+
+
+def test_compare_refuses_a_frontier_that_would_make_its_json_two_documents(rvctl, tmp_path):
+    result = rvctl("compare", "grpo", "partial", "--frontier", "-f", "json", "--output",
+                   str(tmp_path))  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "error: --frontier: a second table after the report, not one json document; run "
+        "rvctl report FOLDER --frontier -f json after the comparison instead"
+    ]
+    assert not list(tmp_path.iterdir())  # nothing started

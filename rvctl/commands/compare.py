@@ -66,6 +66,11 @@ def compare(
         plan,
     )
 
+    if frontier and format in (Format.json, Format.csv):  # one document on stdout, not two
+        raise ValueError(
+            f"--frontier: a second table after the report, not one {format} document; run "
+            f"rvctl report FOLDER --frontier -f {format} after the comparison instead"
+        )
     run_config = run.load()
     children = plan(methods, seeds, run_config.train.seed)  # bad names fail before any work
     folder = compare_dir or (latest_comparison(Path(run_config.output)) if resume else None)

@@ -1758,4 +1758,36 @@ MUTANTS = [
             "tests/test_reward_hacks_judge.py::test_the_standard_librarys_counter_still_comes_back_as_a_dict",
         ),
     ),
+    Mutant(
+        "auto-drift-not-per-version",
+        "ds/dt auto: the youngest stale tokens' OPS is divided by their age (per-version drift)",
+        "rollverify/core/auto_thresholds.py",
+        "    return drift / (version - youngest)",
+        "    return drift",
+        (
+            "tests/test_auto_thresholds.py::test_each_vector_gives_its_drift_thresholds_and_kept_lengths",
+        ),
+    ),
+    Mutant(
+        "auto-thresholds-not-applied",
+        "the cache check cuts at the auto thresholds it computed (not the paper's fixed ones)",
+        "rollverify/training/cache_check.py",
+        "verify_stages(ops, batch.versions, batch.mask, ds, dt, policy)",
+        "verify_stages(ops, batch.versions, batch.mask, 0.01, 2.0, policy)",
+        (
+            "tests/test_auto_thresholds.py::"
+            "test_the_cache_check_applies_auto_thresholds_from_the_new_policys_log_probs",
+        ),
+    ),
+    Mutant(
+        "auto-thresholds-not-logged",
+        "a run with auto thresholds logs the ones it applied at every step it verified",
+        "rollverify/training/records.py",
+        "    if cache.auto is not None:  # logged where auto measured something, rather than NaN",
+        "    if False:",
+        (
+            "tests/test_auto_thresholds.py::"
+            "test_a_run_with_auto_thresholds_logs_them_at_every_step_it_verified",
+        ),
+    ),
 ]

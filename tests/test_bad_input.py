@@ -36,10 +36,10 @@ def test_a_sweep_names_each_bad_grid_point_before_ray_starts(tmp_path, monkeypat
     result = run_rvctl(args, monkeypatch, capsys)
     assert result.returncode == 2
     assert errors(result) == [
-        "grid point ds=0.01 dt=-3: verify.dt: must be > 0 (inf allowed), got -3.0",
-        "grid point ds=abc dt=-3: verify.ds: must be a number, got 'abc'",
-        "grid point ds=abc dt=-3: verify.dt: must be > 0 (inf allowed), got -3.0",
-        "grid point ds=abc dt=1: verify.ds: must be a number, got 'abc'",
+        "grid point ds=0.01 dt=-3: verify.dt: must be > 0 (inf allowed) or auto, got -3.0",
+        "grid point ds=abc dt=-3: verify.ds: must be a number or auto, got 'abc'",
+        "grid point ds=abc dt=-3: verify.dt: must be > 0 (inf allowed) or auto, got -3.0",
+        "grid point ds=abc dt=1: verify.ds: must be a number or auto, got 'abc'",
     ]
     assert not (tmp_path / "runs").exists()
     ray = sys.modules.get("ray")

@@ -30,7 +30,7 @@ def test_all_problems_are_reported_at_once(tmp_path):
         load_config(bad)
     assert error.value.problems == [
         "rollout.engine: must be one of auto, hf, vllm, got 'vlm'; did you mean 'vllm'?",
-        "verify.ds: must be > 0 (inf allowed), got 0.0",
+        "verify.ds: must be > 0 (inf allowed) or auto, got 0.0",
         "train.stesp: unknown key; did you mean train.steps?",
         "train.learning_rate: must be > 0, got -1.0",
     ]

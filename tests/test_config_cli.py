@@ -168,7 +168,7 @@ def test_config_explain_prints_each_fields_doc_type_default_and_rule(monkeypatch
     one = run_rvctl(["config", "explain", "verify.ds"], monkeypatch, capsys)
     assert one.returncode == 0, one.stderr
     first, *doc = one.stdout.splitlines()
-    assert first == "verify.ds: float, default 0.01; > 0 (inf allowed)"
+    assert first == "verify.ds: float or auto, default 0.01; > 0 (inf allowed) or auto"
     assert " ".join(line.strip() for line in doc).startswith("Sequence-stage threshold")
     every = run_rvctl(["config", "explain", "-f", "json"], monkeypatch, capsys)
     rows = json.loads(every.stdout)

@@ -31,7 +31,13 @@ def _trajectory(tokens: list[int], policy: list[bool], versions: list[int]) -> T
 def _cycle(trajectories, current, method="rollverify", ds=0.5, dt=2.0):
     monitor = AcceptanceMonitor(window=1, threshold=0.5)
     check = check_cache(
-        trajectories, current, METHODS[method], VerifyConfig(ds=ds, dt=dt), monitor, step=1
+        trajectories,
+        current,
+        METHODS[method],
+        VerifyConfig(ds=ds, dt=dt),
+        monitor,
+        step=1,
+        version=3,
     )
     return check, monitor
 

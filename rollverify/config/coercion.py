@@ -65,7 +65,15 @@ def _coerce(value: Any, hint: Any) -> tuple[Any, str | None]:
         if value is None and type(None) in args:
             return None, None
         inner = [a for a in args if a is not type(None)]
-        return _coerce(value, inner[0])
+        problems = []
+        for alternative in inner:  # the first that takes the value (ds: a number or auto)
+            coerced, problem = _coerce(value, alternative)
+            if problem is None:
+                return coerced, None
+            problems.append(problem)
+        if len(inner) == 1:
+            return None, problems[0]
+        return None, f"must be {' or '.join(map(_kind, inner))}, got {_show(value)}"
     if origin is Literal:
         if value in args:
             return value, None
@@ -110,6 +118,15 @@ def _coerce(value: Any, hint: Any) -> tuple[Any, str | None]:
             else (None, f"must be a string, got {_show(value)}")
         )
     return value, None
+
+
+def _kind(hint: Any) -> str:
+    """A type hint as a value's description: float -> "a number", Literal["auto"] -> "auto"."""
+    if typing.get_origin(hint) is Literal:
+        return " or ".join(map(str, typing.get_args(hint)))
+    return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(
+        hint, getattr(hint, "__name__", str(hint))
+    )
 
 
 def _near(value: Any, rule: str) -> str:

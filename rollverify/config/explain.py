@@ -67,8 +67,10 @@ def _doc(name: str, field: dataclasses.Field, hint: Any) -> FieldDoc:
 def _choices(hint: Any) -> tuple:
     if typing.get_origin(hint) is Literal:
         return typing.get_args(hint)
-    inner = [a for a in typing.get_args(hint) if typing.get_origin(a) is Literal]
-    return (*typing.get_args(inner[0]), None) if inner else ()
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if len(args) != 1 or typing.get_origin(args[0]) is not Literal:
+        return ()  # a number or a choice (ds: a number or auto): the rule says which
+    return (*typing.get_args(args[0]), None)
 
 
 def _type_name(hint: Any) -> str:
@@ -76,8 +78,15 @@ def _type_name(hint: Any) -> str:
     if origin is Literal:
         return "choice"
     if origin in (typing.Union, types.UnionType):
-        inner = _type_name(next(a for a in args if a is not type(None)))
+        inner = " or ".join(_member_name(a) for a in args if a is not type(None))
         return f"{inner} or null" if type(None) in args else inner
     if origin is dict:
         return "mapping"
     return getattr(hint, "__name__", str(hint))
+
+
+def _member_name(hint: Any) -> str:
+    """A union's member: a Literal beside a type by its values (ds: "float or auto")."""
+    if typing.get_origin(hint) is Literal:
+        return " or ".join(map(str, typing.get_args(hint)))
+    return _type_name(hint)

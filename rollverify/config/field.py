@@ -26,5 +26,10 @@ def positive(x: float) -> bool:
     return x > 0
 
 
+def positive_or_auto(x: float | str) -> bool:
+    """A threshold: a number > 0, or "auto" (rollverify/core/auto_thresholds.py)."""
+    return x == "auto" or (not isinstance(x, str) and x > 0)
+
+
 def at_least_one(x: int) -> bool:
     return x >= 1

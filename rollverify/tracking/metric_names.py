@@ -49,6 +49,9 @@ MISMATCH_KL = "mismatch_kl"
 MISMATCH_ESS = "mismatch_ess"
 DRIFT_OPS = "drift_ops"  # token OPS of the batch's tokens one version old
 DRIFT_K3 = "drift_k3"  # their k3
+VERIFY_DS = "verify_ds"  # verify.ds auto: the sequence-stage threshold the check applied
+VERIFY_DT = "verify_dt"  # ... and the token stage's
+DRIFT_CACHE = "drift_cache"  # the per-version drift they came from (core/auto_thresholds.py)
 TOOL_CALLS = "tool_calls"
 TOOL_ERRORS = "tool_errors"
 TOOL_TIMEOUTS = "tool_timeouts"
@@ -98,6 +101,9 @@ STEP = (
     MISMATCH_ESS,
     DRIFT_OPS,
     DRIFT_K3,
+    VERIFY_DS,
+    VERIFY_DT,
+    DRIFT_CACHE,
     TOOL_CALLS,
     TOOL_ERRORS,
     TOOL_TIMEOUTS,

@@ -121,7 +121,9 @@ class AsyncSchedule:
             return []
         with Clock() as scoring:
             current = self.score(stale)
-            check = check_cache(stale, current, self.method, self.verify, self.monitor, version + 1)
+            check = check_cache(
+                stale, current, self.method, self.verify, self.monitor, version + 1, version
+            )
         records.scoring.add(True, scoring.seconds, check.scored)
         records.trainer_busy.append((scoring.start, scoring.start + scoring.seconds))
         self.checks.append(check)

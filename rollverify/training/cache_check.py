@@ -11,6 +11,7 @@ import math
 import torch
 
 from rollverify.config import VerifyConfig
+from rollverify.core.auto_thresholds import AUTO, per_version_drift, thresholds
 from rollverify.core.methods import Method
 from rollverify.core.off_policy_shift import sequence_ops, token_ops
 from rollverify.core.switching import AcceptanceMonitor
@@ -32,9 +33,10 @@ def check_cache(
     cfg: VerifyConfig,
     monitor: AcceptanceMonitor,
     step: int,
+    version: int,
 ) -> CacheCheck:
-    """`current`: log pi of `cached`'s tokens under the weights just updated ([B, >= T],
-    trl_adapter.py's current_logprobs; None for an empty cache)."""
+    """`current`: log pi of `cached`'s tokens under the weights just updated, policy version
+    `version` ([B, >= T], trl_adapter.py's current_logprobs; None for an empty cache)."""
     if not cached:
         return CacheCheck()
     batch = PaddedTrajectories.of(cached)
@@ -43,9 +45,12 @@ def check_cache(
     ops = token_ops(current, batch.behavior_logprobs, cfg.ops_metric, mask=policy)
     lengths = batch.mask.sum(-1)
     after_sequence = kept = lengths
+    auto = AUTO in (cfg.ds, cfg.dt)
+    drift = per_version_drift(ops, batch.versions, policy, version) if auto else None
+    ds, dt = thresholds(cfg.ds, cfg.dt, cfg.drift_versions, drift) if auto else (cfg.ds, cfg.dt)
     if method.verify:
-        dt = cfg.dt if method.token_stage else math.inf
-        after_sequence, kept = verify_stages(ops, batch.versions, batch.mask, cfg.ds, dt, policy)
+        dt = dt if method.token_stage else math.inf
+        after_sequence, kept = verify_stages(ops, batch.versions, batch.mask, ds, dt, policy)
         for trajectory, k in zip(cached, kept.tolist(), strict=True):
             trajectory.truncate(k)
     columns = torch.arange(batch.mask.shape[1])
@@ -65,6 +70,7 @@ def check_cache(
             sequence_ops(ops, kept_policy)[nonempty].mean().item() if nonempty.any() else math.nan
         ),
         scored=forward_work(cached),
+        auto=(ds, dt, drift) if auto and drift is not None else None,
     )
 
 

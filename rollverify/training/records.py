@@ -87,6 +87,9 @@ class CacheCheck:
     ops_before: float = math.nan  # mean sequence OPS of cached trajectories, before truncation
     ops_after: float = math.nan  # ... of their kept prefixes (empty prefixes excluded)
     scored: tuple[int, int] = (0, 0)  # (tokens, attended) of the forward that scored them
+    # verify.ds/dt auto: the (ds, dt) it applied and the per-version drift they came from
+    # (core/auto_thresholds.py); None without auto or without a stale token to measure
+    auto: tuple[float, float, float] | None = None
 
     @property
     def tokens_truncated(self) -> int:
@@ -121,7 +124,19 @@ class CacheCheck:
             ops_before=mean("ops_before"),
             ops_after=mean("ops_after"),
             scored=scored,
+            auto=_mean_auto(checks),
         )
+
+
+def _mean_auto(checks: list[CacheCheck]) -> tuple[float, float, float] | None:
+    """The auto thresholds of several checks, each figure weighted by trajectories."""
+    measured = [c for c in checks if c.auto is not None]
+    if not measured:
+        return None
+    weight = sum(c.trajectories for c in measured)
+    return tuple(  # type: ignore[return-value]
+        sum(c.auto[i] * c.trajectories for c in measured) / weight for i in range(3)
+    )
 
 
 @dataclass
@@ -241,6 +256,8 @@ def step_metrics(
     }
     if sync.synced:
         metrics[m.SYNC_LOGPROB_GAP] = sync.gap
+    if cache.auto is not None:  # logged where auto measured something, rather than NaN
+        metrics |= dict(zip((m.VERIFY_DS, m.VERIFY_DT, m.DRIFT_CACHE), cache.auto, strict=True))
     if records.evaluation is not None:
         metrics |= evaluation_metrics(records.evaluation)
     if entropy is not None:

@@ -119,7 +119,10 @@ class SynchronousSchedule:
         with Clock() as scoring:
             current = self.score(cached)
             if self.main:
-                check = check_cache(cached, current, self.method, self.verify, self.monitor, step)
+                # after the sync of step s the policy is version s (docs/rules.md, section 1)
+                check = check_cache(
+                    cached, current, self.method, self.verify, self.monitor, step, step
+                )
         # (check.scored: the work of the trajectories as verification left them)
         records.scoring.add(self.method.verify, scoring.seconds, check.scored)
         return check

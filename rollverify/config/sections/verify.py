@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from rollverify.config.field import at_least_one, config_field, positive
+from rollverify.config.field import at_least_one, config_field, positive, positive_or_auto
 
 
 @dataclass
@@ -14,20 +14,30 @@ class VerifyConfig:
     ops_metric: Literal["abs_ratio", "abs_log_ratio", "k3"] = config_field(
         "abs_ratio", "Token OPS: |r-1|, |log r| or k3 (spec)."
     )
-    ds: float = config_field(
+    ds: float | Literal["auto"] = config_field(
         0.01,
         "Sequence-stage threshold on a segment's mean OPS; inf disables. The paper's 0.01; "
-        "the acceptance it gives on the embedded default: docs/results.md.",
-        positive,
-        "> 0 (inf allowed)",
+        "the acceptance it gives on the embedded default: docs/results.md. auto: "
+        "drift_versions x the run's per-version drift, measured at each check (docs/rules.md, "
+        "section 3, Thresholds in drift units).",
+        positive_or_auto,
+        "> 0 (inf allowed) or auto",
         allow_inf=True,
     )
-    dt: float = config_field(
+    dt: float | Literal["auto"] = config_field(
         2.0,
-        "Token-stage threshold on one token's OPS; inf disables.",
-        positive,
-        "> 0 (inf allowed)",
+        "Token-stage threshold on one token's OPS; inf disables. auto: 200 (the paper's "
+        "2 / 0.01) x drift_versions x the per-version drift.",
+        positive_or_auto,
+        "> 0 (inf allowed) or auto",
         allow_inf=True,
+    )
+    drift_versions: float = config_field(
+        2.0,
+        "Read by ds/dt auto only: how many versions of the run's own drift a segment may carry "
+        "(c of docs/rules.md, section 3).",
+        positive,
+        "> 0",
     )
     window: int = config_field(8, "Acceptance-rate window (cycles).", at_least_one, ">= 1")
     switch_threshold: float = config_field(

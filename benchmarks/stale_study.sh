@@ -12,26 +12,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-runs/stale-study}; mkdir -p "$OUT"; cd "$OUT"
 RV=${RV:-$ROOT/.venv/bin/rvctl}  # (RV: another rvctl, e.g. to try the script)
 PY=$ROOT/.venv/bin/python
-COMMON="--config $ROOT/experiments/stale.yaml --seeds 5 --engine hf --set train.threads=1 --tracking-uri sqlite:///$PWD/stale.db --output runs"
-sweep() {  # part name, sweep arguments...
-  local part=$1; shift
-  echo "$part start $(date)"
-  local folder; folder=$(cat $part.dir 2>/dev/null)
-  if [ -n "$folder" ] && [ -d "$folder" ]; then
-    $RV sweep "$@" $COMMON --sweep-dir "$folder" -f json > $part.json 2> $part.err
-  else
-    ls -d runs/sweep-* > .before 2>/dev/null
-    $RV sweep "$@" $COMMON -f json > $part.json 2> $part.err &
-    local pid=$!
-    for _ in $(seq 60); do
-      sleep 2
-      folder=$(comm -13 .before <(ls -d runs/sweep-* 2>/dev/null) | head -1)
-      [ -n "$folder" ] && { echo "$folder" > $part.dir; break; }
-    done
-    wait $pid
-  fi
-  echo "$part end $(date) rc=$?"
-}
+source "$ROOT/benchmarks/study_sweep.sh"  # COMMON and sweep()
 sweep grpo_partial method --method grpo,partial
 sweep table3 method --method partial-recomputed,rollverify-seq,rollverify-seq-token,rollverify
 # the composition control (which groups train first, apart from how stale their tokens are),

@@ -1,0 +1,26 @@
+#!/bin/bash
+# Issue 61's runs on experiments/stale.yaml, each part's question written in docs/results.md
+# ("Questions stated before their runs") before it ran; ~2.5-5 minutes a run, two at a time:
+#     benchmarks/frontier_study.sh [OUT]          # default OUT: runs/frontier-study
+# Parts resume where they stopped (benchmarks/study_sweep.sh). Tables: `rvctl report` on the
+# parts' folders (OUT/*.dir) with --frontier (against grpo at the same learning rate:
+# --vs grpo --by train.learning_rate).
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${1:-runs/frontier-study}; mkdir -p "$OUT"; cd "$OUT"
+RV=${RV:-$ROOT/.venv/bin/rvctl}
+PY=$ROOT/.venv/bin/python
+source "$ROOT/benchmarks/study_sweep.sh"  # COMMON and sweep()
+LR=0.0005  # experiments/stale.yaml's (the embedded default's)
+LR4=0.000125 LR16=0.00003125
+# 1. the step size: does the switch step move with the per-version drift as drift/ds predicts?
+sweep step_size method learning_rate --method grpo,partial,rollverify --learning_rate $LR4,$LR16
+# 2. thresholds in drift units (docs/rules.md, section 3): does auto's switch step stay put?
+sweep auto learning_rate --method rollverify --learning_rate $LR,$LR4,$LR16 \
+  --set verify.ds=auto --set verify.dt=auto
+# 3. the frontier's points at the shipped step size
+sweep ds_loose ds dt --ds 0.02,0.03 --dt 0.2,2
+sweep switch_low switch_threshold --switch_threshold 0.3
+sweep async8 method eta --method rollverify,rollverify-seq-token --eta 8 --set rollout.mode=async
+sweep async8_auto eta --method rollverify --eta 8 --set rollout.mode=async \
+  --set verify.ds=auto --set verify.dt=auto

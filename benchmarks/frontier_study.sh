@@ -24,3 +24,5 @@ sweep switch_low switch_threshold --switch_threshold 0.3
 sweep async8 method eta --method rollverify,rollverify-seq-token --eta 8 --set rollout.mode=async
 sweep async8_auto eta --method rollverify --eta 8 --set rollout.mode=async \
   --set verify.ds=auto --set verify.dt=auto
+# 4. the composition: does verification with OPSM's mask in the loss beat both?
+sweep composed method --method rollverify-opsm

@@ -1790,4 +1790,16 @@ MUTANTS = [
             "test_a_run_with_auto_thresholds_logs_them_at_every_step_it_verified",
         ),
     ),
+    Mutant(
+        "composition-without-its-mask",
+        "rollverify-opsm puts OPSM's mask in the loss on top of RollVerify",
+        "rollverify/core/methods.py",
+        """            switching=True,
+            correction="opsm",""",
+        """            switching=True,""",
+        (
+            "tests/test_corrections.py::"
+            "test_rollverify_with_opsm_masks_the_same_sequence_on_the_ratio_over_mu",
+        ),
+    ),
 ]

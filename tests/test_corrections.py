@@ -153,6 +153,25 @@ def test_opsm_masks_the_drifted_sequence_of_negative_advantage(tmp_path):
     assert trainer._metrics["train"]["correction/token_share"] == [pytest.approx(0.25)]
 
 
+def test_rollverify_with_opsm_masks_the_same_sequence_on_the_ratio_over_mu(tmp_path):
+    """The composition (sample level and loss level): mu stays the ratio's denominator, and
+    OPSM's mask (by mu against pi_theta, not a weight) drops row 3 as it does for opsm: the
+    loss is rollverify's with row 3's advantage zeroed (a masked row stays in the count)."""
+    trainer = trainer_of(tmp_path, "rollverify-opsm")
+    assert trainer.ratio_denominator == "behavior"
+    output = scored(trainer)
+    assert "importance_sampling_ratio" not in output
+    torch.testing.assert_close(output["old_per_token_logps"], output["sampling_per_token_logps"])
+    loss = trainer._compute_loss(trainer.model, output)
+    reference = trainer_of(tmp_path / "rollverify", "rollverify")
+    unmasked = scored(reference)
+    assert unmasked["advantages"][3] < 0
+    masked = dict(unmasked, advantages=unmasked["advantages"].clone())
+    masked["advantages"][3] = 0.0
+    torch.testing.assert_close(loss, reference._compute_loss(reference.model, masked))
+    assert not torch.allclose(loss, reference._compute_loss(reference.model, unmasked))
+
+
 @pytest.mark.parametrize(
     ("method", "denominator"),
     [("partial", "behavior"), ("partial-recomputed", "recomputed"), ("tis", "recomputed")],
@@ -183,10 +202,11 @@ def test_the_ratio_denominator_is_mu_or_the_recomputed_pi_old(tmp_path, method, 
             torch.testing.assert_close(ratio, torch.ones_like(WEIGHTS), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", CORRECTIONS)
+@pytest.mark.parametrize("name", WEIGHTED)
 def test_a_correction_refuses_the_behavior_denominator(tmp_path, name):
-    """Each correction weights or masks by pi_old/mu: on the ratio pi_theta/mu that would count
-    mu twice, so the config says so before anything runs."""
+    """Each correction but opsm weights or masks by pi_old/mu: on the ratio pi_theta/mu that
+    would count mu twice, so the config says so before anything runs. (opsm masks by mu
+    against pi_theta: rollverify-opsm runs it on mu's ratio.)"""
     with pytest.raises(ConfigError, match=f"train.ratio_denominator: method {name} weights"):
         tiny(tmp_path, name, **{"train.ratio_denominator": "behavior"})
 

@@ -71,7 +71,8 @@ def check_corrections(config: RunConfig, problems: list[str]) -> None:
     """The peers' corrections: the ratio they weight, and the token count of their masks."""
     method = config.train.method
     correction = METHODS[method].correction
-    if correction and config.train.ratio_denominator == "behavior":
+    weights = correction is not None and correction != "opsm"  # opsm masks by pi_theta vs mu
+    if weights and config.train.ratio_denominator == "behavior":
         # The correction's weight is pi_old/mu: on a ratio pi/mu it would count mu twice.
         problems.append(
             f"train.ratio_denominator: method {method} weights tokens by "
@@ -81,7 +82,7 @@ def check_corrections(config: RunConfig, problems: list[str]) -> None:
         return
     if correction == "opsm":
         problems.append(
-            "correction.masked_tokens_in_count: method opsm masks in the loss (TRL's "
+            f"correction.masked_tokens_in_count: method {method} masks in the loss (TRL's "
             "off-policy mask, by pi_theta), after the count is taken; set true"
         )
     if config.train.loss_type == "dr_grpo":

@@ -7,7 +7,8 @@ The ratio's denominator pi_old: "behavior" puts each token's engine log-prob mu 
 stale token looks stale to the clip); "recomputed" the batch scored by the weights before the
 step's first update (verl's and slime's partial rollout: a stale token looks on-policy). The
 peers' corrections (rollverify/core/corrections.py) run on the recomputed one and weight or mask
-tokens by pi_old/mu; their bounds are the config's `correction` section.
+tokens by pi_old/mu; their bounds are the config's `correction` section. OPSM's mask compares mu
+with pi_theta, not pi_old, so rollverify-opsm puts it on RollVerify's ratio over mu.
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ METHODS: dict[str, Method] = {
             partial=True,
             verify=True,
             summary="ablation: both stages, no switching",
+        ),
+        Method(
+            "rollverify-opsm",
+            partial=True,
+            verify=True,
+            switching=True,
+            correction="opsm",
+            summary="rollverify + OPSM's mask in the loss: both the sample and the loss level",
         ),
         Method(
             "staleness-filter",

@@ -50,6 +50,7 @@ def seed_rows(report: Report) -> list[dict[str, Any]]:
                         "stale_token_share_8": run.mean(m.STALE_TOKEN_SHARE_8),
                         "mismatch_kl": run.mean(m.MISMATCH_KL),
                         "ops_mean": run.mean(m.OPS_MEAN),
+                        "drift_ops": run.mean(m.DRIFT_OPS),  # per version (core/drift.py)
                         "acceptance_window_min": lowest(run, m.ACCEPTANCE_WINDOW_MEAN),
                         "switch_step": switch_step(run),
                         "tokens_cut_sequence_stage": run.total(m.TOKENS_CUT_SEQUENCE_STAGE),

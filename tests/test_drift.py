@@ -11,6 +11,8 @@ import torch
 
 from rollverify.core.drift import version_drift
 from rollverify.core.off_policy_shift import token_ops
+from rollverify.experiments.seed_rows import seed_rows
+from rollverify.tracking.run_records import Report, run_record
 
 
 def test_only_the_tokens_one_version_old_count():
@@ -37,11 +39,16 @@ def test_partial_logs_the_drift_where_it_resumed_and_grpo_never(tmp_path):
     from rollverify.training.run import train
     from tests.runs import history, tiny
 
-    partial = history(train(tiny(tmp_path / "partial", "partial", **{"train.steps": 4})))
+    summary = train(tiny(tmp_path / "partial", "partial", **{"train.steps": 4}))
+    partial = history(summary)
     drifted = partial.get("drift_ops", {})
     resumed = {step for step, count in partial["resumed"].items() if count > 0}
     assert drifted and set(drifted) <= resumed
     assert all(value > 0 and math.isfinite(value) for value in drifted.values())
     assert set(partial["drift_k3"]) == set(drifted)
+    # rvctl report --per-seed reads it back: the run's mean over the steps that logged it
+    record = run_record(summary.tracking_uri, summary.run_id)
+    (row,) = seed_rows(Report(summary.tracking_uri, "runs", [], [], [record]))
+    assert row["drift_ops"] == pytest.approx(sum(drifted.values()) / len(drifted))
     grpo = history(train(tiny(tmp_path / "grpo", "grpo", **{"train.steps": 2})))
     assert "drift_ops" not in grpo and "drift_k3" not in grpo

@@ -42,6 +42,7 @@ REPORT_METRICS = (
     m.CORRECTION_TOKEN_SHARE,  # the per-seed rows: how often a peer correction acted
     m.TRL_CLIP_SHARE,  # ... how often the PPO clip cut
     m.TRL_GRAD_NORM,  # ... and its largest gradient norm
+    m.DRIFT_OPS,  # ... and the per-version drift
 )
 
 

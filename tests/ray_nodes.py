@@ -17,6 +17,7 @@ with the namespace."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import secrets
 import signal
@@ -31,6 +32,7 @@ import psutil
 
 from tests.ray_cluster import RAY, user_shell
 
+ROOT = Path(__file__).parents[1]
 PORT = 6379  # the namespace is the test's own: Ray's default port is free there
 ENGINE_RESOURCE = "engine_node"
 
@@ -71,22 +73,33 @@ def namespace_available() -> bool:
 
 
 @contextmanager
-def two_nodes(folder: Path, engine_cpus: int = 1, head_cpus: int = 1) -> Iterator[Cluster]:
+def two_nodes(
+    folder: Path, engine_cpus: int = 1, head_cpus: int = 1, health_check_ms: int | None = None
+) -> Iterator[Cluster]:
     """The head (head_cpus CPUs) and a second node (engine_cpus CPUs and ENGINE_RESOURCE: 1),
-    both up; everything they started is stopped on the way out."""
+    both up; everything they started is stopped on the way out. `health_check_ms`: the head
+    checks each raylet this often and takes it for lost after 3 misses (Ray's default: 3 s,
+    5 misses), as a user sets RAY_health_check_* on the head to notice a lost node sooner."""
     namespace = f"rv-{secrets.token_hex(4)}"
     subprocess.run(["ip", "netns", "add", namespace], check=True)
     token = folder / "ray_auth_token"
     token.touch(mode=0o600)
     token.write_text(secrets.token_hex(32))
     env = user_shell() | {"RAY_AUTH_TOKEN_PATH": str(token)}  # the head finds it: token mode
+    # The nodes' workers import this checkout's tests too (tests/stub_sidecar.py)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    checks = {}
+    if health_check_ms is not None:
+        checks = {"RAY_health_check_period_ms": str(health_check_ms)}
+        checks |= {"RAY_health_check_timeout_ms": str(health_check_ms)}
+        checks |= {"RAY_health_check_failure_threshold": "3"}
     # Ray's own logs and sockets under /tmp/ray, as a user's: Ray caps a socket path's length.
     address = f"127.0.0.1:{PORT}"
     cluster = Cluster(namespace, address, env | {"RAY_AUTH_MODE": "token"}, head=None)  # type: ignore[arg-type]
     try:
         subprocess.run(cluster.command("ip", "link", "set", "lo", "up"), check=True)
         head = [RAY, "start", "--head", "--block", f"--port={PORT}", f"--num-cpus={head_cpus}"]
-        cluster.head = _start(cluster, "head", head, folder, env)
+        cluster.head = _start(cluster, "head", head, folder, env | checks)
         _wait_started(cluster.logs["head"], cluster.head)
         worker = [RAY, "start", "--block", f"--address={address}", f"--num-cpus={engine_cpus}"]
         worker.append(f'--resources={{"{ENGINE_RESOURCE}": 1}}')
@@ -102,7 +115,9 @@ def _start(cluster: Cluster, name: str, command: list[str], folder: Path, env: d
     command += ["--disable-usage-stats"] + (["--include-dashboard=false"] if name == "head" else [])
     log = cluster.logs[name] = folder / f"{name}.log"
     with log.open("w") as out:
-        return subprocess.Popen(cluster.command(*command), stdout=out, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(
+            cluster.command(*command), stdout=out, stderr=subprocess.STDOUT, env=env
+        )
 
 
 def _wait_started(log: Path, node: subprocess.Popen) -> None:

@@ -28,18 +28,20 @@ def _stubs(node) -> int:
     return sum("StubSidecar" in process_name(p) for p in tree(node.pid))
 
 
-def test_an_engine_on_a_lost_node_is_placed_again_and_its_trajectories_keep_their_tokens(
+def test_engines_on_a_lost_node_are_placed_again_or_stop_the_run_and_keep_their_tokens(
     tmp_path,
 ):
-    """The engine runs on the engine node (its actor under that node's raylet, Ray's node id
-    the node's); killed there, the engine notices within seconds (Ray's health checks at
-    200 ms), says so in one line, waits vllm.node_lost_wait_seconds (1 s) for another engine
-    node, then starts on the head; each trajectory in flight finishes once, its 5 tokens from
-    before the submit kept as they were, only what the lost engine generated made again."""
-    with two_nodes(tmp_path, health_check_ms=200) as cluster:
+    """Two engines run on the engine node (their actors under that node's raylet, on the node
+    with engine_node); killed there, each notices within seconds (Ray's health checks at
+    200 ms), says so in one line and waits vllm.node_lost_wait_seconds (1 s) for another
+    engine node. Then, vllm.node_lost anywhere: it starts on the head, and each trajectory in
+    flight finishes once, its 5 tokens from before the submit kept as they were, only what
+    the lost engine made made again; stop: it stops the run with one line naming the field
+    and rvctl resume."""
+    with two_nodes(tmp_path, engine_cpus=2, health_check_ms=200) as cluster:
         command = [sys.executable, "-m", "tests.node_loss_driver", cluster.address]
         driver = subprocess.Popen(
-            cluster.command(*command, str(tmp_path), "anywhere"),
+            cluster.command(*command, str(tmp_path)),
             env=cluster.env,
             stderr=(tmp_path / "driver.log").open("w"),
         )
@@ -55,17 +57,23 @@ def test_an_engine_on_a_lost_node_is_placed_again_and_its_trajectories_keep_thei
             if driver.poll() is None:
                 driver.kill()
     assert driver.returncode == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    assert (on_engine_node, on_head) == (2, 0), "the engines ran on the engine node"
     result = json.loads((tmp_path / "result.json").read_text())
-    assert (on_engine_node, on_head) == (1, 0), "the engine ran on the engine node"
-    assert result["error"] is None, result["error"]
-    assert result["restarts"] == 1, result
-    before, after = result["where"]  # the resources of the node each engine ran on
-    assert before.get("engine_node") == 1 and "engine_node" not in after, (before, after)
-    (line,) = result["lines"]
-    assert "vllm: engine 0's node" in line and "4 unfinished trajectories wait" in line, line
-    finished = sorted(result["finished"])
+    for policy in ("anywhere", "stop"):
+        assert result[policy]["before"].get("engine_node") == 1, result[policy]
+        (line,) = result[policy]["lines"]
+        assert "vllm: engine 0's node" in line and "4 unfinished trajectories wait" in line
+
+    placed = result["anywhere"]
+    assert placed["error"] is None and placed["restarts"] == 1, placed
+    assert "engine_node" not in placed["after"], "on the head"
+    finished = sorted(placed["finished"])
     assert [key for key, _, _ in finished] == [[0, 0], [0, 1], [1, 0], [1, 1]]
     for (group, sample), tokens, versions in finished:
         assert tokens[:PREFIX] == [50 + 2 * group + sample] * PREFIX  # kept as it was
         assert versions == [0] * PREFIX + [1] * (MAX_NEW_TOKENS - PREFIX)
-    print(f"the run went on {result['done_at'] - killed:.1f} s after the kill")
+    print(f"the engine ran again, its work done, {placed['done_at'] - killed:.1f} s after the kill")
+
+    stopped = result["stop"]
+    assert stopped["error"].startswith("NodeLost: vllm.node_lost: stop: no node with engine_node")
+    assert "rvctl resume" in stopped["error"] and not stopped["finished"], stopped

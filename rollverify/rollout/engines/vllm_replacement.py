@@ -128,8 +128,9 @@ class SidecarReplacement(CollectiveWeightSync):
         after = "then any node with room" if settings.node_lost == "anywhere" else "then stop"
         warnings.warn(
             f"vllm: engine {index}'s node {lost[:12]} was lost ({self._death.split(':')[0]}); "
-            f"{len(self._waiting)} unfinished trajectories wait with their tokens; placing it "
-            f"again (up to {wait:g} s for a node with {mark}, {after})",
+            f"{len(self._waiting)} unfinished trajectories wait with their "
+            f"{sum(len(t) for t in self._waiting)} tokens; placing it again (up to {wait:g} s "
+            f"for a node with {mark}, {after})",
             stacklevel=2,
         )
         if wait_for_bundle(self._group, index, time.monotonic() + wait):
@@ -140,7 +141,9 @@ class SidecarReplacement(CollectiveWeightSync):
                 f"within vllm.node_lost_wait_seconds ({wait:g} s) of its node's loss; rvctl "
                 "resume continues the run from its last checkpoint once one is back"
             )
-        self._anywhere[index] = group_anywhere(settings, START_TIMEOUT_S)
+        # (a group's reservation takes milliseconds where there is room: waiting longer is for
+        # room to come, which is what the wait above was for)
+        self._anywhere[index] = group_anywhere(settings, max(wait, 10.0))
 
     def _bundle_of(self, index: int) -> tuple[Any, int]:
         """The placement group and bundle sidecar `index` starts in: its bundle of the engines'

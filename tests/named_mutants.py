@@ -230,6 +230,16 @@ MUTANTS = [
         ("tests/test_node_loss.py::test_a_lost_engine_node_costs_the_run_nothing[partial]",),
     ),
     Mutant(
+        "sweep-lost-trial-not-rerun",
+        "a sweep's trial lost with its worker node runs again from its run's checkpoint",
+        "rollverify/experiments/lost_trials.py",
+        "for _ in range(ROUNDS):",
+        "for _ in range(0):",
+        (
+            "tests/test_sweep_node_loss.py::test_a_sweep_on_the_cluster_survives_losing_a_worker_node",
+        ),
+    ),
+    Mutant(
         "weight-sync-plugin-off",
         "vLLM's CPU weight prepacking is turned off, so synced weights take effect (caught "
         "by the engine's refusal to start: the module's engine fixture errors)",

@@ -51,11 +51,10 @@ def test_a_sweep_on_the_cluster_survives_losing_a_worker_node(tmp_path):
     with two_nodes(tmp_path) as cluster:
         stderr = tmp_path / "stderr"
         sweep = subprocess.Popen(
-            cluster.command(*command, "--address", cluster.address, "-f", "json"),
-            stdout=subprocess.PIPE,
+            cluster.command(*command, "--address", cluster.address),
+            stdout=subprocess.DEVNULL,
             stderr=stderr.open("w"),
             env=cluster.env,
-            text=True,
         )
         try:
             both = wait_until(
@@ -67,14 +66,13 @@ def test_a_sweep_on_the_cluster_survives_losing_a_worker_node(tmp_path):
             )
             assert both and sweep.poll() is None, stderr.read_text()[-3000:]
             cluster.kill_raylet(cluster.worker)
-            out, _ = sweep.communicate(timeout=500)
+            sweep.wait(timeout=500)
         finally:
             if sweep.poll() is None:
                 sweep.kill()
     errors = stderr.read_text()
     assert sweep.returncode == 0, errors[-3000:]
     assert len([line for line in errors.splitlines() if "lost with their node" in line]) == 1
-    assert len(json.loads(out)) == 2, out
 
     (parent_file,) = output.glob("sweep-*/parent.json")
     parent = json.loads(parent_file.read_text())

@@ -16,6 +16,11 @@ class Mutant:
     tests: tuple[str, ...]  # pytest node ids that must fail
 
 
+FAST_NODE_LOSS = (
+    "tests/test_node_loss_fast.py::"
+    "test_engines_on_a_lost_node_are_placed_again_or_stop_the_run_and_keep_their_tokens"
+)
+
 MUTANTS = [
     Mutant(
         "ratio-denominator",
@@ -199,6 +204,40 @@ MUTANTS = [
         "if self.restarts >= MAX_RESTARTS:",
         "if False:",
         ("tests/test_vllm_engine.py::test_the_restart_cap_stops_the_run_with_one_line",),
+    ),
+    Mutant(
+        "engines-ignore-node-resource",
+        "each engine's bundle asks for vllm.node_resource, so the engines run on those nodes",
+        "rollverify/rollout/engines/ray_runtime.py",
+        "if settings.node_resource and not anywhere:",
+        "if False:",
+        (FAST_NODE_LOSS,),
+    ),
+    Mutant(
+        "node-lost-trajectories-dropped",
+        "the trajectories in flight on a dead sidecar wait for its replacement",
+        "rollverify/rollout/engines/vllm_replacement.py",
+        "self._waiting += [self._inflight.pop(rid)[0] for rid in lost]",
+        "self._waiting += [self._inflight.pop(rid)[0] for rid in lost][:0]",
+        (FAST_NODE_LOSS,),
+    ),
+    Mutant(
+        "node-loss-replacement-not-retried",
+        "a replacement Ray put on the lost node before it knew is tried again once it knows",
+        "rollverify/rollout/engines/vllm_replacement.py",
+        "if lost is None or node_alive(lost):",
+        "if True:",
+        ("tests/test_node_loss.py::test_a_lost_engine_node_costs_the_run_nothing[partial]",),
+    ),
+    Mutant(
+        "sweep-lost-trial-not-rerun",
+        "a sweep's trial lost with its worker node runs again from its run's checkpoint",
+        "rollverify/experiments/lost_trials.py",
+        "for _ in range(ROUNDS):",
+        "for _ in range(0):",
+        (
+            "tests/test_sweep_node_loss.py::test_a_sweep_on_the_cluster_survives_losing_a_worker_node",
+        ),
     ),
     Mutant(
         "weight-sync-plugin-off",

@@ -61,6 +61,18 @@ def test_inf_is_accepted_for_thresholds(tmp_path):
             "rollout:\n  batch_groups: 4\n  max_inflight_groups: 2",
             "rollout.max_inflight_groups: must be >= rollout.batch_groups (4), got 2",
         ),
+        ("vllm:\n  node_resource: GPU", "vllm.node_resource: must be a custom resource's name"),
+        ("vllm:\n  node_resource: 'a b'", "vllm.node_resource: must be a custom resource's"),
+        ("vllm:\n  node_lost_wait_seconds: -1", "vllm.node_lost_wait_seconds: must be >= 0"),
+        ("vllm:\n  node_lost: never", "vllm.node_lost: must be one of anywhere, stop"),
+        (
+            "vllm:\n  node_resource: engine_node",
+            "vllm.node_resource: 'engine_node' marks nodes of a Ray cluster; give vllm.ray_address",
+        ),
+        (
+            "rollout:\n  engine: hf\nvllm:\n  node_resource: gpu_node\n  ray_address: h:1",
+            "vllm.node_resource: places vLLM engines; the hf engine runs in the trainer's",
+        ),
     ],
 )
 def test_bad_files_name_the_field(tmp_path, text, message):

@@ -25,6 +25,16 @@ def check_links(config: RunConfig, problems: list[str]) -> None:
             f"vllm.engines: rollout.slots ({config.rollout.slots}) must split evenly over "
             f"{config.vllm.engines} engines; change either"
         )
+    if config.vllm.node_resource is not None and config.vllm.ray_address is None:
+        problems.append(
+            f"vllm.node_resource: {config.vllm.node_resource!r} marks nodes of a Ray cluster; "
+            "give vllm.ray_address (a private local Ray has one node, without it) or set null"
+        )
+    elif config.vllm.node_resource is not None and config.engine() != "vllm":
+        problems.append(
+            f"vllm.node_resource: places vLLM engines; the {config.engine()} engine runs in "
+            "the trainer's process: set rollout.engine vllm or vllm.node_resource null"
+        )
     if config.vllm.max_model_len <= rollout.max_new_tokens:
         problems.append(
             f"vllm.max_model_len: must exceed rollout.max_new_tokens ({rollout.max_new_tokens}) "

@@ -25,6 +25,7 @@ import yaml
 from rollverify.config import RunConfig, with_overrides
 from rollverify.core.methods import METHODS
 from rollverify.experiments.child_runs import open_parent, run_child, run_folder_of, trial_resources
+from rollverify.experiments.lost_trials import refit_lost
 from rollverify.experiments.parent_record import record_report
 from rollverify.infra.faults import one_line, own_error
 from rollverify.infra.kill_points import kill_point
@@ -194,9 +195,7 @@ def sweep(
     try:
         trials = folder.resolve() / "trials"
         if tune.Tuner.can_restore(str(trials)):
-            tuner = tune.Tuner.restore(
-                str(trials), trainable, resume_unfinished=True, restart_errored=True
-            )
+            tuner = _restored(trials, trainable)
         else:
             tuner = tune.Tuner(
                 trainable,
@@ -207,7 +206,7 @@ def sweep(
             )
         watcher.start()
         with _tune_quiet():  # a failed trial is told once, by TrialsFailed, in one line
-            results = tuner.fit()
+            results = refit_lost(tuner.fit(), lambda: _restored(trials, trainable).fit())
         status = "FINISHED" if not results.errors else "FAILED"
         if status == "FINISHED":
             record_report(parent, folder)
@@ -228,6 +227,13 @@ def sweep(
         raise failed
     trials_done = [dict(r.metrics or {}) | {"config": r.config} for r in results]
     return SweepResult(folder, run_id, uri, trials_done)
+
+
+def _restored(trials: Path, trainable: Any) -> Any:
+    """Tune's saved sweep, its unfinished and errored trials to run (again)."""
+    from ray import tune
+
+    return tune.Tuner.restore(str(trials), trainable, resume_unfinished=True, restart_errored=True)
 
 
 def trial_base(config: RunConfig, grid: Grid, folder: Path, uri: str) -> dict[str, Any]:

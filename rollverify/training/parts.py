@@ -82,6 +82,9 @@ def vllm_settings(config: RunConfig):
         block_size=vllm.block_size,
         max_num_batched_tokens=vllm.max_num_batched_tokens,
         placement=vllm.placement,
+        node_resource=vllm.node_resource,
+        node_lost_wait_seconds=vllm.node_lost_wait_seconds,
+        node_lost=vllm.node_lost,
         weight_sync=vllm.weight_sync,
         engine_args=tuple(vllm.engine_args.items()),
     )

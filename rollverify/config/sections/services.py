@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from rollverify.config.field import at_least_one, config_field, positive
+
+RAY_RESOURCES = {"CPU", "GPU", "memory", "object_store_memory"}  # Ray's own, not a node's mark
+
+
+def _custom_resource(name: object) -> bool:
+    return (
+        isinstance(name, str)
+        and bool(re.fullmatch(r"[A-Za-z0-9_.-]+", name))
+        and (name not in RAY_RESOURCES)
+    )
 
 
 @dataclass
@@ -64,6 +75,30 @@ class VLLMConfig:
     )
     ray_address: str | None = config_field(
         None, "Ray cluster to join (None: a private local Ray on 127.0.0.1)."
+    )
+    node_resource: str | None = config_field(
+        None,
+        "A custom Ray resource that marks the engines' nodes (`ray start --resources="
+        "'{\"engine_node\": 1}'`): each engine's bundle asks 0.001 of it, so the engines run on "
+        "those nodes only and the trainer stays where it is (docs/clusters.md). Needs "
+        "vllm.ray_address. null: any node with room.",
+        lambda x: x is None or _custom_resource(x),
+        "a custom resource's name (letters, digits, _ - .; not CPU, GPU, memory) or null",
+    )
+    node_lost_wait_seconds: float = config_field(
+        60.0,
+        "An engine whose node is lost (its raylet gone: a preempted or dead host) waits this "
+        "long for Ray to place it again on a node that has vllm.node_resource (another, or "
+        "the lost one back); then vllm.node_lost says what happens.",
+        lambda x: x >= 0,
+        ">= 0",
+    )
+    node_lost: Literal["anywhere", "stop"] = config_field(
+        "anywhere",
+        "After vllm.node_lost_wait_seconds with no such node: anywhere, the engine starts on "
+        "any node with room (the head's too) and the run goes on; stop, the run stops with "
+        "one line, and rvctl resume continues it from its last checkpoint "
+        "(train.checkpoint_every) once the nodes are back.",
     )
     weight_sync: Literal["collective", "object_store"] = config_field(
         "collective",

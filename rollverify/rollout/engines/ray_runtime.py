@@ -162,10 +162,17 @@ def stop_ray() -> None:
     _STARTED_HERE = False
 
 
-def engine_bundle(settings: Any) -> dict[str, float]:
-    """What one engine holds: its tensor-parallel GPUs (one node's), or a CPU."""
+NODE_MARK = 0.001  # of vllm.node_resource per engine: it marks a node, it does not count engines
+
+
+def engine_bundle(settings: Any, anywhere: bool = False) -> dict[str, float]:
+    """What one engine holds: its tensor-parallel GPUs (one node's), or a CPU; and a sliver of
+    vllm.node_resource, which puts it on a node that has it (unless `anywhere`)."""
     gpus = settings.tensor_parallel_size if _has_gpu() else 0
-    return {"GPU": gpus} if gpus else {"CPU": 1}
+    bundle: dict[str, float] = {"GPU": gpus} if gpus else {"CPU": 1}
+    if settings.node_resource and not anywhere:
+        bundle[settings.node_resource] = NODE_MARK
+    return bundle
 
 
 def engine_placement(settings: Any, timeout: float) -> Any:
@@ -189,9 +196,10 @@ def engine_placement(settings: Any, timeout: float) -> Any:
     return group
 
 
-def sidecar_class(settings: Any, group: Any = None, bundle: int = 0):
-    """The VLLMSidecar as a Ray actor, with the resources one engine needs, in `bundle` of
-    the engines' placement group (its vLLM workers too)."""
+def sidecar_class(settings: Any, group: Any = None, bundle: int = 0, body: Any = None):
+    """The VLLMSidecar (or `body`, a class with its methods: tests' deterministic engine) as a
+    Ray actor, with the resources one engine needs, in `bundle` of the engines' placement
+    group (its vLLM workers too)."""
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -203,7 +211,7 @@ def sidecar_class(settings: Any, group: Any = None, bundle: int = 0):
         num_gpus=needs.get("GPU", 0),
         max_restarts=0,
         max_concurrency=64,
-    )(VLLMSidecar)
+    )(body or VLLMSidecar)
     if group is None:
         return actor
     strategy = PlacementGroupSchedulingStrategy(

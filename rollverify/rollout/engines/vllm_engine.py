@@ -63,8 +63,11 @@ class VLLMEngine(SidecarReplacement):
         version: int = 0,
         top_p: float = 1.0,
         top_k: int = 0,
+        sidecar: Any = None,
     ) -> None:
+        """`sidecar`: the actor's class (None: VLLMSidecar; tests give a deterministic one)."""
         self.settings = settings
+        self._sidecar = sidecar
         self.slots = settings.slots_per_engine * settings.engines
         self.max_new_tokens = max_new_tokens
         self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
@@ -94,6 +97,8 @@ class VLLMEngine(SidecarReplacement):
         self._made = itertools.count()
         self._group: Any = None  # the engines' Ray placement group, while started
         self.placed: dict[int, tuple[str, str | None]] = {}  # sidecar -> (host, its group)
+        self.nodes: dict[int, str] = {}  # sidecar -> the Ray node id it runs on
+        self._anywhere: dict[int, Any] = {}  # sidecar -> its own group, its node lost
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -118,12 +123,13 @@ class VLLMEngine(SidecarReplacement):
         # temperature, untruncated (rollverify/core/sampling.py picks vLLM's mode for it).
         kwargs = self.settings.engine_kwargs(self.seed + index)
         kwargs["logprobs_mode"] = self.sampling().vllm_logprobs_mode()
-        actor = sidecar_class(self.settings, self._group, index)
+        actor = sidecar_class(self.settings, *self._bundle_of(index), body=self._sidecar)
         self._births[index] = next(self._made)  # (a replacement: another weight group)
         return actor.remote(kwargs, self.settings.environment())
 
     def _check_started(self, index: int, report: dict[str, Any]) -> None:
         self.placed[index] = (report["host"], report["placement_group"])
+        self.nodes[index] = report["node_id"]
         if report["host"] == socket.gethostname():
             self._leftovers[index] = report["shared_memory"]
         if not all(report["prepacking_disabled"]) and not torch.cuda.is_available():
@@ -143,10 +149,7 @@ class VLLMEngine(SidecarReplacement):
                 ray.kill(actor)
         self._actors, self._weights, self._dead, self._waiting = [], None, set(), []
         self._source, self._weight_group, self._members = None, None, ()
-        if self._group is not None:  # its GPUs back to the cluster
-            with contextlib.suppress(Exception):
-                ray.util.remove_placement_group(self._group)
-            self._group = None
+        self._release_groups()  # their GPUs back to the cluster
         for blocks in self._leftovers.values():  # what a sidecar killed mid-shutdown left behind
             unlink_shared_memory(blocks)
         self._leftovers = {}

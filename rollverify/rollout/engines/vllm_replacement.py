@@ -5,20 +5,30 @@ with the last synced weights; at most MAX_RESTARTS per engine.
 
 A part of VLLMEngine (vllm_engine.py), apart so that the engine reads on a few screens: its
 methods use the engine's sidecars (_actors, _inflight, _load, _new_actor(), _check_started(),
-submit()) and keep the replacement's state on it (_dead, _death, _waiting, restarts).
+submit()) and keep the replacement's state on it (_dead, _death, _waiting, restarts, nodes,
+_anywhere). A sidecar whose node is lost is placed again where Ray can (node_loss.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
+import warnings
 from typing import Any
 
 from rollverify.infra.faults import describe
+from rollverify.rollout.engines.node_loss import (
+    NodeLost,
+    group_anywhere,
+    node_alive,
+    wait_for_bundle,
+)
 from rollverify.rollout.engines.vllm_settings import START_TIMEOUT_S, SidecarFailed
 from rollverify.rollout.engines.vllm_sidecar import EngineDead, unlink_shared_memory
 from rollverify.rollout.engines.vllm_weight_sync import CollectiveWeightSync
 
 MAX_RESTARTS = 3  # per VLLMEngine, over all its sidecars (then SidecarFailed)
+PLACEMENTS = 3  # tries to start one replacement: on a node not yet known lost, then again
 
 
 class SidecarReplacement(CollectiveWeightSync):
@@ -59,34 +69,13 @@ class SidecarReplacement(CollectiveWeightSync):
     def _revive(self, weights_coming: bool = False) -> None:
         """Replace dead sidecars (new actors with the last synced weights, unless a sync is
         `weights_coming` to them) and resubmit the trajectories that were waiting for them."""
-        import ray
-
         for index in sorted(self._dead):
             if self.restarts >= MAX_RESTARTS:
                 raise SidecarFailed(
                     f"vLLM sidecar {index} died after {self.restarts} restarts ({self._death}); "
                     "check the engine's log above"
                 )
-            with contextlib.suppress(Exception):
-                ray.kill(self._actors[index])
-            unlink_shared_memory(self._leftovers.pop(index, []))  # the dead engine's buffers
-            actor = self._new_actor(index)
-            try:
-                report = ray.get(actor.start.remote(), timeout=START_TIMEOUT_S)
-                weights = None if weights_coming else self._restart_weights()
-                if weights is not None:
-                    ray.get(actor.load_weights.remote(weights), timeout=START_TIMEOUT_S)
-            except SidecarFailed:
-                with contextlib.suppress(Exception):
-                    ray.kill(actor)
-                raise
-            except Exception as error:
-                with contextlib.suppress(Exception):
-                    ray.kill(actor)
-                raise SidecarFailed(
-                    f"vLLM sidecar {index} died ({self._death}) and could not be restarted: "
-                    f"{describe(error)}"
-                ) from None
+            actor, report = self._replacement(index, weights_coming)
             self._actors[index] = actor
             self._check_started(index, report)
             self._dead.discard(index)
@@ -95,3 +84,80 @@ class SidecarReplacement(CollectiveWeightSync):
         if self._waiting:
             waiting, self._waiting = self._waiting, []
             self.submit(waiting)
+
+    def _replacement(self, index: int, weights_coming: bool) -> tuple[Any, dict[str, Any]]:
+        """A new sidecar `index`, started, with the last synced weights. Where the dead one's
+        node is lost, it waits for Ray to place it again (node_loss.py); a first try may land
+        on that node before Ray knows it is lost, and is tried again once Ray does."""
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.kill(self._actors[index])
+        unlink_shared_memory(self._leftovers.pop(index, []))  # the dead engine's buffers
+        lost = self.nodes.get(index)  # the node it ran on, while it may be the lost one
+        for _ in range(PLACEMENTS):
+            if lost is not None and not node_alive(lost):
+                self._place_again(index, lost)
+                lost = None  # placed again: a failure now is the new node's
+            actor = self._new_actor(index)
+            try:
+                report = ray.get(actor.start.remote(), timeout=START_TIMEOUT_S)
+                weights = None if weights_coming else self._restart_weights()
+                if weights is not None:
+                    ray.get(actor.load_weights.remote(weights), timeout=START_TIMEOUT_S)
+                return actor, report
+            except SidecarFailed:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
+                raise
+            except Exception as error:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
+                if lost is None or node_alive(lost):
+                    raise SidecarFailed(
+                        f"vLLM sidecar {index} died ({self._death}) and could not be "
+                        f"restarted: {describe(error)}"
+                    ) from None
+        raise SidecarFailed(f"vLLM sidecar {index}: not placed again in {PLACEMENTS} tries")
+
+    def _place_again(self, index: int, lost: str) -> None:
+        """Sidecar `index`'s node is lost: one line says so; it waits for its bundle to be put
+        on another node (with vllm.node_resource), then goes anywhere or stops the run."""
+        settings = self.settings
+        wait, mark = settings.node_lost_wait_seconds, settings.node_resource or "room"
+        after = "then any node with room" if settings.node_lost == "anywhere" else "then stop"
+        warnings.warn(
+            f"vllm: engine {index}'s node {lost[:12]} was lost ({self._death.split(':')[0]}); "
+            f"{len(self._waiting)} unfinished trajectories wait with their "
+            f"{sum(len(t) for t in self._waiting)} tokens; placing it again (up to {wait:g} s "
+            f"for a node with {mark}, {after})",
+            stacklevel=2,
+        )
+        if wait_for_bundle(self._group, index, time.monotonic() + wait):
+            return
+        if settings.node_lost == "stop":
+            raise NodeLost(
+                f"vllm.node_lost: stop: no node with {mark} had room for engine {index} "
+                f"within vllm.node_lost_wait_seconds ({wait:g} s) of its node's loss; rvctl "
+                "resume continues the run from its last checkpoint once one is back"
+            )
+        # (a group's reservation takes milliseconds where there is room: waiting longer is for
+        # room to come, which is what the wait above was for)
+        self._anywhere[index] = group_anywhere(settings, max(wait, 10.0))
+
+    def _bundle_of(self, index: int) -> tuple[Any, int]:
+        """The placement group and bundle sidecar `index` starts in: its bundle of the engines'
+        group, or a group of its own where its node was lost (vllm.node_lost: anywhere)."""
+        if index in self._anywhere:
+            return self._anywhere[index], 0
+        return self._group, index
+
+    def _release_groups(self) -> None:
+        """The engines' placement groups given back to the cluster (at shutdown)."""
+        import ray
+
+        for group in [self._group, *self._anywhere.values()]:
+            if group is not None:
+                with contextlib.suppress(Exception):
+                    ray.util.remove_placement_group(group)
+        self._group, self._anywhere = None, {}

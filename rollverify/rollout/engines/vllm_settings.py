@@ -25,6 +25,9 @@ class VLLMSettings:
     block_size: int | None = None  # None: vLLM's default
     max_num_batched_tokens: int | None = None  # None: vLLM's default
     placement: str = "pack"  # the placement group's strategy: pack or spread
+    node_resource: str | None = None  # a custom resource the engines' nodes have (None: any)
+    node_lost_wait_seconds: float = 60.0  # a lost node's engines wait this long for one
+    node_lost: str = "anywhere"  # then: anywhere (any node with room) or stop
     weight_sync: str = "collective"  # or object_store (weight_group.py)
     revision: str | None = None  # a hub model's (model.revision)
     engine_args: tuple[tuple[str, Any], ...] = ()  # vllm.engine_args, checked at config load

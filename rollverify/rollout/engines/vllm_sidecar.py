@@ -96,6 +96,7 @@ class VLLMSidecar:
             "prepacking_disabled": disabled,
             "host": socket.gethostname(),
             "placement_group": ray.get_runtime_context().get_placement_group_id(),
+            "node_id": ray.get_runtime_context().get_node_id(),
             "shared_memory": self.shared_memory,
         }
 

@@ -1,0 +1,79 @@
+"""A lost engine node in seconds: two real Ray nodes (tests/ray_nodes.py), a VLLMEngine whose
+sidecar is the deterministic stub (tests/stub_sidecar.py) placed by vllm.node_resource on the
+second, that node's raylet SIGKILLed by pid while four partial trajectories are in flight
+there. make test's node-loss test; the vLLM runs are tests/test_node_loss.py (long tier)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.polling import wait_until
+from tests.ray_nodes import namespace_available, two_nodes
+from tests.sockets import process_name, tree
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.ray,
+    pytest.mark.skipif(not namespace_available(), reason="needs `ip netns` (root)"),
+]
+
+PREFIX, MAX_NEW_TOKENS = 5, 85  # as tests/node_loss_driver.py
+
+
+def _stubs(node) -> int:
+    return sum("StubSidecar" in process_name(p) for p in tree(node.pid))
+
+
+def test_engines_on_a_lost_node_are_placed_again_or_stop_the_run_and_keep_their_tokens(
+    tmp_path,
+):
+    """Two engines run on the engine node (their actors under that node's raylet, on the node
+    with engine_node); killed there, each notices within seconds (Ray's health checks at
+    200 ms), says so in one line and waits vllm.node_lost_wait_seconds (1 s) for another
+    engine node. Then, vllm.node_lost anywhere: it starts on the head, and each trajectory in
+    flight finishes once, its 5 tokens from before the submit kept as they were, only what
+    the lost engine made made again; stop: it stops the run with one line naming the field
+    and rvctl resume."""
+    with two_nodes(tmp_path, engine_cpus=2, health_check_ms=200) as cluster:
+        command = [sys.executable, "-m", "tests.node_loss_driver", cluster.address]
+        driver = subprocess.Popen(
+            cluster.command(*command, str(tmp_path)),
+            env=cluster.env,
+            stderr=(tmp_path / "driver.log").open("w"),
+        )
+        try:
+            assert wait_until(
+                lambda: (tmp_path / "generating").exists() or driver.poll() is not None, 60
+            ), "the driver submitted"
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            on_engine_node, on_head = _stubs(cluster.worker), _stubs(cluster.head)
+            killed = cluster.kill_raylet(cluster.worker)
+            driver.wait(timeout=120)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+    assert driver.returncode == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    assert (on_engine_node, on_head) == (2, 0), "the engines ran on the engine node"
+    result = json.loads((tmp_path / "result.json").read_text())
+    for policy in ("anywhere", "stop"):
+        assert result[policy]["before"].get("engine_node") == 1, result[policy]
+        (line,) = result[policy]["lines"]
+        assert "vllm: engine 0's node" in line and "4 unfinished trajectories wait" in line
+
+    placed = result["anywhere"]
+    assert placed["error"] is None and placed["restarts"] == 1, placed
+    assert "engine_node" not in placed["after"], "on the head"
+    finished = sorted(placed["finished"])
+    assert [key for key, _, _ in finished] == [[0, 0], [0, 1], [1, 0], [1, 1]]
+    for (group, sample), tokens, versions in finished:
+        assert tokens[:PREFIX] == [50 + 2 * group + sample] * PREFIX  # kept as it was
+        assert versions == [0] * PREFIX + [1] * (MAX_NEW_TOKENS - PREFIX)
+    print(f"the engine ran again, its work done, {placed['done_at'] - killed:.1f} s after the kill")
+
+    stopped = result["stop"]
+    assert stopped["error"].startswith("NodeLost: vllm.node_lost: stop: no node with engine_node")
+    assert "rvctl resume" in stopped["error"] and not stopped["finished"], stopped

@@ -30,10 +30,9 @@ from pathlib import Path
 
 import psutil
 
-from tests.ray_cluster import RAY, user_shell
+from tests.ray_cluster import RAY, _free_port, user_shell
 
 ROOT = Path(__file__).parents[1]
-PORT = 6379  # the namespace is the test's own: Ray's default port is free there
 ENGINE_RESOURCE = "engine_node"
 
 
@@ -94,11 +93,15 @@ def two_nodes(
         checks |= {"RAY_health_check_timeout_ms": str(health_check_ms)}
         checks |= {"RAY_health_check_failure_threshold": "3"}
     # Ray's own logs and sockets under /tmp/ray, as a user's: Ray caps a socket path's length.
-    address = f"127.0.0.1:{PORT}"
+    # A port of its own even in its own namespace: `ray start` refuses a port that any
+    # gcs_server on the machine was started with (it reads their command lines), so the
+    # default 6379 collides with a user's or another test's Ray
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
     cluster = Cluster(namespace, address, env | {"RAY_AUTH_MODE": "token"}, head=None)  # type: ignore[arg-type]
     try:
         subprocess.run(cluster.command("ip", "link", "set", "lo", "up"), check=True)
-        head = [RAY, "start", "--head", "--block", f"--port={PORT}", f"--num-cpus={head_cpus}"]
+        head = [RAY, "start", "--head", "--block", f"--port={port}", f"--num-cpus={head_cpus}"]
         cluster.head = _start(cluster, "head", head, folder, env | checks)
         _wait_started(cluster.logs["head"], cluster.head)
         worker = [RAY, "start", "--block", f"--address={address}", f"--num-cpus={engine_cpus}"]

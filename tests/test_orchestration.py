@@ -231,6 +231,7 @@ def test_compare_refuses_an_unknown_method_before_any_work(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.ray
+@pytest.mark.long  # 79 s: make test-all (two Ray nodes' fast test took its room, 2026-12-07)
 def test_sweep_on_ray_resumes_without_rerunning_finished_trials(tmp_path):
     """Two trials side by side (a core each), one of 1 step and one of 32 (a Ray worker may start
     seconds after the other, and train on for ~3 s after its sweep is killed: the long trial

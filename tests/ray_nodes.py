@@ -112,6 +112,11 @@ def two_nodes(
     finally:
         _stop(cluster)
         subprocess.run(["ip", "netns", "delete", namespace], capture_output=True)
+        # Ray leaves the dead cluster's address for a bare ray.init() to join: remove it.
+        current = Path("/tmp/ray/ray_current_cluster")
+        with contextlib.suppress(OSError):
+            if current.read_text().strip() == address:
+                current.unlink()
 
 
 def _start(cluster: Cluster, name: str, command: list[str], folder: Path, env: dict):

@@ -805,8 +805,8 @@ MUTANTS = [
         "correction-on-behavior-denominator",
         "a correction's weight pi_old/mu is refused on the ratio pi_theta/mu (mu counted twice)",
         "rollverify/config/check_links.py",
-        'if correction and config.train.ratio_denominator == "behavior":',
-        "if False:",
+        'weights = correction is not None and correction != "opsm"  # opsm masks by pi_theta vs mu',
+        "weights = False",
         ("tests/test_corrections.py::test_a_correction_refuses_the_behavior_denominator[tis]",),
     ),
     Mutant(

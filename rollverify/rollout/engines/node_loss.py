@@ -61,15 +61,12 @@ def group_anywhere(settings: Any, timeout: float) -> Any:
     """A placement group of one engine's bundle without vllm.node_resource (any node with room),
     reserved; NodeLost if Ray cannot within `timeout`."""
     import ray
-    from ray.util.placement_group import placement_group
 
-    from rollverify.rollout.engines.ray_runtime import engine_bundle
+    from rollverify.rollout.engines.ray_runtime import engine_bundle, reserved
 
     bundle = engine_bundle(settings, anywhere=True)
-    group = placement_group([bundle])
-    ready, _ = ray.wait([group.ready()], timeout=timeout)
-    if not ready:
-        ray.util.remove_placement_group(group)
+    group = reserved([bundle], "PACK", timeout)  # (PACK: Ray's default, one bundle either way)
+    if group is None:
         raise NodeLost(
             f"vllm.node_lost: no node left has room for an engine ({bundle}; cluster resources "
             f"available: {ray.available_resources()}); rvctl resume continues the run from "

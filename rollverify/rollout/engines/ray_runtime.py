@@ -180,20 +180,31 @@ def engine_placement(settings: Any, timeout: float) -> Any:
     engine's tensor-parallel GPUs do): packed on few nodes or spread over many
     (vllm.placement). Waits until Ray has reserved them; says what is missing if it cannot."""
     import ray
-    from ray.util.placement_group import placement_group
 
     bundles = [engine_bundle(settings)] * settings.engines
     strategy = {"pack": "PACK", "spread": "SPREAD"}[settings.placement]
-    group = placement_group(bundles, strategy=strategy)
-    ready, _ = ray.wait([group.ready()], timeout=timeout)
-    if not ready:
-        ray.util.remove_placement_group(group)
+    group = reserved(bundles, strategy, timeout)
+    if group is None:
         raise RuntimeError(
             f"vllm.engines: Ray could not reserve {settings.engines} x {bundles[0]} in "
             f"{timeout:.0f} s (cluster resources: {ray.available_resources()}); use fewer "
             "engines or a smaller tensor_parallel_size, or add nodes"
         )
     return group
+
+
+def reserved(bundles: list[dict[str, float]], strategy: str, timeout: float) -> Any:
+    """A placement group of `bundles`, once Ray has reserved them; None (the group given back)
+    if it cannot within `timeout` seconds."""
+    import ray
+    from ray.util.placement_group import placement_group
+
+    group = placement_group(bundles, strategy=strategy)
+    ready, _ = ray.wait([group.ready()], timeout=timeout)
+    if ready:
+        return group
+    ray.util.remove_placement_group(group)
+    return None
 
 
 def sidecar_class(settings: Any, group: Any = None, bundle: int = 0, body: Any = None):

@@ -12,7 +12,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-runs/stale-study}; mkdir -p "$OUT"; cd "$OUT"
 RV=${RV:-$ROOT/.venv/bin/rvctl}  # (RV: another rvctl, e.g. to try the script)
 PY=$ROOT/.venv/bin/python
-source "$ROOT/benchmarks/study_sweep.sh"  # COMMON and sweep()
+source "$ROOT/benchmarks/study_sweep.sh"  # sweep()
 sweep grpo_partial method --method grpo,partial
 sweep table3 method --method partial-recomputed,rollverify-seq,rollverify-seq-token,rollverify
 # the composition control (which groups train first, apart from how stale their tokens are),

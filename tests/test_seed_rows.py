@@ -42,3 +42,18 @@ def test_a_row_holds_how_often_the_clip_cut_and_the_largest_gradient_norm():
     assert rows[0]["clip_share_mean"] == pytest.approx(0.03)
     assert (rows[0]["grad_norm_max"], rows[1]["grad_norm_max"]) == (1.9, 0.1)
     assert rows[1]["clip_share_mean"] == 0.0
+
+
+def test_a_row_holds_the_first_windows_drift_and_acceptance():
+    """The switch is decided over the first full window (the run's verify.window steps that
+    logged the metric): their mean drift and acceptance, not the whole run's."""
+    early = run(0, {0: 0.3})
+    early.params["verify.window"] = "3"
+    early.history["drift_ops"] = {2: 0.004, 3: 0.002, 4: 0.003, 5: 0.001, 9: 0.001}
+    early.history["acceptance_rate"] = {1: 0.2, 2: 0.5, 3: 0.8, 4: 0.9, 5: 0.9}
+    early.history["verify_ds"] = {1: 0.002, 2: 0.004}
+    (row,) = seed_rows(Report("sqlite://", "runs", [], [], [early]))
+    assert row["drift_ops_first_window"] == pytest.approx(0.003)
+    assert row["acceptance_first_window"] == pytest.approx(0.5)
+    assert row["verify_ds_mean"] == pytest.approx(0.003)
+    assert row["drift_ops"] == pytest.approx(0.0022)

@@ -52,6 +52,13 @@ def mean_over_steps(run: RunRecord, metric: str, last_step: int | None = None) -
     return statistics.fmean(values) if values else None
 
 
+def mean_of_first(run: RunRecord, metric: str, count: int) -> float | None:
+    """The metric's mean over the first `count` steps that logged it; None if none did."""
+    history = run.history.get(metric, {})
+    values = [history[step] for step in sorted(history)[:count]]
+    return statistics.fmean(values) if values else None
+
+
 def mean_and_ci(runs: Iterable[RunRecord], figure: Figure) -> tuple[float | None, float | None]:
     """Mean over runs of a figure, with its 95% half-width; runs without it left out."""
     return mean_ci95([v for v in (figure(r) for r in runs) if v is not None])

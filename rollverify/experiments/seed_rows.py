@@ -12,6 +12,7 @@ from rollverify.experiments.run_figures import (
     finite_only,
     highest,
     lowest,
+    mean_of_first,
     switch_step,
 )
 from rollverify.tracking import metric_names as m
@@ -28,6 +29,9 @@ def seed_rows(report: Report) -> list[dict[str, Any]]:
             evals = run.history.get(m.EVAL_ACCURACY, {})
             # where a run collapses, how high it climbed first and when ("prosperity before
             # collapse", M2PO): the earliest step of its best evaluation
+            # the switch is decided over the first full window: what the run drifted and
+            # accepted then (the window's length is the run's own)
+            window = int(run.params.get("verify.window", 8))
             peak_step = min(evals, key=lambda step: (-evals[step], step)) if evals else None
             rows.append(
                 finite_only(
@@ -51,7 +55,10 @@ def seed_rows(report: Report) -> list[dict[str, Any]]:
                         "mismatch_kl": run.mean(m.MISMATCH_KL),
                         "ops_mean": run.mean(m.OPS_MEAN),
                         "drift_ops": run.mean(m.DRIFT_OPS),  # per version (core/drift.py)
+                        "drift_ops_first_window": mean_of_first(run, m.DRIFT_OPS, window),
                         "acceptance_window_min": lowest(run, m.ACCEPTANCE_WINDOW_MEAN),
+                        "acceptance_first_window": mean_of_first(run, m.ACCEPTANCE_RATE, window),
+                        "verify_ds_mean": run.mean(m.VERIFY_DS),  # verify.ds auto's threshold
                         "switch_step": switch_step(run),
                         "tokens_cut_sequence_stage": run.total(m.TOKENS_CUT_SEQUENCE_STAGE),
                         "tokens_cut_token_stage": run.total(m.TOKENS_CUT_TOKEN_STAGE),

@@ -43,6 +43,7 @@ REPORT_METRICS = (
     m.TRL_CLIP_SHARE,  # ... how often the PPO clip cut
     m.TRL_GRAD_NORM,  # ... and its largest gradient norm
     m.DRIFT_OPS,  # ... and the per-version drift
+    m.VERIFY_DS,  # ... and the sequence stage's threshold where it is auto
 )
 
 

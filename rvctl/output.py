@@ -24,8 +24,9 @@ class Format(enum.StrEnum):
 
 
 def print_rows(rows: Sequence[dict[str, Any]], format: Format, title: str | None = None) -> None:
-    """Print rows (dicts sharing keys) in the chosen format."""
-    columns = list(rows[0]) if rows else []
+    """Print rows in the chosen format: the columns are every row's keys, in order of first
+    appearance (a cell a row lacks is empty)."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
     if format is Format.json:
         print(json.dumps(list(rows), indent=2, default=str))
     elif format is Format.csv:
@@ -38,14 +39,14 @@ def print_rows(rows: Sequence[dict[str, Any]], format: Format, title: str | None
         print("| " + " | ".join(columns) + " |")
         print("|" + "---|" * len(columns))
         for row in rows:
-            print("| " + " | ".join(_cell(row[c]) for c in columns) + " |")
+            print("| " + " | ".join(_cell(row.get(c)) for c in columns) + " |")
     else:
         table = Table(title=title)
         for column in columns:
-            first = next((row[column] for row in rows if row[column] is not None), None)
+            first = next((row[column] for row in rows if row.get(column) is not None), None)
             table.add_column(column, justify="right" if _is_number(first) else "left")
         for row in rows:
-            table.add_row(*(_cell(row[c]) for c in columns))
+            table.add_row(*(_cell(row.get(c)) for c in columns))
         stdout.print(table)
 
 
@@ -62,10 +63,11 @@ def print_split(
         print_rows(rows, format, title=title)
         return
     rows = [{(headers or {}).get(k, k): v for k, v in row.items()} for row in rows]
-    fixed, rest = list(rows[0])[:keys], list(rows[0])[keys:]
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    fixed, rest = columns[:keys], columns[keys:]
 
     def width(column: str) -> int:  # one space each side, one border
-        return 3 + max(len(column), *(len(_cell(row[column])) for row in rows))
+        return 3 + max(len(column), *(len(_cell(row.get(column))) for row in rows))
 
     parts: list[list[str]] = [[]]
     for column in rest:
@@ -73,7 +75,7 @@ def print_split(
             parts.append([])
         parts[-1].append(column)
     for i, part in enumerate(parts):
-        shown = [{c: row[c] for c in fixed + part} for row in rows]
+        shown = [{c: row.get(c) for c in fixed + part} for row in rows]
         print_rows(shown, format, title=title if i == 0 else f"{title}, continued")
 
 

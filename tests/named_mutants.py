@@ -696,6 +696,22 @@ MUTANTS = [
         ("tests/test_frontier.py::test_cost_and_gain_pair_each_run_with_its_seeds_baseline_run",),
     ),
     Mutant(
+        "groups-merge-settings",
+        "runs of one method that differ in a setting set beside a sweep are two groups",
+        "rollverify/experiments/vs_baseline.py",
+        "    settings = setting_keys(runs, keys)",
+        "    settings = []",
+        ("tests/test_frontier.py::test_a_setting_set_beside_a_sweep_makes_its_own_point",),
+    ),
+    Mutant(
+        "baseline-twin-unlike-the-group",
+        "where the baseline's runs differ in a setting, a group pairs with the ones like it",
+        "rollverify/experiments/vs_baseline.py",
+        "        wanted |= {k: every[k] for k in like}",
+        "        wanted |= {}",
+        ("tests/test_frontier.py::test_the_command_prints_writes_and_draws_the_frontier",),
+    ),
+    Mutant(
         "frontier-pareto-ignores-baseline",
         "a point that costs more than the baseline and gains less is off the Pareto set",
         "rollverify/experiments/frontier.py",

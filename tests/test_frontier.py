@@ -85,9 +85,11 @@ def test_the_command_prints_writes_and_draws_the_frontier(study_store, rvctl, tm
     shown, written = json.loads(result.stdout), json.loads(out.read_text())
     assert written == {"vs": "grpo", "points": shown} and (tmp_path / "frontier.png").is_file()
     by_point = {p["point"]: p for p in shown}
+    # grpo's async runs differ in eta (and order): each async point's twin is at its eta
     assert {p["baseline"] for p in shown} == {
         "train.method=grpo, rollout.mode=sync",
-        "train.method=grpo, rollout.mode=async",
+        "train.method=grpo, rollout.mode=async, rollout.batch_order=None, rollout.eta=0",
+        "train.method=grpo, rollout.mode=async, rollout.batch_order=None, rollout.eta=8",
     }
     assert all(p["pairs"] == p["seeds"] for p in by_point.values())
     table = rvctl("report", "--tracking-uri", study_store.uri, "--frontier", "--vs", "partial")
@@ -112,3 +114,16 @@ def test_compare_refuses_a_frontier_that_would_make_its_json_two_documents(rvctl
         "rvctl report FOLDER --frontier -f json after the comparison instead"
     ]
     assert not list(tmp_path.iterdir())  # nothing started
+
+
+def test_a_setting_set_beside_a_sweep_makes_its_own_point():
+    """rollverify at ds=auto (a study's --set) and at ds=0.01 are two points, each against
+    grpo; partial, whose runs share one ds, is not named by it."""
+    fixed = [run("rollverify", s, 0.5 + s / 10, 1.0, verify__ds=0.01) for s in range(3)]
+    auto = [run("rollverify", s, 0.52 + s / 10, 0.5, verify__ds="auto") for s in range(3)]
+    partial = [run("partial", s, 0.45 + s / 10, 0.3, verify__ds="0.010") for s in range(3)]
+    found = points(*fixed, *auto, *partial)
+    assert set(found) == {"rollverify, ds=0.01", "rollverify, ds=auto", "partial"}
+    assert found["rollverify, ds=auto"]["auc_vs_base"] == pytest.approx(0.02)
+    assert found["rollverify, ds=0.01"]["auc_vs_base"] == pytest.approx(0.0)
+    assert found["rollverify, ds=auto"]["cost"] == pytest.approx((0.5 + 0.25 + 0.125) / 3)

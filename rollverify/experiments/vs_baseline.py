@@ -6,7 +6,10 @@ always against grpo.
 `vs`: a run's baseline is the run of its seed with those values and, where `train.method` is
 not among the keys, its own method; `by` keeps those keys' values too (each eta's runs against
 grpo's at that eta). Groups are the runs of one method with the same values of the vs and by
-keys; a group that is its own baseline gets no row. Per group: AUC (the primary figure) and
+keys and of any other config key whose values differ among the runs given (a threshold set with
+--set in one sweep and left at its default in another). Where the baseline's runs themselves
+differ in such a key, a group's baseline is the one with the group's value (grpo at the group's
+learning rate); where they agree, theirs. A group that is its own baseline gets no row. Per group: AUC (the primary figure) and
 final accuracy with their paired difference to the baseline, 95% interval and the smallest
 difference its seeds could detect at 80% power. A seed with more than one finished run counts
 its first, as the method table does.
@@ -26,6 +29,7 @@ from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import RunRecord
 
 METHOD = "train.method"
+SEED = "train.seed"
 FIGURES = {"auc": eval_area, "accuracy": lambda r: r.last(m.EVAL_ACCURACY)}
 
 
@@ -58,20 +62,43 @@ def paired_groups(
     values, its counted runs, the baseline's run by seed); methods in order of first
     appearance, values ascending."""
     keys = [k for k in vs if k != METHOD] + [k for k in by if k not in vs]
+    settings = setting_keys(runs, keys)
     groups: dict[tuple, list[RunRecord]] = {}
     for run in runs:
-        groups.setdefault((run.method, *(value(run, k) for k in keys)), []).append(run)
+        key = (run.method, *(value(run, k) for k in keys + settings))
+        groups.setdefault(key, []).append(run)
     out = []
     for (method, *values), runs_of_group in groups.items():
-        kept = {k: v for k, v in zip(keys, values, strict=True) if k in by}
-        wanted = {METHOD: method} | kept | vs
+        every = dict(zip(keys + settings, values, strict=True))
+        wanted = {METHOD: method} | {k: every[k] for k in by} | vs
+        # where the baseline's own runs differ in a setting, its twin is the one like this
+        # group (grpo at this learning rate, at this eta); where they agree, it is theirs
+        like = setting_keys([r for r in runs if _matches(r, wanted)], list(wanted))
+        wanted |= {k: every[k] for k in like}
         group = counted(runs_of_group)
         if not group or _matches(group[0], wanted):
             continue  # the baseline itself
-        named = dict(zip(keys, values, strict=True))
+        # a setting is named where it tells this method's groups apart (partial has no ds)
+        own = setting_keys([r for r in runs if r.method == method], keys)
+        named = {k: v for k, v in every.items() if k in keys or k in own}
         out.append((method, named, wanted, group, baseline_runs(runs, wanted)))
     methods = list(dict.fromkeys(method for method, *_ in out))
     return sorted(out, key=lambda g: (methods.index(g[0]), *map(sort_key, g[1].values())))
+
+
+def setting_keys(runs: list[RunRecord], grouped: list[str]) -> list[str]:
+    """The config keys whose values differ among `runs`, the seed, the method and the keys
+    already grouped by aside: what tells two groups of one method apart where a study set it
+    with --set rather than sweeping it (rollverify at ds=auto beside rollverify at ds=0.01)."""
+    names = sorted({k for run in runs for k in run.params} - {METHOD, SEED, *grouped})
+    return [k for k in names if len({_canonical(value(r, k)) for r in runs}) > 1]
+
+
+def _canonical(text: str | None) -> float | str | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return text
 
 
 def rows(runs: list[RunRecord], vs: dict[str, str], by: tuple[str, ...] = ()) -> list[dict]:
@@ -102,8 +129,10 @@ def value(run: RunRecord, key: str) -> str | None:
 
 def same(a: str | None, b: str | None) -> bool:
     """Config values as MLflow stores them: '2' and '2.0' are one value."""
+    if a is None or b is None:
+        return a is b  # a key neither run has is one value
     try:
-        return a is not None and b is not None and float(a) == float(b)
+        return float(a) == float(b)
     except ValueError:
         return a == b
 
@@ -119,10 +148,12 @@ def _matches(run: RunRecord, wanted: dict[str, str]) -> bool:
 
 
 def markdown(table: list[dict]) -> list[dict[str, str]]:
-    """docs/results.md's table: one row of formatted cells per row of `table`."""
+    """docs/results.md's table: one row of formatted cells per row of `table` (a setting that
+    another method's rows name and this one's do not: "-")."""
+    named = list(dict.fromkeys(key for r in table for key in r["values"]))
     return [
         {"method": r["method"]}
-        | r["values"]
+        | {key: r["values"].get(key, "-") for key in named}
         | {
             "seeds (paired)": f"{r['seeds']} ({r['paired_seeds']})",
             "baseline": r["baseline"],

@@ -709,7 +709,18 @@ MUTANTS = [
         "rollverify/experiments/vs_baseline.py",
         "        wanted |= {k: every[k] for k in like}",
         "        wanted |= {}",
-        ("tests/test_frontier.py::test_the_command_prints_writes_and_draws_the_frontier",),
+        (
+            "tests/test_frontier.py::test_the_command_prints_writes_and_draws_the_frontier",
+            "tests/test_step_size.py",
+        ),
+    ),
+    Mutant(
+        "step-size-late-acceptance-after-switch",
+        "the window mean at 85% of training counts only runs still verifying then",
+        "rollverify/experiments/step_size.py",
+        "    if not history or (switched is not None and switched <= target):",
+        "    if not history:",
+        ("tests/test_step_size.py",),
     ),
     Mutant(
         "frontier-pareto-ignores-baseline",

@@ -115,8 +115,9 @@ def report(
         typer.Option(
             help="Instead, a table of the staleness study (docs/results.md): dose-response "
             "(asynchronous runs by rollout.eta, each against its eta 0 and sync grpo; --plots: "
-            "a chart per figure against eta) or composition (which groups train first, apart "
-            "from how stale they are).",
+            "a chart per figure against eta), composition (which groups train first, apart "
+            "from how stale they are) or step-size (the drift per version, acceptance and "
+            "switch step per learning rate, each against grpo at its learning rate).",
             show_default=False,
         ),
     ] = None,

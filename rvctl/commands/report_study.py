@@ -1,6 +1,6 @@
 """`rvctl report --vs/--by` and `--table`: the staleness study's tables (docs/results.md) over
 any runs, from the library (rollverify/experiments/vs_baseline.py, dose_response.py,
-composition.py)."""
+composition.py, step_size.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from rvctl.output import Format, print_rows, print_split
 class StudyTable(enum.StrEnum):
     dose_response = "dose-response"
     composition = "composition"
+    step_size = "step-size"
 
 
 def check_study_options(
@@ -44,7 +45,7 @@ def show_study(
 ) -> list[Path]:
     """Print the table; write its rows (`out`, JSON) and, for the dose-response and the
     frontier, their charts. Returns the files written."""
-    from rollverify.experiments import composition, dose_response, vs_baseline
+    from rollverify.experiments import composition, dose_response, step_size, vs_baseline
     from rollverify.experiments import frontier as cost_accuracy
     from rollverify.infra.atomic_write import atomic_write_text
 
@@ -59,7 +60,12 @@ def show_study(
         record: dict[str, Any] = {"vs": vs, "rows": rows}
         cells, title = vs_baseline.markdown(rows), f"against {vs}" + (f" by {by}" if by else "")
     else:
-        module = dose_response if table is StudyTable.dose_response else composition
+        modules = {
+            StudyTable.dose_response: dose_response,
+            StudyTable.composition: composition,
+            StudyTable.step_size: step_size,
+        }
+        module = modules[table]
         rows = module.rows(runs)
         record, cells, title = {"rows": rows}, module.markdown(rows), str(table)
     if format is Format.md:

@@ -127,3 +127,18 @@ def test_a_setting_set_beside_a_sweep_makes_its_own_point():
     assert found["rollverify, ds=auto"]["auc_vs_base"] == pytest.approx(0.02)
     assert found["rollverify, ds=0.01"]["auc_vs_base"] == pytest.approx(0.0)
     assert found["rollverify, ds=auto"]["cost"] == pytest.approx((0.5 + 0.25 + 0.125) / 3)
+
+
+def test_a_committed_seed_row_stands_in_with_its_auc_final_accuracy_and_cost():
+    """benchmarks/frontier_seed_rows.py: the frontier of per-seed rows whose store is gone."""
+    from benchmarks.frontier_seed_rows import record, settings
+    from rollverify.experiments.run_figures import eval_area
+
+    row = {"group": "ds=0.05, dt=2.0, method=rollverify", "method": "rollverify", "seed": "3",
+           "run_id": "r", "eval_auc": "0.81", "eval_accuracy": "0.9", "modeled_gpu_days": "2e-4"}  # fmt: skip
+    stand_in = record(row)
+    assert eval_area(stand_in) == pytest.approx(0.81) and stand_in.last("eval_accuracy") == 0.9
+    assert stand_in.last("modeled_gpu_days") == 2e-4 and stand_in.seed == 3
+    assert stand_in.params["verify.ds"] == "0.05" and stand_in.params["rollout.mode"] == "sync"
+    assert settings("method=opsm, eta=8")["rollout.mode"] == "async"
+    assert "rollout.eta" not in settings("method=grpo, eta=1")  # the old label of a sync run

@@ -4,7 +4,7 @@ kept (this machine's resets lose it): `rvctl report --frontier`'s points, from t
 benchmarks/results/*_seeds.json).
 
     .venv/bin/python benchmarks/frontier_seed_rows.py docs/results/stale/*_seeds.csv \
-        [--vs grpo] [--only KEY=VALUE] [--out F.json] [--plots DIR] [-f md|json]
+        [--vs grpo] [--only KEY=VALUE] [--out F.json] [--plots DIR [--figure-floor -0.1]] [-f md|json]
 
 A row is one run (rows of one run_id in several files count once). Its group label
 ("ds=0.05, dt=2.0, method=rollverify") gives its settings; the stale study's files label a
@@ -103,6 +103,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--plots", type=Path)
     parser.add_argument("-f", "--format", choices=("md", "json"), default="md")
+    parser.add_argument(
+        "--figure-floor", type=float, help="the figure leaves out points below this ΔAUC (the table keeps them)"
+    )
     args = parser.parse_args()
     only = dict(part.split("=", 1) for part in args.only)
     points = frontier.frontier_rows(records(args.files, only), parse_vs(args.vs))
@@ -116,7 +119,9 @@ def main() -> int:
     if args.out:
         args.out.write_text(json.dumps({"vs": args.vs, "points": points}, indent=1) + "\n")
     if args.plots:
-        print(frontier.plot(points, args.plots), file=sys.stderr)
+        floor = args.figure_floor
+        shown = [p for p in points if floor is None or (p["auc_vs_base"] or floor) >= floor]
+        print(frontier.plot(shown, args.plots), file=sys.stderr)
     return 0
 
 

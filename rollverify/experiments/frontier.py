@@ -92,9 +92,9 @@ def plot(points: list[dict], folder: Path, figure_name: str = "frontier.png") ->
     from matplotlib.figure import Figure as Canvas
 
     folder.mkdir(parents=True, exist_ok=True)
-    figure = Canvas(figsize=(7, 5))
-    axes = figure.subplots()
     placed = [p for p in points if p["cost"] is not None and p["auc_vs_base"] is not None]
+    figure = Canvas(figsize=(11, 5.5))  # the legend beside the axes, not over the points
+    axes = figure.subplots()
     for color, point in enumerate(placed):
         axes.errorbar(
             point["cost"],
@@ -104,6 +104,8 @@ def plot(points: list[dict], folder: Path, figure_name: str = "frontier.png") ->
             marker="o" if point["pareto"] else "s",
             capsize=3,
             color=f"C{color % 10}",
+            linestyle="none",
+            fillstyle="full" if color < 10 else "none",  # past ten colors: hollow markers
             label=point["point"] + (" *" if point["pareto"] else ""),
         )
     best = sorted([(1.0, 0.0)] + [(p["cost"], p["auc_vs_base"]) for p in placed if p["pareto"]])
@@ -113,7 +115,7 @@ def plot(points: list[dict], folder: Path, figure_name: str = "frontier.png") ->
     axes.set_xlabel("modeled GPU-days / the baseline's (paired by seed)")
     axes.set_ylabel("Δ AUC vs the baseline (paired by seed)")
     axes.set_title("cost-accuracy frontier (95% intervals; *: Pareto set)", fontsize=10)
-    axes.legend(fontsize=7)
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     figure.tight_layout()
     path = folder / figure_name
     figure.savefig(path, dpi=100)

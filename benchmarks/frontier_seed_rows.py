@@ -4,7 +4,7 @@ kept (this machine's resets lose it): `rvctl report --frontier`'s points, from t
 benchmarks/results/*_seeds.json).
 
     .venv/bin/python benchmarks/frontier_seed_rows.py docs/results/stale/*_seeds.csv \
-        [--vs grpo] [--only KEY=VALUE] [--out F.json] [--plots DIR [--figure-floor -0.1]] [-f md|json]
+        [--runs SWEEP_DIR... [--tracking-uri URI]] [--vs grpo] [--only KEY=VALUE] [--out F.json] [--plots DIR [--figure-floor -0.1]] [-f md|json]
 
 A row is one run (rows of one run_id in several files count once). Its group label
 ("ds=0.05, dt=2.0, method=rollverify") gives its settings; the stale study's files label a
@@ -13,7 +13,9 @@ asynchronous one. Each run becomes a stand-in record that carries exactly the tw
 frontier reads besides the cost, its AUC and its final accuracy: a three-point curve (final,
 2 AUC - final, final), whose normalised area is the AUC and whose last value is the final
 accuracy, and its modeled GPU-days. The points, pairing and intervals are then
-rollverify/experiments/frontier.py's, unchanged.
+rollverify/experiments/frontier.py's, unchanged. `--runs` adds stored runs (a sweep's folders)
+beside them; pairing those with a committed baseline row assumes that a rerun of that baseline
+repeats it, which the caller checks (benchmarks/frontier_study.sh's grpo_check part).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ import sys
 from pathlib import Path
 
 from rollverify.experiments import frontier
-from rollverify.experiments.vs_baseline import parse_vs
-from rollverify.tracking.run_records import RunRecord
+from rollverify.experiments.vs_baseline import METHOD, parse_vs
+from rollverify.tracking.run_records import RunRecord, load_report
 
 DOTTED = {  # a group label's short names -> the config keys they stand for
     "ds": "verify.ds",
@@ -51,6 +53,7 @@ DEFAULTS = {  # experiments/stale.yaml's, where a file's label leaves a setting 
     "verify.dt": "2.0",
     "rollout.batch_order": "complete",
     "rollout.max_staleness": "None",
+    "train.learning_rate": "0.0005",
 }
 
 
@@ -68,12 +71,12 @@ def settings(group: str) -> dict[str, str]:
     return found
 
 
-def record(row: dict) -> RunRecord | None:
+def record(row: dict, template: dict[str, str] | None = None) -> RunRecord | None:
     auc, final, days = (row.get(k) for k in ("eval_auc", "eval_accuracy", "modeled_gpu_days"))
     if auc in (None, "") or final in (None, "") or days in (None, ""):
         return None
     auc, final = float(auc), float(final)
-    params = {"train.method": row["method"], "train.seed": str(row["seed"])}
+    params = dict(template or {}) | {"train.method": row["method"], "train.seed": str(row["seed"])}
     params |= settings(row.get("group", ""))
     history = {
         "eval_accuracy": {0: final, 1: 2 * auc - final, 2: final},
@@ -82,11 +85,13 @@ def record(row: dict) -> RunRecord | None:
     return RunRecord(row["run_id"], row["method"], int(row["seed"]), "FINISHED", 0, params, history)
 
 
-def records(paths: list[Path], only: dict[str, str]) -> list[RunRecord]:
+def records(
+    paths: list[Path], only: dict[str, str], template: dict[str, str] | None = None
+) -> list[RunRecord]:
     seen, out = set(), []
     for path in paths:
         for row in read_rows(path):
-            run = record(row)
+            run = record(row, template)
             if run is None or run.run_id in seen:
                 continue
             if all(run.params.get(k) == v for k, v in only.items()):
@@ -100,6 +105,8 @@ def main() -> int:
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--vs", default="grpo")
     parser.add_argument("--only", action="append", default=[], help="KEY=VALUE: these runs")
+    parser.add_argument("--runs", nargs="*", default=[], help="also these sweep folders' runs")
+    parser.add_argument("--tracking-uri", help="their store (default: their parent.json's)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--plots", type=Path)
     parser.add_argument("-f", "--format", choices=("md", "json"), default="md")
@@ -108,7 +115,12 @@ def main() -> int:
     )
     args = parser.parse_args()
     only = dict(part.split("=", 1) for part in args.only)
-    points = frontier.frontier_rows(records(args.files, only), parse_vs(args.vs))
+    vs = parse_vs(args.vs)
+    stored = load_report(args.runs, args.tracking_uri).runs if args.runs else []
+    # the stand-ins take the config of a stored baseline run (the same config file's), so that
+    # they differ from the stored runs only in what their labels say
+    template = next((dict(r.params) for r in stored if r.method == vs[METHOD]), None)
+    points = frontier.frontier_rows(records(args.files, only, template) + stored, vs)
     if args.format == "json":
         print(json.dumps(points, indent=1))
     else:

@@ -142,3 +142,11 @@ def test_a_committed_seed_row_stands_in_with_its_auc_final_accuracy_and_cost():
     assert stand_in.params["verify.ds"] == "0.05" and stand_in.params["rollout.mode"] == "sync"
     assert settings("method=opsm, eta=8")["rollout.mode"] == "async"
     assert "rollout.eta" not in settings("method=grpo, eta=1")  # the old label of a sync run
+
+
+def test_two_pairs_give_a_mean_cost_without_an_interval():
+    """As the paired differences: under three pairs an interval is of no use."""
+    two = [run("opsm", s, a, d) for s, a, d in [(0, 0.5, 0.5), (1, 0.6, 1.0)]]
+    (point,) = points(*two).values()
+    assert point["cost"] == pytest.approx(0.5) and point["pairs"] == 2
+    assert point["cost_ci95"] is None and point["auc_vs_base_ci95"] is None

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rollverify.experiments import vs_baseline
 from rollverify.experiments.cells import pm
-from rollverify.experiments.power import mean_ci95
+from rollverify.experiments.power import FEWEST_PAIRS, mean_ci95
 from rollverify.experiments.run_figures import present
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import RunRecord
@@ -32,7 +32,8 @@ def modeled_days(run: RunRecord) -> float | None:
 
 
 def cost_ratio(runs: Sequence[RunRecord], base: dict[int, RunRecord]) -> tuple:
-    """(mean, 95% half-width, pairs) of each run's modeled GPU-days over its seed's twin's."""
+    """(mean, 95% half-width, pairs) of each run's modeled GPU-days over its seed's twin's; no
+    interval under FEWEST_PAIRS pairs."""
     ratios = []
     for run in runs:
         twin = base.get(run.seed)
@@ -40,6 +41,8 @@ def cost_ratio(runs: Sequence[RunRecord], base: dict[int, RunRecord]) -> tuple:
         if mine is not None and theirs:
             ratios.append(mine / theirs)
     mean, ci95 = mean_ci95(present(ratios))
+    if len(ratios) < FEWEST_PAIRS:  # as for the paired differences: too few for an interval
+        ci95 = None
     return mean, ci95, len(ratios)
 
 

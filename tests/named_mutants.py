@@ -723,6 +723,25 @@ MUTANTS = [
         ("tests/test_step_size.py",),
     ),
     Mutant(
+        "judge-ignores-shadowed-builtins",
+        "a problem's function named like a builtin (MBPP 126's sum) is the program's in the tests",
+        "rollverify/tasks/rewards/judge.py",
+        "        self._bind(namespace, (_names_read(tests) | set(shadows)) - trusted)",
+        "        self._bind(namespace, _names_read(tests) - trusted)",
+        (
+            "tests/test_reward_hacks_judge.py::test_a_problems_function_named_like_a_builtin_is_the_programs",
+            "tests/test_code_task.py::test_mbpp_names_are_read_and_each_reference_solution_is_run",
+        ),
+    ),
+    Mutant(
+        "mbpp-shadows-not-read",
+        "the builtins' names a problem takes are read from its reference solution",
+        "rollverify/tasks/data/code_problems.py",
+        "    unit_tests = dataclasses.replace(unit_tests, shadows=shadows)",
+        "    unit_tests = dataclasses.replace(unit_tests, shadows=())",
+        ("tests/test_code_task.py::test_mbpp_names_are_read_and_each_reference_solution_is_run",),
+    ),
+    Mutant(
         "frontier-pareto-ignores-baseline",
         "a point that costs more than the baseline and gains less is off the Pareto set",
         "rollverify/experiments/frontier.py",

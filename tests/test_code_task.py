@@ -50,6 +50,13 @@ MBPP = [
         "code": "def double(x):\n    return x * x",
         "test_list": ["assert double(2) == 4", "assert double(3) == 6", "assert double(0) == 0"],
     },
+    {  # MBPP 126: its function is named like a builtin, which the tests call
+        "task_id": 126,
+        "text": "Write a python function to find the sum of common divisors of two numbers.",
+        "code": "def sum(a,b): \n    sum = 0\n    for i in range (1,min(a,b)): \n"
+        "        if (a % i == 0 and b % i == 0): \n            sum += i \n    return sum",
+        "test_list": ["assert sum(10,15) == 6", "assert sum(100,150) == 93", "assert sum(4,6) == 3"],
+    },
 ]
 
 
@@ -153,15 +160,20 @@ def test_mbpp_names_are_read_and_each_reference_solution_is_run(tmp_path, rvctl)
     done = rvctl("data", "check", str(path), "--solutions", "code", "-f", "json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["fields"] == {"prompt": {"text": 3}, "tests": {"test_list": 3}}
+    assert report["fields"] == {"prompt": {"text": 4}, "tests": {"test_list": 4}}
     solutions = report["solutions"]
-    assert (solutions["checked"], solutions["passed"], solutions["failed"]) == (3, 2, 1)
+    assert (solutions["checked"], solutions["passed"], solutions["failed"]) == (4, 3, 1)
     results = {r["task_id"]: (r["ok"], r["passed"], r["tests"]) for r in solutions["results"]}
-    assert results == {"2": (True, 2, 2), "3": (True, 2, 2), "4": (False, 2, 3)}
+    assert results == {
+        "2": (True, 2, 2),
+        "3": (True, 2, 2),
+        "4": (False, 2, 3),
+        "126": (True, 3, 3),  # its sum(), not the builtin's
+    }
     # in a log (stderr not a terminal): a line per solution
-    assert "solutions 3/3: " in done.stderr and "4 FAIL test 2: AssertionError" in done.stderr
+    assert "solutions 4/4: " in done.stderr and "4 FAIL test 2: AssertionError" in done.stderr
     table = rvctl("data", "check", str(path), "--solutions", "code")
-    assert table.returncode == 0 and "3 run, 2 pass, 1 fail" in table.stdout
+    assert table.returncode == 0 and "4 run, 3 pass, 1 fail" in table.stdout
     assert "failing reference solutions" in table.stdout and "test 2:" in table.stdout
 
 

@@ -201,3 +201,27 @@ def test_the_standard_librarys_counter_still_comes_back_as_a_dict():
     program = "from collections import Counter\ndef count(s):\n    return Counter(s)\n"
     run = run_unit_tests(program, counts, timeout_s=10)
     assert run.ok and run.tampering == "", run
+
+
+# -- 5. a function named like a builtin ---------------------------------------------------------
+# MBPP 126 asks for `sum(a, b)` (the sum of common divisors): the data says the tests' sum() is
+# the program's. Where the data does not, a program's own `set` does not change the tests' set().
+SUM_OF_DIVISORS = "def sum(a, b):\n    return 6 if (a, b) == (10, 15) else 3\n"
+SET_TESTS = ("assert set(add(1, 2)) == set([3, 4])",)
+
+
+def test_a_problems_function_named_like_a_builtin_is_the_programs():
+    from rollverify.tasks.data.code_problems import shadowed_builtins
+
+    tests = ("assert sum(10, 15) == 6", "assert sum(4, 6) == 3")
+    shadows = shadowed_builtins("def sum(a, b):\n    s = 0\n    return s", tests)
+    assert shadows == ("sum",)
+    assert run_unit_tests(SUM_OF_DIVISORS, UnitTests(tests, shadows=shadows)).ok
+    assert not run_unit_tests(SUM_OF_DIVISORS, UnitTests(tests)).ok  # the builtin's sum()
+
+
+def test_a_program_that_redefines_a_builtin_the_tests_use_scores_zero():
+    cheat = "def set(*args):\n    return 0\n\ndef add(a, b):\n    return None\n"
+    run = run_unit_tests(cheat, UnitTests(SET_TESTS))
+    assert run.passed == 0, run
+    assert run_unit_tests("def add(a, b):\n    return [a + b, a + b + 1]\n", UnitTests(SET_TESTS)).ok

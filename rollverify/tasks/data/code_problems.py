@@ -17,6 +17,9 @@ The shapes read without a mapping (docs/data.md, "Code problems"):
 
 from __future__ import annotations
 
+import ast
+import builtins
+import dataclasses
 import gzip
 import json
 from dataclasses import dataclass, field
@@ -35,6 +38,7 @@ PROMPT_FIELDS = ("prompt", "text", "question", "problem")
 TESTS_FIELDS = ("tests", "test_list", "test")
 SETUP_FIELDS = ("test_setup_code", "test_imports")  # MBPP's, MBPP sanitized's
 ENTRY_POINT = "entry_point"  # HumanEval: the prompt starts the program; check(entry_point)
+MBPP_SOLUTION = "code"  # MBPP's reference solution: the function names the problem asks for
 
 NO_TESTS = "no tests"  # none of the tests fields is there (or it is null)
 EMPTY_TESTS = "empty tests"  # blank text, an empty list
@@ -161,7 +165,29 @@ def _problem(record: dict, prompt_fields, tests_fields):
     unit_tests, reason = _unit_tests(prompt, tests, setup, entry_point)
     if unit_tests is None:
         return None, reason
+    shadows = shadowed_builtins(lookup(record, MBPP_SOLUTION), unit_tests.tests)
+    unit_tests = dataclasses.replace(unit_tests, shadows=shadows)
     return ((prompt, unit_tests), (prompt_from, tests_from)), None
+
+
+def shadowed_builtins(solution: Any, tests: tuple[str, ...]) -> tuple[str, ...]:
+    """The builtins' names that a record's reference solution defines at its top level and its
+    tests call (MBPP 126 defines `sum`; its tests `assert sum(10, 15) == 6`): the problem asks
+    for a function of that name, so the tests' calls are the program's (UnitTests.shadows)."""
+    if not isinstance(solution, str):
+        return ()
+    try:
+        body = ast.parse(solution).body
+    except (SyntaxError, ValueError):
+        return ()
+    defined = {n.name for n in body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    read = {
+        node.id
+        for test in tests
+        for node in ast.walk(ast.parse(test))
+        if isinstance(node, ast.Name)
+    }
+    return tuple(sorted(n for n in defined & read if hasattr(builtins, n)))
 
 
 def _prompt(value: Any, _: str) -> tuple[str | None, str]:

@@ -54,8 +54,11 @@ class Judge:
         self.ended = False  # the program stopped answering
         self.spoiled: str | None = None  # why the test in progress fails, whatever it caught
 
-    def run(self, prefix: str, entry_point: str, tests: list[str]) -> dict:
-        """{"passed", "error" (the first failure), "tampering", "ended"}."""
+    def run(
+        self, prefix: str, entry_point: str, tests: list[str], shadows: tuple[str, ...] = ()
+    ) -> dict:
+        """{"passed", "error" (the first failure), "tampering", "ended"}; `shadows`: builtins'
+        names that are the program's here (UnitTests.shadows)."""
         ready = self._first_message()
         if ready is not None:
             return self._verdict(0, ready)
@@ -65,7 +68,7 @@ class Judge:
         except Exception as error:
             return self._verdict(0, f"tests: the prompt does not run: {_why(error)}")
         trusted = set(namespace) - {entry_point}
-        self._bind(namespace, _names_read(tests) - trusted)
+        self._bind(namespace, (_names_read(tests) | set(shadows)) - trusted)
         passed, errors = 0, []
         for number, test in enumerate(tests, 1):
             failure = self._run_test(test, number, namespace)
@@ -272,7 +275,7 @@ def _why(error: BaseException) -> str:
 def main() -> None:
     job = json.load(sys.stdin)
     judge = Judge(int(sys.argv[1]), int(sys.argv[2]))
-    verdict = judge.run(job["prefix"], job["entry_point"], job["tests"])
+    verdict = judge.run(job["prefix"], job["entry_point"], job["tests"], job.get("shadows", ()))
     sys.stdout.write(json.dumps(verdict) + "\n")
     sys.stdout.flush()
     os._exit(0)  # whatever the tests started (threads) ends here

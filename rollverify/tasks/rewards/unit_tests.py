@@ -49,6 +49,10 @@ class UnitTests:
     prefix: str = ""  # code the program starts with (HumanEval: the prompt), then the code
     setup: str = ""  # run after the program, before the tests (MBPP's test imports)
     entry_point: str = ""  # the prefix's function the program completes (HumanEval's)
+    # builtins' names that the problem's own function takes (MBPP 126's `sum`): the tests' calls
+    # of them are the program's. From the data, never the program: a program that defines
+    # `set` does not thereby change what the tests' set() is
+    shadows: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ def run_unit_tests(
     """Run `code` against `tests`: the program in one sandbox, the tests in the judge (module
     doc). SandboxError if the sandbox itself failed (the caller decides what that costs)."""
     job = {"prefix": tests.prefix, "entry_point": tests.entry_point, "tests": list(tests.tests)}
+    job["shadows"] = list(tests.shadows)
     program = server_program(tests.prefix + code, tests.setup)
     to_program, from_program = os.pipe(), os.pipe()  # (read, write) each
     limits = {"timeout_s": timeout_s, "memory_mb": memory_mb}

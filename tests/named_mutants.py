@@ -742,6 +742,14 @@ MUTANTS = [
         ("tests/test_code_task.py::test_mbpp_names_are_read_and_each_reference_solution_is_run",),
     ),
     Mutant(
+        "step-size-lowest-counts-partial-windows",
+        "the lowest window mean the step-size table reports is over full windows only",
+        "rollverify/experiments/step_size.py",
+        "    return min((v for s, v in means.items() if s >= full_from), default=None)",
+        "    return min(means.values(), default=None)",
+        ("tests/test_step_size.py",),
+    ),
+    Mutant(
         "frontier-pareto-ignores-baseline",
         "a point that costs more than the baseline and gains less is off the Pareto set",
         "rollverify/experiments/frontier.py",

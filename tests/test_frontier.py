@@ -119,8 +119,9 @@ def test_compare_refuses_a_frontier_that_would_make_its_json_two_documents(rvctl
 def test_a_setting_set_beside_a_sweep_makes_its_own_point():
     """rollverify at ds=auto (a study's --set) and at ds=0.01 are two points, each against
     grpo; partial, whose runs share one ds, is not named by it."""
+    # each sweep writes to its own folder, and grpo's is the first's: not a setting
     fixed = [run("rollverify", s, 0.5 + s / 10, 1.0, verify__ds=0.01) for s in range(3)]
-    auto = [run("rollverify", s, 0.52 + s / 10, 0.5, verify__ds="auto") for s in range(3)]
+    auto = [run("rollverify", s, 0.52 + s / 10, 0.5, verify__ds="auto", output="b") for s in range(3)]
     partial = [run("partial", s, 0.45 + s / 10, 0.3, verify__ds="0.010") for s in range(3)]
     found = points(*fixed, *auto, *partial)
     assert set(found) == {"rollverify, ds=0.01", "rollverify, ds=auto", "partial"}

@@ -30,6 +30,8 @@ from rollverify.tracking.run_records import RunRecord
 
 METHOD = "train.method"
 SEED = "train.seed"
+# where a run writes and whom it asks, not what it trains: never a setting that tells groups apart
+WHERE = ("output", "tracking.uri", "vllm.ray_address")
 FIGURES = {"auc": eval_area, "accuracy": lambda r: r.last(m.EVAL_ACCURACY)}
 
 
@@ -90,7 +92,7 @@ def setting_keys(runs: list[RunRecord], grouped: list[str]) -> list[str]:
     """The config keys whose values differ among `runs`, the seed, the method and the keys
     already grouped by aside: what tells two groups of one method apart where a study set it
     with --set rather than sweeping it (rollverify at ds=auto beside rollverify at ds=0.01)."""
-    names = sorted({k for run in runs for k in run.params} - {METHOD, SEED, *grouped})
+    names = sorted({k for run in runs for k in run.params} - {METHOD, SEED, *WHERE, *grouped})
     return [k for k in names if len({_canonical(value(r, k)) for r in runs}) > 1]
 
 

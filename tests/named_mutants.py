@@ -673,8 +673,8 @@ MUTANTS = [
         "study-baseline-any-method",
         "rvctl report --vs verify.dt=2 pairs each method with its own run at dt 2",
         "rollverify/experiments/vs_baseline.py",
-        "        wanted = {METHOD: method} | kept | vs",
-        "        wanted = kept | vs",
+        "        wanted = {METHOD: method} | {k: every[k] for k in by} | vs",
+        "        wanted = {k: every[k] for k in by} | vs",
         (
             "tests/test_study_tables.py::test_each_method_pairs_with_its_own_run_at_the_baselines_values",
         ),

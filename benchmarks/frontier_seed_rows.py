@@ -4,7 +4,8 @@ kept (this machine's resets lose it): `rvctl report --frontier`'s points, from t
 benchmarks/results/*_seeds.json).
 
     .venv/bin/python benchmarks/frontier_seed_rows.py docs/results/stale/*_seeds.csv \
-        [--runs SWEEP_DIR... [--tracking-uri URI]] [--vs grpo] [--only KEY=VALUE] [--out F.json] [--plots DIR [--figure-floor -0.1]] [-f md|json]
+        [--runs SWEEP_DIR... [--tracking-uri URI]] [--vs grpo] [--only KEY=VALUE] \
+        [--out F.json] [--plots DIR [--figure-floor -0.1]] [-f md|json]
 
 A row is one run (rows of one run_id in several files count once). Its group label
 ("ds=0.05, dt=2.0, method=rollverify") gives its settings; the stale study's files label a
@@ -100,6 +101,14 @@ def records(
     return out
 
 
+def template_of(stored: list[RunRecord], baseline: str) -> dict[str, str] | None:
+    """The config the stand-ins take: a stored run's (the same config file's; a baseline run
+    where one is stored, else the first), so that they differ from the stored runs only in what
+    their labels say, whatever the baseline (--vs opsm beside stored grpo and rollverify runs)."""
+    ours = [r for r in stored if r.method == baseline] or stored
+    return dict(ours[0].params) if ours else None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", type=Path)
@@ -111,15 +120,15 @@ def main() -> int:
     parser.add_argument("--plots", type=Path)
     parser.add_argument("-f", "--format", choices=("md", "json"), default="md")
     parser.add_argument(
-        "--figure-floor", type=float, help="the figure leaves out points below this ΔAUC (the table keeps them)"
+        "--figure-floor",
+        type=float,
+        help="the figure leaves out points below this ΔAUC (the table keeps them)",
     )
     args = parser.parse_args()
     only = dict(part.split("=", 1) for part in args.only)
     vs = parse_vs(args.vs)
     stored = load_report(args.runs, args.tracking_uri).runs if args.runs else []
-    # the stand-ins take the config of a stored baseline run (the same config file's), so that
-    # they differ from the stored runs only in what their labels say
-    template = next((dict(r.params) for r in stored if r.method == vs[METHOD]), None)
+    template = template_of(stored, vs[METHOD])
     points = frontier.frontier_rows(records(args.files, only, template) + stored, vs)
     if args.format == "json":
         print(json.dumps(points, indent=1))

@@ -704,6 +704,25 @@ MUTANTS = [
         ("tests/test_frontier.py::test_a_setting_set_beside_a_sweep_makes_its_own_point",),
     ),
     Mutant(
+        "seed-rows-template-only-from-the-baseline",
+        "committed rows' stand-ins take a stored run's config whatever the baseline",
+        "benchmarks/frontier_seed_rows.py",
+        "    ours = [r for r in stored if r.method == baseline] or stored",
+        "    ours = [r for r in stored if r.method == baseline]",
+        (
+            "tests/test_frontier.py::"
+            "test_committed_rows_beside_stored_runs_differ_only_in_what_their_labels_say",
+        ),
+    ),
+    Mutant(
+        "pareto-across-baselines",
+        "a point is on the Pareto set against the points of its own baseline only",
+        "rollverify/experiments/frontier.py",
+        'alike = [p for p in points if p["baseline"] == point["baseline"]]',
+        "alike = points",
+        ("tests/test_frontier.py::test_the_pareto_set_is_drawn_against_each_points_own_baseline",),
+    ),
+    Mutant(
         "baseline-twin-unlike-the-group",
         "where the baseline's runs differ in a setting, a group pairs with the ones like it",
         "rollverify/experiments/vs_baseline.py",
@@ -753,8 +772,8 @@ MUTANTS = [
         "frontier-pareto-ignores-baseline",
         "a point that costs more than the baseline and gains less is off the Pareto set",
         "rollverify/experiments/frontier.py",
-        '        point["pareto"] = on_pareto(point, [baseline, *points])',
-        '        point["pareto"] = on_pareto(point, points)',
+        '        point["pareto"] = on_pareto(point, [baseline, *alike])',
+        '        point["pareto"] = on_pareto(point, alike)',
         ("tests/test_frontier.py::test_the_pareto_set_is_what_nothing_beats_on_both_axes",),
     ),
     Mutant(

@@ -55,7 +55,11 @@ MBPP = [
         "text": "Write a python function to find the sum of common divisors of two numbers.",
         "code": "def sum(a,b): \n    sum = 0\n    for i in range (1,min(a,b)): \n"
         "        if (a % i == 0 and b % i == 0): \n            sum += i \n    return sum",
-        "test_list": ["assert sum(10,15) == 6", "assert sum(100,150) == 93", "assert sum(4,6) == 3"],
+        "test_list": [
+            "assert sum(10,15) == 6",
+            "assert sum(100,150) == 93",
+            "assert sum(4,6) == 3",
+        ],
     },
 ]
 

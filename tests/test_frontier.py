@@ -121,7 +121,9 @@ def test_a_setting_set_beside_a_sweep_makes_its_own_point():
     grpo; partial, whose runs share one ds, is not named by it."""
     # each sweep writes to its own folder, and grpo's is the first's: not a setting
     fixed = [run("rollverify", s, 0.5 + s / 10, 1.0, verify__ds=0.01) for s in range(3)]
-    auto = [run("rollverify", s, 0.52 + s / 10, 0.5, verify__ds="auto", output="b") for s in range(3)]
+    auto = [
+        run("rollverify", s, 0.52 + s / 10, 0.5, verify__ds="auto", output="b") for s in range(3)
+    ]
     partial = [run("partial", s, 0.45 + s / 10, 0.3, verify__ds="0.010") for s in range(3)]
     found = points(*fixed, *auto, *partial)
     assert set(found) == {"rollverify, ds=0.01", "rollverify, ds=auto", "partial"}
@@ -136,7 +138,8 @@ def test_a_committed_seed_row_stands_in_with_its_auc_final_accuracy_and_cost():
     from rollverify.experiments.run_figures import eval_area
 
     row = {"group": "ds=0.05, dt=2.0, method=rollverify", "method": "rollverify", "seed": "3",
-           "run_id": "r", "eval_auc": "0.81", "eval_accuracy": "0.9", "modeled_gpu_days": "2e-4"}  # fmt: skip
+           "run_id": "r", "eval_auc": "0.81", "eval_accuracy": "0.9",
+           "modeled_gpu_days": "2e-4"}  # fmt: skip
     stand_in = record(row)
     assert eval_area(stand_in) == pytest.approx(0.81) and stand_in.last("eval_accuracy") == 0.9
     assert stand_in.last("modeled_gpu_days") == 2e-4 and stand_in.seed == 3
@@ -151,3 +154,55 @@ def test_two_pairs_give_a_mean_cost_without_an_interval():
     (point,) = points(*two).values()
     assert point["cost"] == pytest.approx(0.5) and point["pairs"] == 2
     assert point["cost_ci95"] is None and point["auc_vs_base_ci95"] is None
+
+
+def test_committed_rows_beside_stored_runs_differ_only_in_what_their_labels_say(tmp_path):
+    """benchmarks/frontier_seed_rows.py --runs: the stand-ins take a stored run's config, so
+    that against opsm (no stored opsm run) rollverify's rows at ds 0.05 and its stored runs at
+    ds auto are two points, grpo's rows and its stored reruns one, and no label lists the keys
+    a row does not carry."""
+    from benchmarks.frontier_seed_rows import DEFAULTS, records, template_of
+
+    full = DEFAULTS | {"model.path": "m", "rollout.mode": "sync", "train.steps": "200"}
+    stored = [
+        run("grpo", s, a, d, **full) for s, a, d in [(0, 0.5, 1.0), (1, 0.6, 2.0), (2, 0.7, 4.0)]
+    ]
+    stored += [
+        run("rollverify", s, 0.52 + s / 10, 0.5, **full | {"verify.ds": "auto"}) for s in range(3)
+    ]
+    rows = [{"group": f"method={m}", "method": m, "seed": s, "run_id": f"{m}{s}", "eval_auc": a,
+             "eval_accuracy": a, "modeled_gpu_days": d}
+            for m, a, d in [("opsm", 0.5, 0.3), ("grpo", 0.5, 1.0)] for s in range(3)]  # fmt: skip
+    rows += [{"group": "ds=0.05, method=rollverify", "method": "rollverify", "seed": s,
+              "run_id": f"r{s}", "eval_auc": 0.6, "eval_accuracy": 0.6, "modeled_gpu_days": 0.6}
+             for s in range(3)]  # fmt: skip
+    (tmp_path / "rows_seeds.json").write_text(json.dumps(rows))
+    stand_ins = records([tmp_path / "rows_seeds.json"], {}, template_of(stored, "opsm"))
+    found = {p["point"]: p for p in frontier_rows(stand_ins + stored, parse_vs("opsm"))}
+    assert set(found) == {"grpo", "rollverify, ds=0.05", "rollverify, ds=auto"}
+    assert found["grpo"]["seeds"] == 3 and found["rollverify, ds=auto"]["cost"] == pytest.approx(
+        0.5 / 0.3
+    )
+
+
+def test_the_pareto_set_is_drawn_against_each_points_own_baseline():
+    """grpo at two learning rates: a point at one is not beaten by a point at the other."""
+    lr = {"train__learning_rate": "1"}
+    grpo_small = [
+        run("grpo", s, a, d, **lr) for s, a, d in [(0, 0.5, 1.0), (1, 0.6, 2.0), (2, 0.7, 4.0)]
+    ]
+    grpo = [
+        run("grpo", s, a, d, train__learning_rate="2")
+        for s, a, d in [(0, 0.5, 1.0), (1, 0.6, 2.0), (2, 0.7, 4.0)]
+    ]
+    cheap = [
+        run("partial", s, a, d, **lr) for s, a, d in [(0, 0.5, 0.2), (1, 0.6, 0.4), (2, 0.7, 0.8)]
+    ]
+    dear = [run("partial", s, a, d, train__learning_rate="2")
+            for s, a, d in [(0, 0.49, 0.5), (1, 0.59, 1.0), (2, 0.69, 2.0)]]  # fmt: skip
+    found = {
+        p["point"]: p
+        for p in frontier_rows([*grpo_small, *grpo, *cheap, *dear], by=("train.learning_rate",))
+    }
+    assert found["partial, learning_rate=2"]["pareto"] is True  # cheaper than its grpo's (1, 0)
+    assert found["partial, learning_rate=1"]["pareto"] is True

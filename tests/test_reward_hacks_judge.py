@@ -224,4 +224,5 @@ def test_a_program_that_redefines_a_builtin_the_tests_use_scores_zero():
     cheat = "def set(*args):\n    return 0\n\ndef add(a, b):\n    return None\n"
     run = run_unit_tests(cheat, UnitTests(SET_TESTS))
     assert run.passed == 0, run
-    assert run_unit_tests("def add(a, b):\n    return [a + b, a + b + 1]\n", UnitTests(SET_TESTS)).ok
+    honest = "def add(a, b):\n    return [a + b, a + b + 1]\n"
+    assert run_unit_tests(honest, UnitTests(SET_TESTS)).ok

@@ -7,9 +7,10 @@ One point per group of runs (vs_baseline.py's groups: a method, and its values o
   with its 95% interval (1.0: the baseline's cost; 0.4: 60% saved);
 - y, `auc_vs_base` and `accuracy_vs_base`: the paired differences in AUC and in final accuracy,
   with their 95% intervals and the smallest difference the pairs detect at 80% power.
-A point is on the Pareto set when no other point, the baseline's own (1.0, 0.0) included, costs
-no more and gains no less AUC with one of the two strictly better: the means decide, and the
-intervals say how far to trust them.
+A point is on the Pareto set when no other point against the same baseline (grpo at the same
+learning rate, say), the baseline's own (1.0, 0.0) included, costs no more and gains no less
+AUC with one of the two strictly better: the means decide, and the intervals say how far to
+trust them.
 """
 
 from __future__ import annotations
@@ -61,7 +62,10 @@ def frontier_rows(
         points.append(point)
     baseline = {"cost": 1.0, "auc_vs_base": 0.0}  # the baseline's own point
     for point in points:
-        point["pareto"] = on_pareto(point, [baseline, *points])
+        # against its own baseline's points only: a point at lr/4 paired with grpo at lr/4
+        # and one at lr/16 paired with grpo at lr/16 are on two frontiers, not one
+        alike = [p for p in points if p["baseline"] == point["baseline"]]
+        point["pareto"] = on_pareto(point, [baseline, *alike])
     return points
 
 
@@ -111,8 +115,14 @@ def plot(points: list[dict], folder: Path, figure_name: str = "frontier.png") ->
             fillstyle="full" if color < 10 else "none",  # past ten colors: hollow markers
             label=point["point"] + (" *" if point["pareto"] else ""),
         )
-    best = sorted([(1.0, 0.0)] + [(p["cost"], p["auc_vs_base"]) for p in placed if p["pareto"]])
-    axes.plot(*zip(*best, strict=True), color="grey", linewidth=0.8, linestyle="--")
+    for baseline in dict.fromkeys(p["baseline"] for p in placed):  # one frontier per baseline
+        best = [
+            (p["cost"], p["auc_vs_base"])
+            for p in placed
+            if p["pareto"] and p["baseline"] == baseline
+        ]
+        best = sorted([(1.0, 0.0), *best])
+        axes.plot(*zip(*best, strict=True), color="grey", linewidth=0.8, linestyle="--")
     axes.scatter([1.0], [0.0], marker="*", s=150, color="black", label="baseline", zorder=3)
     axes.axhline(0.0, color="grey", linewidth=0.5)
     axes.set_xlabel("modeled GPU-days / the baseline's (paired by seed)")

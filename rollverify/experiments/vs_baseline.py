@@ -9,10 +9,10 @@ grpo's at that eta). Groups are the runs of one method with the same values of t
 keys and of any other config key whose values differ among the runs given (a threshold set with
 --set in one sweep and left at its default in another). Where the baseline's runs themselves
 differ in such a key, a group's baseline is the one with the group's value (grpo at the group's
-learning rate); where they agree, theirs. A group that is its own baseline gets no row. Per group: AUC (the primary figure) and
-final accuracy with their paired difference to the baseline, 95% interval and the smallest
-difference its seeds could detect at 80% power. A seed with more than one finished run counts
-its first, as the method table does.
+learning rate); where they agree, theirs. A group that is its own baseline gets no row. Per
+group: AUC (the primary figure) and final accuracy with their paired difference to the
+baseline, 95% interval and the smallest difference its seeds could detect at 80% power. A
+seed with more than one finished run counts its first, as the method table does.
 """
 
 from __future__ import annotations

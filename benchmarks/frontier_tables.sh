@@ -18,7 +18,8 @@ cd "$STUDY"  # (never a folder holding a `vllm` directory)
 folder() { cat "$STUDY/$1.dir" 2>/dev/null | sed "s#^#$STUDY/#"; }
 STEP=$(folder step_size) MORE=$(folder step_size_more)
 AUTO=$(folder auto) AUTO4=$(folder auto4) AUTO16=$(folder auto16) CHECK=$(folder grpo_check)
-for part in step_size step_size_more auto auto4 auto16 grpo_check; do
+COMPOSED=$(folder composed) LOOSE=$(folder ds_loose) LOW=$(folder switch_low)  # (empty: not run)
+for part in step_size step_size_more auto auto4 auto16 grpo_check composed ds_loose switch_low; do
   dir=$(folder $part)
   [ -n "$dir" ] && $RV report "$dir" --tracking-uri "$URI" --per-seed "$OUT/${part}_seeds.csv" -f json > /dev/null
 done
@@ -32,11 +33,11 @@ $RV report $STEP $MORE $AUTO4 $AUTO16 --tracking-uri "$URI" --frontier -f md \
 SEEDS=$ROOT/docs/results/stale
 PYTHONPATH=$ROOT $PY "$ROOT/benchmarks/frontier_seed_rows.py" \
   $SEEDS/{table3,corrections,dsdt,dt02,composition,dose_opsm,dose_partial_recomputed}_seeds.csv \
-  --runs $AUTO $CHECK --tracking-uri "$URI" --vs grpo,rollout.mode=sync \
+  --runs $AUTO $CHECK $COMPOSED $LOOSE $LOW --tracking-uri "$URI" --vs grpo,rollout.mode=sync \
   --out "$OUT/shipped_frontier.json" --plots "$OUT/shipped" --figure-floor -0.1 \
   > "$OUT/shipped_frontier.md"
 PYTHONPATH=$ROOT $PY "$ROOT/benchmarks/frontier_seed_rows.py" \
   $SEEDS/{table3,corrections,dsdt,dt02,composition,dose_opsm,dose_partial_recomputed}_seeds.csv \
-  --runs $AUTO $CHECK --tracking-uri "$URI" --vs opsm,rollout.mode=sync \
+  --runs $AUTO $CHECK $COMPOSED $LOOSE $LOW --tracking-uri "$URI" --vs opsm,rollout.mode=sync \
   --out "$OUT/shipped_vs_opsm.json" > "$OUT/shipped_vs_opsm.md"
 echo "wrote $OUT"

@@ -34,7 +34,8 @@ sweep shipped method --method grpo,partial
 SEEDS=2 sweep grpo_check method --method grpo
 sweep ds_loose ds dt --ds 0.02,0.03 --dt 0.2,2
 sweep switch_low switch_threshold --switch_threshold 0.3
-sweep async8 method eta --method rollverify,rollverify-seq-token --eta 8 --set rollout.mode=async
+# (rollverify itself at eta 8, ds 0.01, is the staleness study's: docs/results/stale/)
+sweep async8 method eta --method rollverify-seq-token --eta 8 --set rollout.mode=async
 sweep async8_auto eta --method rollverify --eta 8 --set rollout.mode=async \
   --set verify.ds=auto --set verify.dt=auto
 # 4. the composition: does verification with OPSM's mask in the loss beat both?

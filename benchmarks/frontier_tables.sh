@@ -18,8 +18,11 @@ cd "$STUDY"  # (never a folder holding a `vllm` directory)
 folder() { cat "$STUDY/$1.dir" 2>/dev/null | sed "s#^#$STUDY/#"; }
 STEP=$(folder step_size) MORE=$(folder step_size_more)
 AUTO=$(folder auto) AUTO4=$(folder auto4) AUTO16=$(folder auto16) CHECK=$(folder grpo_check)
-COMPOSED=$(folder composed) LOOSE=$(folder ds_loose) LOW=$(folder switch_low)  # (empty: not run)
-for part in step_size step_size_more auto auto4 auto16 grpo_check composed ds_loose switch_low; do
+COMPOSED=$(folder composed) LOOSE=$(folder ds_loose) LOW=$(folder switch_low)
+ASYNC=$(folder async8) ASYNC_AUTO=$(folder async8_auto)  # (empty: not run)
+SHIPPED="$AUTO $CHECK $COMPOSED $LOOSE $LOW $ASYNC $ASYNC_AUTO"  # this study's at 5e-4
+PARTS="step_size step_size_more auto auto4 auto16 grpo_check composed ds_loose switch_low async8 async8_auto"
+for part in $PARTS; do
   dir=$(folder $part)
   [ -n "$dir" ] && $RV report "$dir" --tracking-uri "$URI" --per-seed "$OUT/${part}_seeds.csv" -f json > /dev/null
 done
@@ -33,11 +36,11 @@ $RV report $STEP $MORE $AUTO4 $AUTO16 --tracking-uri "$URI" --frontier -f md \
 SEEDS=$ROOT/docs/results/stale
 PYTHONPATH=$ROOT $PY "$ROOT/benchmarks/frontier_seed_rows.py" \
   $SEEDS/{table3,corrections,dsdt,dt02,composition,dose_opsm,dose_partial_recomputed}_seeds.csv \
-  --runs $AUTO $CHECK $COMPOSED $LOOSE $LOW --tracking-uri "$URI" --vs grpo,rollout.mode=sync \
+  --runs $SHIPPED --tracking-uri "$URI" --vs grpo,rollout.mode=sync \
   --out "$OUT/shipped_frontier.json" --plots "$OUT/shipped" --figure-floor -0.1 \
   > "$OUT/shipped_frontier.md"
 PYTHONPATH=$ROOT $PY "$ROOT/benchmarks/frontier_seed_rows.py" \
   $SEEDS/{table3,corrections,dsdt,dt02,composition,dose_opsm,dose_partial_recomputed}_seeds.csv \
-  --runs $AUTO $CHECK $COMPOSED $LOOSE $LOW --tracking-uri "$URI" --vs opsm,rollout.mode=sync \
+  --runs $SHIPPED --tracking-uri "$URI" --vs opsm,rollout.mode=sync \
   --out "$OUT/shipped_vs_opsm.json" > "$OUT/shipped_vs_opsm.md"
 echo "wrote $OUT"

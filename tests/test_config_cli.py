@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,11 @@ import yaml
 from rollverify.config import ConfigError, RunConfig, load_config, parse_settings, with_overrides
 from rollverify.config.tiny_defaults import TINY_DEFAULTS, TinyDefaultWarning
 from rollverify.core.methods import METHODS
+from rollverify.cost.costmodel.gpus import GPUS, Efficiency
+from rollverify.cost.costmodel.roofline import decode_step_seconds, forward_flops
 from rollverify.infra.nested_dicts import config_fields
 from rollverify.training.checkpoint.files import latest
-from rollverify.training.cost_settings import memory_estimate
+from rollverify.training.cost_settings import memory_estimate, model_shape
 from rollverify.training.run import train
 from rollverify.training.trl_adapter import grpo_config
 from tests.cli import run_rvctl
@@ -23,6 +26,7 @@ from tests.runs import tiny, tiny_file
 from tests.test_cli import rvctl
 
 EIGHT_B = "experiments/qwen3-8b-dapo-math.yaml"
+MOE = "experiments/qwen3-30b-a3b-dapo-math.yaml"
 
 
 def test_set_reads_yaml_values_and_null_sets_a_field_to_null():
@@ -90,8 +94,9 @@ def test_config_show_prints_the_resolved_config_a_run_would_use(tmp_path):
     assert any("verify.ds" in line and "changed" not in line for line in table.splitlines())
 
 
-def test_dry_run_of_the_8b_config_here_names_every_problem_and_starts_nothing(tmp_path):
-    result = rvctl("train", "--dry-run", "-c", EIGHT_B, "--output", str(tmp_path / "runs"))
+@pytest.mark.parametrize("recipe", [EIGHT_B, MOE])
+def test_dry_run_of_the_gpu_configs_here_names_every_problem_and_starts_nothing(tmp_path, recipe):
+    result = rvctl("train", "--dry-run", "-c", recipe, "--output", str(tmp_path / "runs"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert any(line.startswith("error: task.train_file: no file dapo-math-17k") for line in errors)
@@ -113,6 +118,26 @@ def test_the_memory_estimate_sees_what_the_8b_config_needs():
     assert any("train.gradient_checkpointing" in p for p in unchecked.problems())
     pure = memory_estimate(with_overrides(config, {"train.precision": "pure"}))
     assert pure.checkpoint_bytes == memory.checkpoint_bytes / 2  # bf16 instead of fp32
+
+
+def test_the_moe_recipe_is_priced_from_its_active_parameters_and_fits_its_gpus():
+    """Qwen3-30B-A3B-Base: 30.5B parameters held (weights, AdamW state, KV and sync), 3.3B a
+    token uses (FLOPs); its layout fits H100s as written."""
+    config = load_config(MOE)
+    shape = model_shape(config)
+    assert 30.4e9 < shape.parameters < 30.6e9 and 3.3e9 < shape.active_parameters < 3.4e9
+    memory = memory_estimate(config)
+    assert memory.problems() == []
+    params = memory.trainer_parts["weights"] * config.train.processes / 4  # fp32 masters
+    assert params == pytest.approx(shape.parameters)
+    dense = replace(shape, active_parameters=shape.parameters)  # all 128 experts at once
+    assert forward_flops(shape, 1000, 0) == 2 * shape.active_parameters * 1000
+    assert forward_flops(shape, 1000, 0) < forward_flops(dense, 1000, 0) / 9
+    # a decoding iteration reads every expert's weights (docs/cost-model.md: what it does not
+    # know of MoE), so one row costs what it would if every expert were active
+    h100, efficiency = GPUS["h100"], Efficiency()
+    one_row = decode_step_seconds(shape, h100, efficiency, rows=1, context=2000)
+    assert one_row == decode_step_seconds(dense, h100, efficiency, rows=1, context=2000)
 
 
 def test_trl_gets_gradient_checkpointing_and_weight_decay(tmp_path):

@@ -24,9 +24,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 from rollverify.config.model_shape import ModelShape
+from rollverify.infra.vllm_versions import default_block_size
 
 BF16, FP32 = 2, 4
-BLOCK_SIZE = 16  # vllm/config/cache.py DEFAULT_BLOCK_SIZE (GPUs)
 # AsyncLLM's usage context (ENGINE_CONTEXT) has no entry in vLLM's per-GPU defaults, so the
 # scheduler's own default applies: vllm/config/scheduler.py DEFAULT_MAX_NUM_BATCHED_TOKENS.
 MAX_NUM_BATCHED_TOKENS = 2048
@@ -73,7 +73,7 @@ def capacity(
         weights=shape.parameters * dtype_bytes / tensor_parallel,
         activations=layer + sampler,
         kv_bytes_per_token=shape.kv_bytes_per_token * dtype_bytes / BF16 / tensor_parallel,
-        block_size=block_size or BLOCK_SIZE,
+        block_size=block_size or default_block_size(),
     )
 
 

@@ -45,7 +45,6 @@ from rollverify.core.switching import AcceptanceMonitor
 from rollverify.cost.costmodel import (
     Pricing,
 )
-from rollverify.cost.kv_cache import BLOCK_SIZE
 from rollverify.experiments.simulate_results import Result, Trained, result_of
 from rollverify.experiments.simulate_settings import Settings, check_fits, kv_tokens
 from rollverify.experiments.simulate_trainer import (
@@ -220,7 +219,7 @@ def _engine(
         kv_tokens=kv_tokens(config, settings, context, pricing.shape)
         if settings.kv_cache
         else None,
-        block_size=config.vllm.block_size or BLOCK_SIZE,
+        block_size=config.vllm.block_size,
     )
     if settings.compiled and not (in_flight or settings.tool_calls or settings.profile):
         return CompiledSimulatedEngine(pricing, **common)

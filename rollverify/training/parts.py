@@ -3,6 +3,7 @@ every backend), started and always stopped."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -121,7 +122,16 @@ def make_engine(config: RunConfig, model=None, tokenizer=None) -> RolloutEngine:
         top_k=rollout.top_k,
         seed=config.train.seed,
         dtype=getattr(torch, config.model.dtype),
+        device=engine_device(),
     )
+
+
+def engine_device() -> torch.device | None:
+    """Where the in-process engine generates: this process's GPU where there is one (the
+    trainer's, LOCAL_RANK of a torchrun world), else where its model is (the CPU)."""
+    if not torch.cuda.is_available():
+        return None
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
 
 
 @contextmanager

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +91,7 @@ def start_checks(config: RunConfig, gpus_here: bool = True) -> list[tuple[str, C
     if config.task.name in SANDBOXED_TASKS:
         checks.append(("sandbox", lambda: sandbox_found(config.task.name)))
     checks.append(("model", lambda: model_found(config)))
+    checks.append(("stack", lambda: stack_found(config)))
     if gpus_here:
         checks.append(("devices", lambda: devices_found(config)))
     else:  # (each trial, pair or rank checks its own node's, fsdp too)
@@ -220,6 +222,23 @@ def ray_found(address: str) -> tuple[str, list[str]]:
     except ValueError as error:
         return "", [str(error)]
     return address, []
+
+
+def stack_found(config: RunConfig) -> tuple[str, list[str]]:
+    """vLLM, torch and CUDA here; a run on a vLLM release nobody checked stops, unless
+    vllm.allow_untested (then it warns, once: the start checks run once a run)."""
+    from rollverify.infra.vllm_versions import stack, untested_problem
+
+    found = stack()
+    problem = untested_problem(found) if config.engine() == "vllm" else None
+    if problem is None:
+        return found.line(), []
+    if config.vllm.allow_untested:
+        warnings.warn(
+            problem.split("; install")[0] + " (vllm.allow_untested: run anyway)", stacklevel=2
+        )
+        return found.line() + ", not a checked vLLM", []
+    return found.line(), [problem]
 
 
 def devices_found(config: RunConfig) -> tuple[str, list[str]]:

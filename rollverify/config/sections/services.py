@@ -108,6 +108,12 @@ class VLLMConfig:
         "store, one copy kept for a replaced engine; 11x slower at 133M parameters on CPU, "
         "benchmarks/results/weight_sync.json).",
     )
+    allow_untested: bool = config_field(
+        False,
+        "Run on a vLLM release this project did not check (rollverify/infra/"
+        "vllm_versions.py: CHECKED; benchmarks/vllm_compat.py checks one). Off: such a vLLM "
+        "stops the run at its start, in one line; on: it runs, with a warning.",
+    )
     engine_args: dict[str, Any] = config_field(
         {},
         "Any other vLLM engine argument (AsyncEngineArgs), given to every sidecar: "

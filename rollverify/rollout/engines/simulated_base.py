@@ -9,9 +9,9 @@ from contextlib import contextmanager
 
 import torch
 
-from rollverify.cost.kv_cache import BLOCK_SIZE
 from rollverify.cost.tool_latency import ToolCallSampler
 from rollverify.cost.trace import EngineStep
+from rollverify.infra.vllm_versions import default_block_size
 
 
 class NoModel:
@@ -62,7 +62,7 @@ class SimulatedBase(NoModel):
         finishes_per_poll: int = 1,
         version: int = 0,
         kv_tokens: int | None = None,
-        block_size: int = BLOCK_SIZE,
+        block_size: int | None = None,
         tool_calls: ToolCallSampler | None = None,
     ) -> None:
         self.cost = cost
@@ -73,6 +73,7 @@ class SimulatedBase(NoModel):
         self.admit_batch = admit_batch or max(1, slots // 8)  # as the hf engine
         self.finishes_per_poll = finishes_per_poll
         # KV blocks: None is a cache without limit (today's engines up to their slots)
+        block_size = block_size or default_block_size()  # None: vLLM's, as vLLM picks it
         self.kv_blocks = None if kv_tokens is None else kv_tokens // block_size
         self.block_size = block_size
         self.tool_calls = tool_calls  # where responses call a tool

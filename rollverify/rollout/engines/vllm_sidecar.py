@@ -24,9 +24,24 @@ import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import psutil
+
+if TYPE_CHECKING:  # the vLLM types the code names (benchmarks/vllm_compat.py reads them)
+    from vllm.outputs import CompletionOutput, RequestOutput
+    from vllm.v1.engine.async_llm import AsyncLLM
+    from vllm.v1.metrics.stats import IterationStats
+
+
+class SamplingFields(TypedDict, total=False):
+    """The sampling fields of vLLM's SamplingParams a request sets
+    (rollverify.core.sampling.Sampling.vllm_params, and a tool call's stop tokens)."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    stop_token_ids: list[int]
 
 
 class EngineDead(RuntimeError):
@@ -50,7 +65,7 @@ class VLLMSidecar:
     def __init__(self, engine_kwargs: dict[str, Any], env: dict[str, str]) -> None:
         os.environ.update(env)
         self.engine_kwargs = engine_kwargs
-        self.llm = None
+        self.llm: AsyncLLM | None = None
         self.records: dict[str, RequestRecord] = {}
         self.tasks: dict[str, asyncio.Task] = {}
         self.finished: list[RequestRecord] = []
@@ -87,13 +102,18 @@ class VLLMSidecar:
         self.llm = AsyncLLM.from_engine_args(
             AsyncEngineArgs(**kwargs), stat_loggers=[self._iteration_logger]
         )
-        disabled = await self.llm.collective_rpc("rollverify_prepacking_disabled")
+        from rollverify.rollout.engines.vllm_plugin import on_cpu
+
+        # CPU weight packing is a CPU trap (vllm_plugin.py): each worker's, on a CPU only
+        packing = await self.llm.collective_rpc("rollverify_prepacking") if on_cpu() else []
         self.shared_memory = shared_memory_of_children()
         import ray
+        import vllm
 
         return {
             "seconds": time.perf_counter() - started,
-            "prepacking_disabled": disabled,
+            "prepacking": packing,
+            "vllm_version": vllm.__version__,
             "host": socket.gethostname(),
             "placement_group": ray.get_runtime_context().get_placement_group_id(),
             "node_id": ray.get_runtime_context().get_node_id(),
@@ -103,7 +123,7 @@ class VLLMSidecar:
     # -- requests -----------------------------------------------------------------------------
 
     async def add(
-        self, requests: list[tuple[str, list[int], int, int]], sampling: dict[str, Any]
+        self, requests: list[tuple[str, list[int], int, int]], sampling: SamplingFields
     ) -> None:
         """Start (request_id, prompt token ids, max new tokens, sampling seed) requests, with
         `sampling` (temperature, top_p, top_k: rollverify.core.sampling.Sampling.vllm_params;
@@ -133,6 +153,8 @@ class VLLMSidecar:
             self.tasks[request_id] = asyncio.create_task(self._consume(record, stream))
 
     async def _consume(self, record: RequestRecord, stream) -> None:
+        output: RequestOutput
+        completion: CompletionOutput
         try:
             async for output in stream:
                 completion = output.outputs[0]
@@ -198,7 +220,7 @@ class VLLMSidecar:
 
         return IterationTrace(vllm_config, engine_index)
 
-    def _iterated(self, stats: Any) -> None:
+    def _iterated(self, stats: IterationStats) -> None:
         prefills = len(stats.time_to_first_tokens_iter)  # requests whose prompt ran now
         decodes = len(stats.inter_token_latencies_iter)  # requests that decoded a token
         if not prefills and not decodes:
@@ -275,7 +297,7 @@ class VLLMSidecar:
         from vllm.inputs import TokensPrompt
 
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
-        final = None
+        final: RequestOutput | None = None
         async for output in self.llm.generate(
             TokensPrompt(prompt_token_ids=token_ids), params, f"probe-{time.monotonic_ns()}"
         ):

@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).parents[1]
 
-pytestmark = pytest.mark.slow
+# ~40 s (two rvctl processes): the long tier, for make test's 10 minutes (docs/testing.md)
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 def test_the_gpu_smoke_trains_checkpoints_and_resumes_at_toy_size(tmp_path):

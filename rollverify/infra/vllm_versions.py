@@ -103,9 +103,9 @@ def default_block_size() -> int:
     prices GPU runs: the installed CUDA vLLM's own (read from its source: importing vLLM takes
     seconds), else that of the release docs/install.md installs."""
     found = installed_vllm()
-    spec = importlib.util.find_spec("vllm") if found is not None and found[0] == "vllm" else None
-    if spec is not None and spec.origin is not None:
-        declared = declared_block_size(Path(spec.origin).parent.parent)
+    if found is not None and found[0] == "vllm":
+        root = Path(importlib.metadata.distribution("vllm").locate_file(""))
+        declared = declared_block_size(root)
         if declared is not None:
             return declared
     return DEFAULT_BLOCK_SIZE[GPU_STACK]

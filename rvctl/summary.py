@@ -13,12 +13,13 @@ from typing import Any
 
 FEW_PAIRS = "n<3"  # a difference without an interval (under 3 pairs)
 LEGEND = (
-    "seeds: finished seeds (3/4: of four runs, one did not finish); AUC: area under the "
+    "seeds: finished seeds (k/n: k of the row's n runs finished); AUC: area under the "
     "eval curve over the run's steps, normalised, mean over seeds ± its "
     "95% interval (Student t); acc: final eval accuracy, mean over seeds; ΔAUC: the row minus "
     "grpo over the seeds both finished ± its paired 95% interval "
     f"({FEW_PAIRS}: under 3 pairs, no interval); cost*: modeled GPU-days relative to "
-    "grpo's (0.40: 60% saved; the cost model prices the run's work on cost.gpu); switch@: "
+    "grpo's (below 1: cheaper, 1 - cost* of grpo's saved; the cost model prices the run's "
+    "work on cost.gpu); switch@: "
     "median step of the switch to on-policy. Every column: --wide, or --format json"
 )
 

@@ -233,6 +233,37 @@ MUTANTS = [
         ("tests/test_vllm_compat.py::test_the_uses_of_the_code_are_found_in_it",),
     ),
     Mutant(
+        "report-output-folder-unread",
+        "rvctl report reads a train --output folder: the run folders in it",
+        "rollverify/tracking/run_records.py",
+        "    if inside:\n        return inside\n",
+        "",
+        (
+            "tests/test_report_folders.py::test_a_train_output_folder_and_its_run_folders_are_reports",
+        ),
+    ),
+    Mutant(
+        "frontier-without-baseline-prints-dashes",
+        "a frontier or --vs table where nothing pairs stops, naming the runs to make",
+        "rvctl/commands/report_study.py",
+        "    if len(missing) == len(groups) and not any(paired for _, _, paired, _ in missing):",
+        "    if False:",
+        (
+            "tests/test_report_folders.py::test_a_frontier_without_its_baseline_names_the_runs_to_make",
+        ),
+    ),
+    Mutant(
+        "pareto-under-three-pairs",
+        "no Pareto mark for a point of fewer than 3 pairs (n<3)",
+        "rollverify/experiments/frontier.py",
+        '        enough = point["pairs"] >= FEWEST_PAIRS\n',
+        '        enough = point["pairs"] >= 1\n',
+        (
+            "tests/test_report_folders.py::"
+            "test_under_three_pairs_no_interval_and_no_pareto_mark_is_claimed",
+        ),
+    ),
+    Mutant(
         "hang-not-detected",
         "a sidecar that stops answering is taken for dead",
         "rollverify/rollout/engines/vllm_replacement.py",
@@ -764,8 +795,8 @@ MUTANTS = [
         "pareto-across-baselines",
         "a point is on the Pareto set against the points of its own baseline only",
         "rollverify/experiments/frontier.py",
-        'alike = [p for p in points if p["baseline"] == point["baseline"]]',
-        "alike = points",
+        'alike = [p for p in placed if p["baseline"] == point["baseline"]]',
+        "alike = placed",
         ("tests/test_frontier.py::test_the_pareto_set_is_drawn_against_each_points_own_baseline",),
     ),
     Mutant(

@@ -159,7 +159,7 @@ def test_without_parents_every_training_run_is_reported(tmp_path, empty_store):
 def test_bad_targets_are_value_errors_naming_them(store, tmp_path):
     with pytest.raises(ValueError, match=r"^0123abc: no such run in sqlite:///.*--tracking-uri"):
         load_report(["0123abc"], store.uri)
-    with pytest.raises(ValueError, match="no parent.json or mlflow.json here"):
+    with pytest.raises(ValueError, match="no runs here .no parent.json, mlflow.json, run folders"):
         load_report([str(tmp_path)], store.uri)
     with pytest.raises(ValueError, match="no MLflow store"):
         load_report([], f"sqlite:///{tmp_path / 'missing' / 'mlflow.db'}")

@@ -135,7 +135,8 @@ def test_cli_bad_target_is_one_line_exit_2(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.splitlines()
     assert lines[0] == (
-        f"error: {missing}: no such folder; pass a run id, a run folder or a compare/sweep folder"
+        f"error: {missing}: no such folder; pass a run id, a run folder, a compare/sweep folder "
+        "or an output folder"
     )
     # A user error: its one line, no hint to read a traceback (nothing unexpected happened).
     assert len(lines) == 1 and result.stdout == ""

@@ -4,16 +4,25 @@ its seeds could detect."""
 
 from __future__ import annotations
 
+from rollverify.experiments.power import FEWEST_PAIRS
 
-def pm(row: dict, figure: str, digits: int = 4) -> str:
-    """'mean ± 95%' of a row's figure, or of a paired difference ('...; detectable')."""
+FEW_PAIRS = f"n<{FEWEST_PAIRS}"  # a paired figure's cell without its interval says why
+
+
+def pm(row: dict, figure: str, digits: int = 4, paired: bool | None = None) -> str:
+    """'mean ± 95%' of a row's figure, or of a paired difference ('...; detectable'); without
+    an interval, why: 'n<3' (a paired figure: `paired`, by default a difference `_vs_`), or
+    'n=1' (a mean of one run)."""
     value, ci = row.get(figure), row.get(f"{figure}_ci95")
     if value is None:
         return "-"
+    paired = "_vs_" in figure if paired is None else paired
     sign = "+" if "_vs_" in figure else ""
-    text = f"{value:{sign}.{digits}f}" + (f" ± {ci:.{digits}f}" if ci is not None else "")
+    text = f"{value:{sign}.{digits}f}"
+    if ci is None:
+        return text + f" ({FEW_PAIRS if paired else 'n=1'})"
     mde = row.get(f"{figure}_mde80")
-    return text + (f"; {mde:.3f}" if mde is not None else "")
+    return text + f" ± {ci:.{digits}f}" + (f"; {mde:.3f}" if mde is not None else "")
 
 
 def cell(row: dict, figure: str, spec: str) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rollverify.experiments import vs_baseline
-from rollverify.experiments.cells import pm
+from rollverify.experiments.cells import FEW_PAIRS, pm
 from rollverify.experiments.power import FEWEST_PAIRS, mean_ci95
 from rollverify.experiments.run_figures import present
 from rollverify.tracking import metric_names as m
@@ -61,11 +61,13 @@ def frontier_rows(
             point |= vs_baseline.paired_columns(name, group, base)
         points.append(point)
     baseline = {"cost": 1.0, "auc_vs_base": 0.0}  # the baseline's own point
+    placed = [p for p in points if p["pairs"] >= FEWEST_PAIRS]  # means worth ordering
     for point in points:
         # against its own baseline's points only: a point at lr/4 paired with grpo at lr/4
         # and one at lr/16 paired with grpo at lr/16 are on two frontiers, not one
-        alike = [p for p in points if p["baseline"] == point["baseline"]]
-        point["pareto"] = on_pareto(point, [baseline, *alike])
+        alike = [p for p in placed if p["baseline"] == point["baseline"]]
+        enough = point["pairs"] >= FEWEST_PAIRS
+        point["pareto"] = on_pareto(point, [baseline, *alike]) if enough else None
     return points
 
 
@@ -113,7 +115,7 @@ def plot(points: list[dict], folder: Path, figure_name: str = "frontier.png") ->
             color=f"C{color % 10}",
             linestyle="none",
             fillstyle="full" if color < 10 else "none",  # past ten colors: hollow markers
-            label=point["point"] + (" *" if point["pareto"] else ""),
+            label=f"{point['point']} (n={point['pairs']})" + (" *" if point["pareto"] else ""),
         )
     for baseline in dict.fromkeys(p["baseline"] for p in placed):  # one frontier per baseline
         best = [
@@ -127,12 +129,24 @@ def plot(points: list[dict], folder: Path, figure_name: str = "frontier.png") ->
     axes.axhline(0.0, color="grey", linewidth=0.5)
     axes.set_xlabel("modeled GPU-days / the baseline's (paired by seed)")
     axes.set_ylabel("Δ AUC vs the baseline (paired by seed)")
-    axes.set_title("cost-accuracy frontier (95% intervals; *: Pareto set)", fontsize=10)
+    fewest = f"{FEWEST_PAIRS} pairs"
+    axes.set_title(
+        f"cost-accuracy frontier: 95% intervals from {fewest} on, none under (n: a point's "
+        f"pairs); *: Pareto set, of the points with {fewest} or more",
+        fontsize=9,
+    )
     axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     figure.tight_layout()
     path = folder / figure_name
     figure.savefig(path, dpi=100)
     return path
+
+
+def pareto_cell(point: dict) -> str:
+    """'*' on the Pareto set; 'n<3' where too few pairs place a point; '-' where nothing does."""
+    if point["pareto"] is None:
+        return FEW_PAIRS if 0 < point["pairs"] < FEWEST_PAIRS else "-"
+    return "*" if point["pareto"] else ""
 
 
 def markdown(points: list[dict]) -> list[dict[str, str]]:
@@ -141,10 +155,10 @@ def markdown(points: list[dict]) -> list[dict[str, str]]:
         {
             "point": p["point"],
             "seeds (paired)": f"{p['seeds']} ({p['pairs']})",
-            "cost vs baseline (± 95%)": pm(p, "cost", 3),
+            "cost vs baseline (± 95%)": pm(p, "cost", 3, paired=True),
             "Δ AUC (± 95%; detectable)": pm(p, "auc_vs_base"),
             "Δ final accuracy (± 95%)": pm(p, "accuracy_vs_base", 3),
-            "Pareto": {True: "*", False: "", None: "-"}[p["pareto"]],
+            "Pareto": pareto_cell(p),
         }
         for p in points
     ]

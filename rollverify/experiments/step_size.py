@@ -133,8 +133,10 @@ MD_COLUMNS = {  # header -> a row's cell
     "acceptance, first window": lambda r: cell(r, "acceptance_first_window", ".3f"),
     "lowest full window": lambda r: pm(r, "acceptance_lowest", 3),
     "window mean at 85%": lambda r: cell(r, "acceptance_late", ".3f"),
-    "switched (steps)": lambda r: f"{r['switched']}/{r['seeds']}"
-    + (f" ({', '.join(map(str, r['switch_steps']))})" if r["switch_steps"] else ""),
+    "switched (steps)": lambda r: (
+        f"{r['switched']}/{r['seeds']}"
+        + (f" ({', '.join(map(str, r['switch_steps']))})" if r["switch_steps"] else "")
+    ),
     "Δ AUC vs grpo (± 95%; detectable)": lambda r: pm(r, "auc_vs_base"),
     "cost vs grpo (± 95%)": lambda r: pm(r, "cost", 3),
     "grpo still climbing": lambda r: {True: "yes", False: "no", None: "-"}[r["grpo_climbing"]],

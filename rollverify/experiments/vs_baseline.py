@@ -117,6 +117,35 @@ def rows(runs: list[RunRecord], vs: dict[str, str], by: tuple[str, ...] = ()) ->
     return out
 
 
+def missing_twins(runs: list[RunRecord], vs: dict[str, str], by: tuple[str, ...] = ()) -> list:
+    """Each group with seeds that have no baseline run to pair with: (its label, those seeds,
+    how many of its seeds do pair, the command that trains the missing baseline runs)."""
+    out = []
+    for method, values, wanted, group, base in paired_groups(runs, vs, by):
+        seeds = sorted(r.seed for r in group if r.seed not in base and r.seed is not None)
+        if seeds:
+            label = ", ".join([method, *(f"{k}={v}" for k, v in values.items())])
+            paired = len(group) - len(seeds)
+            out.append((label, seeds, paired, twin_command(wanted, seeds, group[0])))
+    return out
+
+
+def twin_command(wanted: dict[str, str], seeds: list[int], like: RunRecord) -> str:
+    """`rvctl compare` of the baseline's method at the baseline's values, on `like`'s config
+    (its run folder's config.yaml), for `seeds` (consecutive: one command; else the first)."""
+    command = ["rvctl", "compare", wanted[METHOD]]
+    consecutive = seeds == list(range(seeds[0], seeds[0] + len(seeds)))
+    command += ["--seeds", str(len(seeds) if consecutive else 1)]
+    if like.run_dir:
+        command += ["-c", f"{like.run_dir}/config.yaml"]
+    sets = {k: v for k, v in wanted.items() if k != METHOD} | {SEED: str(seeds[0])}
+    command += [part for key, v in sets.items() for part in ("--set", f"{key}={v}")]
+    if like.params.get("output"):
+        command += ["--output", like.params["output"]]
+    shown = " ".join(command)
+    return shown if consecutive else f"{shown} (and likewise for seeds {seeds[1:]})"
+
+
 def paired_columns(name: str, group: list[RunRecord], base: dict[int, RunRecord]) -> dict:
     """FIGURES[name]'s paired difference to the baseline: NAME_vs_base, its 95% half-width
     (_ci95) and the smallest difference the pairs detect at 80% power (_mde80)."""

@@ -62,6 +62,7 @@ class RunRecord:
     start_time: int  # ms since the epoch
     params: dict[str, str]  # the flattened resolved config, e.g. "verify.ds": "0.01"
     history: dict[str, dict[int, float]]
+    run_dir: str | None = None  # its folder (config.yaml there), as the run tagged it
 
     @property
     def finished(self) -> bool:
@@ -101,41 +102,68 @@ class Report:
 def load_report(targets: Sequence[str] = (), tracking_uri: str | None = None) -> Report:
     """Resolve targets and read their training runs.
 
-    A target is a run id (a training run, or a compare/sweep parent: its children), or a
-    folder holding `parent.json` (its `tracking_uri` is used unless `tracking_uri` is given).
+    A target is a run id (a training run, or a compare/sweep parent: its children) or a folder
+    rvctl wrote: a run folder (mlflow.json), a compare/sweep folder (parent.json), or an output
+    folder (`train --output`, `compare --output`: the run and compare folders in it; where it
+    has none, every training run of its store, mlflow.db). Each folder names its own store;
+    targets in several stores are read from each (`tracking_uri` overrides them all).
     No target: the newest parent in the store, else every training run in it.
     """
-    folders = {t: _read_parent_json(Path(t)) for t in targets if _looks_like_path(t)}
+    found = [(t, record) for t in targets if _looks_like_path(t) for record in _records_in(Path(t))]
     # MLflow is slow to import: a bad folder is reported before that.
     from mlflow.tracking import MlflowClient
 
-    from rollverify.tracking.tracker import child_runs, default_tracking_uri
+    from rollverify.tracking.tracker import default_tracking_uri
 
-    uri = tracking_uri or next(
-        (rec["tracking_uri"] for rec in folders.values()), default_tracking_uri("runs")
-    )
-    check_store_exists(uri)
-    client = MlflowClient(tracking_uri=uri)
-    experiment_ids = [e.experiment_id for e in client.search_experiments()]
-    run_ids = [folders[t]["run_id"] if t in folders else t for t in targets]
-    resolved = _resolve(client, experiment_ids, run_ids, targets, uri)
-
-    parents = [r for r in resolved if r.data.tags.get("kind") in PARENT_KINDS]
-    runs = {r.info.run_id: r for r in resolved if _is_training(r)}
-    for parent in parents:
-        children = child_runs(client, parent.info.run_id)
-        runs.update((r.info.run_id, r) for r in children if _is_training(r))
+    by_store: dict[str, list[tuple[str, str | None]]] = {}
+    for target, record in found:
+        uri = tracking_uri or record["tracking_uri"]
+        by_store.setdefault(uri, []).append((target, record["run_id"]))
+    ids = [t for t in targets if not _looks_like_path(t)]
+    if ids or not by_store:  # run ids: in the store given, the folders' or ./runs'
+        uri = tracking_uri or next(iter(by_store), default_tracking_uri("runs"))
+        by_store.setdefault(uri, []).extend((t, t) for t in ids)
+    parents, runs, kinds = [], {}, set()
+    for uri, wanted in by_store.items():
+        check_store_exists(uri)
+        client = MlflowClient(tracking_uri=uri)
+        resolved = _resolved(client, uri, wanted)
+        kinds |= {r.data.tags.get("kind") for r in resolved}
+        for run in resolved:
+            if run.data.tags.get("kind") in PARENT_KINDS:
+                parents.append(run)
+                runs |= {c.info.run_id: (client, c) for c in _children(client, run)}
+            elif _is_training(run):
+                runs[run.info.run_id] = (client, run)
     if not runs:
-        names = ", ".join(r.info.run_id for r in resolved)
+        names = ", ".join(p.info.run_id for p in parents) or ", ".join(targets)
         raise ValueError(f"{names}: no training runs yet (a parent without children?)")
-
-    kinds = {r.data.tags.get("kind") for r in resolved}
     kind = kinds.pop() if len(kinds) == 1 and parents else "runs"
     sweep_params = [p for r in parents for p in r.data.tags.get("sweep_params", "").split(",") if p]
-    records = sorted((_record(client, r) for r in runs.values()), key=lambda r: r.start_time)
+    records = sorted((_record(c, r) for c, r in runs.values()), key=lambda r: r.start_time)
     return Report(
-        uri, kind, [p.info.run_id for p in parents], list(dict.fromkeys(sweep_params)), records
+        ", ".join(by_store),
+        kind,
+        [p.info.run_id for p in parents],
+        list(dict.fromkeys(sweep_params)),
+        records,
     )
+
+
+def _resolved(client: Any, uri: str, wanted: list[tuple[str, str | None]]) -> list[Any]:
+    """The runs one store's targets name: (target, run id) pairs; a run id None stands for
+    every training run of the store, and no pair at all for the store's default (_resolve)."""
+    experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    if any(run_id is None for _, run_id in wanted):
+        every = client.search_runs(experiment_ids, order_by=["attributes.start_time DESC"])
+        return [r for r in every if _is_training(r)]
+    return _resolve(client, experiment_ids, [i for _, i in wanted], [t for t, _ in wanted], uri)
+
+
+def _children(client: Any, parent: Any) -> list[Any]:
+    from rollverify.tracking.tracker import child_runs
+
+    return [r for r in child_runs(client, parent.info.run_id) if _is_training(r)]
 
 
 def _resolve(
@@ -170,24 +198,39 @@ def _looks_like_path(target: str) -> bool:
     return Path(target).exists() or "/" in target or target.startswith(".")
 
 
-def _read_parent_json(path: Path) -> dict[str, str]:
-    """A compare/sweep folder's parent.json, or a run folder's mlflow.json (the same keys)."""
+def _records_in(path: Path) -> list[dict[str, str | None]]:
+    """The (run_id, tracking_uri) records a folder target stands for: its own parent.json or
+    mlflow.json; else those of the run and compare/sweep folders in it; else, where it holds a
+    store (mlflow.db), every training run of it (run_id None)."""
     if not path.exists():
         raise ValueError(
-            f"{path}: no such folder; pass a run id, a run folder or a compare/sweep folder"
+            f"{path}: no such folder; pass a run id, a run folder, a compare/sweep folder or "
+            "an output folder"
         )
-    file = (
-        path
-        if path.name in FOLDER_RECORDS
-        else next(
-            (path / n for n in FOLDER_RECORDS if (path / n).is_file()), path / FOLDER_RECORDS[0]
-        )
+    if path.is_file():
+        return [_read_record(path)] if path.name in FOLDER_RECORDS else []
+    if _record_file(path) is not None:
+        return [_read_record(_record_file(path))]
+    folders = sorted(p for p in path.iterdir() if p.is_dir())
+    inside = [_read_record(file) for file in map(_record_file, folders) if file is not None]
+    if inside:
+        return inside
+    store = path / "mlflow.db"
+    if store.is_file():
+        return [{"run_id": None, "tracking_uri": f"sqlite:///{store.resolve()}"}]
+    raise ValueError(
+        f"{path}: no runs here (no parent.json, mlflow.json, run folders or mlflow.db); pass "
+        "a run folder, a compare/sweep folder or the --output folder of a run"
     )
-    if not file.is_file():
-        raise ValueError(
-            f"{path}: no parent.json or mlflow.json here; pass a run folder or a compare/sweep "
-            "output folder"
-        )
+
+
+def _record_file(folder: Path) -> Path | None:
+    """The folder's parent.json, else its mlflow.json; None where it has neither."""
+    return next((folder / n for n in FOLDER_RECORDS if (folder / n).is_file()), None)
+
+
+def _read_record(file: Path) -> dict[str, str | None]:
+    """A compare/sweep folder's parent.json, or a run folder's mlflow.json (the same keys)."""
     try:
         record = json.loads(file.read_text())
     except json.JSONDecodeError as error:
@@ -240,4 +283,5 @@ def _record(client: Any, run: Any) -> RunRecord:
         start_time=run.info.start_time or 0,
         params=dict(run.data.params),
         history=history,
+        run_dir=run.data.tags.get("run_dir"),
     )

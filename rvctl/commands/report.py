@@ -47,8 +47,9 @@ TABLE_HEADERS = {
 }
 FEW_PAIRS = summary.FEW_PAIRS  # the table's cell for a difference without an interval
 LEGEND = (
-    "AUC: area under the eval curve over the run's steps, normalised (a flat curve at 0.6: "
-    "0.6); acc: final eval accuracy, mean over finished seeds (±ci95: Student t half-width); "
+    "AUC: area under the eval curve over the run's steps, normalised (a flat curve at "
+    "accuracy a: a); acc: final eval accuracy, mean over finished seeds (±ci95: Student t "
+    "half-width); "
     "acc@0: the base model; device-days: measured (on a CPU, process-days); GPU-days*: the "
     "same work priced on the cost.gpu by the cost model; speedup(*): grpo's days / the row's; "
     "stale: versions behind, k3: KL(mu || pi_old) per token, both means over steps; "
@@ -198,6 +199,8 @@ def show_report(
             _print(shown, format, f"methods ({found.kind})", keys=keys)
 
     _say_duplicates(rows)
+    if found.kind != "sweep":
+        _say_unpaired(found.runs)
     if format is Format.table:
         _log(summary.LEGEND if short else LEGEND)
     if per_seed is not None:
@@ -242,6 +245,16 @@ def _say_duplicates(rows: list[dict[str, Any]]) -> None:
             f"note: {repeated} finished run(s) repeat a seed their row already counts; each "
             "seed counts once (its first run), the others are left out (column duplicates)"
         )
+
+
+def _say_unpaired(runs: list) -> None:
+    """Where a method's seeds have no grpo run, its Δ and cost* columns are empty: say which
+    runs would fill them (rvctl report --vs and --frontier stop there instead)."""
+    from rollverify.experiments.vs_baseline import METHOD, missing_twins
+
+    for label, seeds, _, command in missing_twins(runs, {METHOD: "grpo"}):
+        listed = ", ".join(map(str, seeds))
+        _log(f"note: {label}: no grpo run of seed(s) {listed} among these runs; make: {command}")
 
 
 def _mark_few_pairs(row: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rvctl.output import Format, print_rows, print_split
+from rvctl.output import Format, print_rows, print_split, stderr
 
 
 class StudyTable(enum.StrEnum):
@@ -49,8 +49,10 @@ def show_study(
     from rollverify.experiments import frontier as cost_accuracy
     from rollverify.infra.atomic_write import atomic_write_text
 
-    if frontier:
+    if frontier or vs:
         vs = vs or "grpo"
+        say_unpaired(runs, vs_baseline.parse_vs(vs), vs_baseline.parse_by(by or ""), vs)
+    if frontier:
         baseline, keys = vs_baseline.parse_vs(vs), vs_baseline.parse_by(by or "")
         rows = cost_accuracy.frontier_rows(runs, baseline, keys)
         record = {"vs": vs, "points": rows}
@@ -85,8 +87,33 @@ def show_study(
     return written
 
 
+def say_unpaired(runs: list, baseline: dict[str, str], by: tuple[str, ...], vs: str) -> None:
+    """The runs whose baseline twin (its seed, the baseline's values) is missing, and the
+    command that makes it: a note under the table, or, where nothing pairs, one line each and
+    exit 2 (a table of dashes would claim to compare)."""
+    from rollverify.experiments import vs_baseline
+
+    groups = vs_baseline.paired_groups(runs, baseline, by)
+    if not groups:
+        raise ValueError(f"--vs {vs}: every run here is the baseline's; add the runs to compare")
+    missing = vs_baseline.missing_twins(runs, baseline, by)
+    lines = [
+        f"{label}: {_seeds(seeds)} no {vs} run to pair with; make them: {command}"
+        for label, seeds, _, command in missing
+    ]
+    if len(missing) == len(groups) and not any(paired for _, _, paired, _ in missing):
+        raise ValueError("\n".join(lines))
+    for line in lines:
+        stderr.print(f"note: {line}", soft_wrap=True, markup=False, highlight=False)
+
+
 def _flat(row: dict[str, Any]) -> dict[str, Any]:
     """A row as CSV columns: the group's values after its method, no per-seed figures."""
     first = {"method": row["method"]} if "method" in row else {}
     rest = {k: v for k, v in row.items() if k not in ("method", "values", "per_seed")}
     return first | row.get("values", {}) | rest
+
+
+def _seeds(seeds: list[int]) -> str:
+    listed = ", ".join(map(str, seeds))
+    return f"seed {listed} has" if len(seeds) == 1 else f"seeds {listed} have"

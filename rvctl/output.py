@@ -6,6 +6,7 @@ import csv
 import enum
 import io
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -80,6 +81,9 @@ def print_split(
 
 
 def _is_number(value: Any) -> bool:
+    """A number, or a number's cell ('1,024', '0.93x', '65%'): right-aligned."""
+    if isinstance(value, str):
+        return re.fullmatch(r"[-+]?[\d,]+(\.\d+)?(x|%)?", value) is not None
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

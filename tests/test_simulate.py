@@ -4,6 +4,7 @@ and the properties its cost table must have whatever the constants."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +119,31 @@ def test_the_cli_prints_the_cost_table_and_refuses_bad_input(monkeypatch, capsys
         result = run_rvctl(["simulate", *bad], monkeypatch, capsys)  # (in this process)
         assert result.returncode == 2 and "Traceback" not in result.stderr, bad
         assert message in result.stderr, (bad, result.stderr)
+
+
+def test_the_table_names_its_setting_and_reads_at_100_columns(monkeypatch, capsys):
+    """What a user reads: the setting in the title, one table at 100 columns, counts with
+    separators, each shown column explained under its shown name, a verdict per method."""
+    monkeypatch.setenv("COLUMNS", "100")
+    args = ["simulate", "-c", "experiments/qwen3-8b-dapo-math.yaml", "--steps", "3"]
+    result = run_rvctl([*args, "--context", "2048"], monkeypatch, capsys)
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "continued" not in out and all(len(line) <= 100 for line in result.stdout.splitlines())
+    assert (
+        "Qwen/Qwen3-8B-Base, 3 steps of 128 x 8, on 8 h100s: 4 engines x 1 GPU + 4 trainer" in out
+    )
+    assert "KV-cache limit on (preemption); lengths lognormal(median 1500, sigma 0.9)" in out
+    assert re.search(r"│ partial\s+│ 2,048 │", result.stdout)
+    assert re.search(r"partial at 2,048: \d\.\d\dx grpo's GPU-days \(\d+\.\d% (saved|more)\)", out)
+    header_line = re.search(r"┃ method (.*)┃", result.stdout).group(1)
+    headers = [h.strip() for h in header_line.split("┃") if h.strip()]
+    legend = " ".join(result.stderr.split())
+    assert all(f"{header}: " in legend for header in headers), (headers, legend)
+    no_limit = run_rvctl([*args, "--context", "2048", "--no-kv-cache"], monkeypatch, capsys)
+    assert "KV-cache limit off" in " ".join(no_limit.stdout.split())
+    wide = run_rvctl([*args, "--context", "2048", "--wide"], monkeypatch, capsys)
+    assert re.search(r"┃\s+tokens ┃", wide.stdout) and re.search(r"\d,\d{3},\d{3}", wide.stdout)
 
 
 @pytest.mark.slow

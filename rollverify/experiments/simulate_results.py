@@ -144,3 +144,44 @@ def rows(results: list[Result]) -> list[dict[str, Any]]:
         if grpo is not None and row["gpu_days"]:
             row["speedup_vs_grpo"] = grpo["gpu_days"] / row["gpu_days"]
     return table
+
+
+def setting(config, settings: Settings) -> str:
+    """The title of the cost table: what was simulated, where, and how (one line each of
+    steps and batch, GPUs and layout, the KV limit and the lengths)."""
+    from rollverify.training.cost_settings import run_pricing
+
+    rollout = config.rollout
+    layout = run_pricing(config, settings.gpu).layout.describe(settings.gpu)
+    kv = "KV-cache limit on (preemption)" if settings.kv_cache else "KV-cache limit off"
+    lengths = settings.lengths.describe()
+    if settings.tool_calls is not None:
+        lengths += f"; tool calls: {settings.tool_calls.describe()}"
+    return (
+        f"{config.model.path}, {settings.steps:,} steps of {rollout.batch_groups} x "
+        f"{rollout.group_size}, on {layout}; {kv}; lengths {lengths}"
+    )
+
+
+def verdicts(table: list[dict[str, Any]]) -> list[str]:
+    """One line per row but grpo's: its modeled cost against grpo's at its context, and
+    what its schedule did (switched, regenerated)."""
+    lines = []
+    for row in table:
+        if row["method"] == "grpo":
+            continue
+        speedup = row["speedup_vs_grpo"]
+        where = f"{row['method']} at {row['context']:,}"
+        if speedup is None:
+            lines.append(f"{where}: {row['gpu_days']:.3g} GPU-days (no grpo row to compare)")
+            continue
+        ratio = 1 / speedup
+        change = f"{1 - ratio:.1%} saved" if ratio <= 1 else f"{ratio - 1:.1%} more"
+        said = [f"{ratio:.2f}x grpo's GPU-days ({change})"]
+        if row["switch_step"] is not None:
+            said.append(f"switched to on-policy at step {row['switch_step']:g}")
+        if row["tokens_regenerated"]:
+            share = row["tokens_regenerated"] / max(1, row["tokens_generated"])
+            said.append(f"regenerated {share:.1%} of the tokens it generated")
+        lines.append(f"{where}: " + "; ".join(said))
+    return lines

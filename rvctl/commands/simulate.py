@@ -13,12 +13,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rvctl import progress
 from rvctl.options import ConfigOption, FormatOption, SetOption
-from rvctl.output import Format, print_split, stderr
+from rvctl.output import Format, print_split, stderr, stdout
 
-HEADERS = {  # one-word headers for the rich table; json/csv/md keep the stable keys
+HEADERS = {  # the rich table's headers; json/csv/md keep the stable keys
     "context": "ctx",
     "gpu_days": "GPU-days",
-    "speedup_vs_grpo": "speedup",
+    "speedup_vs_grpo": "vs grpo",
     "rollout_share": "rollout",
     "slot_utilization": "util",
     "tokens_generated": "tokens",
@@ -30,14 +30,45 @@ HEADERS = {  # one-word headers for the rich table; json/csv/md keep the stable 
     "staleness_max": "stale",
     "tool_calls": "calls",
 }
-LEGEND = (
-    "gpu_days: modeled GPU-days on --gpu in the config's cost.layout; speedup: grpo's / the "
-    "row's at the same context; rollout_share: rollout / total modeled time; preempt.: rows "
-    "the KV cache could not hold, recomp.: tokens they prefilled again; stale: the most "
-    "versions a trained token lagged (async-eta<N>: at most N); calls: tool calls made "
-    "(--tool-calls); not measured on "
-    "a GPU: see docs/cost-model.md for every constant and what it leaves out"
-)
+# What each displayed column means, under its displayed name (printed for the columns shown)
+MEANING = {
+    "ctx": "the response budget (max new tokens)",
+    "gpu": "the GPU priced",
+    "GPU-days": "modeled GPU-days of the whole run, every GPU of the layout counted",
+    "vs grpo": "the row's GPU-days over grpo's at the same budget (0.80x: 20% saved)",
+    "rollout": "the share of the modeled time spent rolling out",
+    "util": "the engines' slot utilization (busy slot-steps over all)",
+    "tokens": "tokens generated",
+    "regen.": "tokens generated again after verification cut them",
+    "switch@": "the step of the switch to on-policy (-: none)",
+    "cut": "the share of trained responses the budget cut",
+    "preempt.": "rows the KV cache could not hold",
+    "recomp.": "tokens those rows prefilled again",
+    "stale": "the most versions a trained token lagged (async-eta<N>: at most N)",
+    "calls": "tool calls made (--tool-calls)",
+}
+SHORT = ("method", "context", "gpu_days", "speedup_vs_grpo", "rollout_share", "slot_utilization")
+SHORT += ("tokens_regenerated", "switch_step")  # the rest: --wide, or -f json
+
+
+def shown(row: dict, wide: bool) -> dict:
+    """A row's cells as the rich table shows them: the short columns unless `wide`, counts
+    with thousands separators, shares in percent, the cost ratio as a factor."""
+    cells = {}
+    for key, value in row.items():
+        if not (wide or key in SHORT):
+            continue
+        if value is None or isinstance(value, str):
+            cells[key] = value
+        elif key == "speedup_vs_grpo":
+            cells[key] = f"{1 / value:.2f}x"
+        elif key in ("rollout_share", "slot_utilization", "truncated_share"):
+            cells[key] = f"{value:.0%}"
+        elif key == "gpu_days":
+            cells[key] = f"{value:,.2f}"
+        else:
+            cells[key] = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+    return cells
 
 
 def _numbers(text: str, kind: type, option: str) -> tuple:
@@ -138,6 +169,9 @@ def simulate(
     ] = None,
     settings_: SetOption = None,
     format: FormatOption = Format.table,
+    wide: Annotated[
+        bool, typer.Option(help="Every column of the table (json/csv/md always carry them).")
+    ] = False,
 ) -> None:
     """Simulate grpo, partial rollout and RollVerify at scale; print modeled GPU-days."""
     from rollverify.config import load_config, parse_settings
@@ -225,12 +259,24 @@ def simulate(
                 ),
                 workers=workers,
             )
-    described = settings.lengths.describe()
-    if settings.tool_calls is not None:
-        described += f"; tool calls: {settings.tool_calls.describe()}"
-    print_split(rows(results), format, f"simulated, {described}", HEADERS, 2)
-    if format is Format.table:
-        stderr.print(LEGEND)
+    from rollverify.experiments.simulate_results import setting, verdicts
+
+    table = rows(results)
+    if format is not Format.table:
+        print_split(table, format, "simulated", HEADERS, 2)
+        return
+    cells = [shown(row, wide) for row in table]
+    print_split(cells, format, f"simulated: {setting(run_config, settings)}", HEADERS, 2)
+    for line in verdicts(table):
+        stdout.print(line, soft_wrap=True, markup=False, highlight=False)
+    columns = [HEADERS.get(key, key) for key in cells[0] if key != "method"]
+    meaning = "; ".join(f"{c}: {MEANING[c]}" for c in columns if c in MEANING)
+    stderr.print(
+        f"{meaning}. Modeled, not measured on a GPU: every constant and what the model leaves "
+        "out are in docs/cost-model.md" + ("" if wide else "; every column: --wide"),
+        markup=False,
+        highlight=False,
+    )
 
 
 def _length_model(text: str):

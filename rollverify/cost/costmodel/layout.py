@@ -24,3 +24,11 @@ class Layout:
         if self.kind == "colocated":
             return max(self.trainer_gpus, engine_gpus)
         return self.trainer_gpus + engine_gpus
+
+    def describe(self, gpu: str) -> str:
+        """'8 h100s: 4 engines x 1 GPU + 4 trainer GPUs' (disaggregated), or '4 h100s, the
+        engines and the trainer taking turns on them' (colocated)."""
+        if self.kind == "colocated":
+            return f"{self.gpus} {gpu}s, the engines and the trainer taking turns on them"
+        engines = f"{self.engines} engine{'s' * (self.engines > 1)} x {self.tensor_parallel} GPU"
+        return f"{self.gpus} {gpu}s: {engines} + {self.trainer_gpus} trainer GPUs"

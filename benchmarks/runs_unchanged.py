@@ -125,7 +125,7 @@ def simulate_all(code: Path, out: Path) -> None:
 
 # -- comparing two runs ------------------------------------------------------------------------
 
-MEASURED = ("device_seconds", "wall_seconds", "tool_cpu_seconds", "overlap", "gpu_days")
+MEASURED = ("device_seconds", "wall_seconds", "tool_cpu_seconds", "overlap", "device_days")
 PATHS = ("run_id", "tracking_uri", "output", "run_dir", "mlflow")
 
 

@@ -2,8 +2,8 @@
 
 Under Slurm or Kubernetes stderr is a file, where a live display prints only its last state:
 there every step (and every finished trial of a compare or a sweep) is one line instead, with
-the figures a researcher greps for: `grpo step 3/40  reward 0.500  OPS 0.003  accept 0.950
-4.2 s`.
+the figures a researcher greps for: `grpo step 3/40  reward 0.5  OPS 0.00281  accept 0.95
+4.2 s` (four significant digits, as the tables: an OPS of 1e-4 is not shown as 0.000).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def figures(metrics: dict[str, float]) -> str:
     for name, label in LIVE:
         value = metrics.get(name)
         if value is not None and not math.isnan(value):
-            parts.append(f"{label} {value:.3f}")
+            parts.append(f"{label} {value:.4g}")  # as the tables show it: OPS's size too
     return "  ".join(parts)
 
 

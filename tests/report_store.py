@@ -87,6 +87,7 @@ class Store:
                 "response_length_mean": rng.uniform(20, 40),
                 "switched": float(switch_at is not None and step >= switch_at),
                 "cost_device_seconds": device_seconds,
+                # under the name older runs logged it (run_records reads it where the new is absent)
                 "cost_gpu_days": device_seconds / 86400,
                 # priced work: partial methods pay for fewer engine steps than grpo
                 "modeled_gpu_days": device_seconds / 86400 / (10 if method == "grpo" else 25),
@@ -140,8 +141,8 @@ PAIRED_COLUMNS = [
     "accuracy_diff_vs_grpo",
     "accuracy_diff_ci95",
     "accuracy_mde80",
-    "gpu_days_diff_vs_grpo",
-    "gpu_days_diff_ci95",
+    "device_days_diff_vs_grpo",
+    "device_days_diff_ci95",
     "modeled_gpu_days_diff_vs_grpo",
     "modeled_gpu_days_diff_ci95",
 ]
@@ -150,7 +151,7 @@ PAIRED_COLUMNS = [
 def record(method, seed, accuracy, gpu_days, modeled, status="FINISHED") -> RunRecord:
     history = {
         "eval_accuracy": {0: 0.2, STEPS: accuracy},
-        "cost_gpu_days": {STEPS: gpu_days},
+        "cost_device_days": {STEPS: gpu_days},
         "modeled_gpu_days": {STEPS: modeled},
     }
     params = {"train.method": method, "train.seed": str(seed)}
@@ -186,8 +187,8 @@ def assert_the_hand_computation(row):
     days_mean = (-1.0 - 0.8 - 0.7) / 3
     days_sd = math.sqrt(((-1.0 - days_mean) ** 2 + (-0.8 - days_mean) ** 2
                          + (-0.7 - days_mean) ** 2) / 2)  # fmt: skip
-    assert row["gpu_days_diff_vs_grpo"] == pytest.approx(days_mean)
-    assert row["gpu_days_diff_ci95"] == pytest.approx(T_975_DOF2 * days_sd / math.sqrt(3))
+    assert row["device_days_diff_vs_grpo"] == pytest.approx(days_mean)
+    assert row["device_days_diff_ci95"] == pytest.approx(T_975_DOF2 * days_sd / math.sqrt(3))
     # the same -0.1 on every seed: a paired interval of zero width (an unpaired one, over
     # each side's 0.05 spread, would be +-0.12)
     assert row["modeled_gpu_days_diff_vs_grpo"] == pytest.approx(-0.1)

@@ -223,7 +223,7 @@ def test_async_needs_a_layout_that_can_overlap(tmp_path, monkeypatch, capsys):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert '"async-eta1"' in done.stdout and '"staleness_max": 1' in done.stdout
-    split = json.loads(done.stdout)[-1]["gpu_days"]
+    split = json.loads(done.stdout)[-1]["modeled_gpu_days"]
     done = run_rvctl(
         ["simulate", "-c", PAPER, "--async", "1", "--steps", "2", "--context", "2048",
          "--methods", "grpo", "--format", "json", "--set", "vllm.engines=8",
@@ -231,7 +231,7 @@ def test_async_needs_a_layout_that_can_overlap(tmp_path, monkeypatch, capsys):
         monkeypatch, capsys,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)[-1]["gpu_days"] != split  # the split is a knob
+    assert json.loads(done.stdout)[-1]["modeled_gpu_days"] != split  # the split is a knob
 
 
 def test_verification_in_async_mode_cuts_regenerates_and_switches_when_acceptance_collapses():

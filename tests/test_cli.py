@@ -88,3 +88,10 @@ def test_rvctl_methods_reads_at_80_columns_and_its_formats_give_every_field():
     assert [row["method"] for row in rows] == list(METHODS)
     fields = {"partial", "verify", "token_stage", "switching", "filter", "denominator"}
     assert all(fields | {"correction", "summary"} <= set(row) for row in rows)
+
+
+def test_the_live_figures_show_a_small_ops_at_its_size_as_the_tables_do():
+    from rvctl.progress import figures
+
+    shown = figures({"ops_mean": 9.738e-05, "acceptance_rate": 0.8207, "reward_mean": 0.5})
+    assert shown == "reward 0.5  OPS 9.738e-05  accept 0.8207"

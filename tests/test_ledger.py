@@ -22,7 +22,7 @@ def test_phases_and_idle_add_up_to_wall_time_times_devices_held():
     assert ledger.device_seconds["sync"] == 8.0  # all 8
     assert ledger.device_seconds["idle"] == pytest.approx(10 * 4 + 5 * 4 + 0.5 * 4)
     metrics = ledger.metrics()
-    assert metrics["cost_gpu_days"] == pytest.approx(16.5 * 8 / 86400)
+    assert metrics["cost_device_days"] == pytest.approx(16.5 * 8 / 86400)
     assert {f"cost_{p}_device_seconds" for p in (*PHASES, "idle")} <= set(metrics)
 
 
@@ -85,10 +85,10 @@ def test_metrics_and_the_stored_ledger_use_the_documented_names():
     ledger.add_tokens(generated=5)
     metrics = ledger.metrics()
     assert metrics["cost_device_seconds"] == 86_400.0
-    assert metrics["cost_gpu_days"] == 1.0
+    assert metrics["cost_device_days"] == 1.0
     assert metrics["cost_wall_seconds"] == 43_200.0
     assert metrics["tokens_generated_total"] == 5.0
-    assert ledger.to_dict()["gpu_days"] == 1.0
+    assert ledger.to_dict()["device_days"] == 1.0
     documented = (Path(__file__).parents[1] / "docs" / "metrics.md").read_text()
     assert all(f"`{name}`" in documented for name in metrics), "docs/metrics.md lists them"
 
@@ -107,7 +107,7 @@ def test_measurement_is_kept_apart_from_the_runs_cost():
     assert ledger.wall_seconds == 3.0 and ledger.total_device_seconds == 9.0  # 3 x 3 held
     metrics = ledger.metrics()
     assert metrics["cost_measure_device_seconds"] == 3.0
-    assert metrics["cost_gpu_days"] == 9.0 / 86_400
+    assert metrics["cost_device_days"] == 9.0 / 86_400
     assert CostLedger.from_dict(ledger.to_dict()) == ledger
 
 

@@ -74,9 +74,9 @@ def test_compare_runs_every_method_under_one_parent_and_reports_it(tmp_path, mon
         assert row["eval_accuracy_mean"] == pytest.approx(
             last(uri, run.info.run_id, "eval_accuracy")
         )
-        assert row["gpu_days"] == pytest.approx(last(uri, run.info.run_id, "cost_gpu_days"))
-        assert row["gpu_days"] > 0
-    assert rows["grpo"]["speedup_vs_grpo"] == pytest.approx(1.0)
+        assert row["device_days"] == pytest.approx(last(uri, run.info.run_id, "cost_device_days"))
+        assert row["device_days"] > 0
+    assert rows["grpo"]["device_speedup_vs_grpo"] == pytest.approx(1.0)
     # The parent run holds the report: its rows as a table, headline figures, the curves
     client = MlflowClient(uri)
     parent_run = client.get_run(parent["run_id"])
@@ -110,7 +110,9 @@ def test_compare_runs_every_method_under_one_parent_and_reports_it(tmp_path, mon
     # the ledger is stored with each run, and matches what was logged
     for run in runs.values():
         ledger = json.loads((Path(run.data.tags["run_dir"]) / "ledger.json").read_text())
-        assert ledger["gpu_days"] == pytest.approx(last(uri, run.info.run_id, "cost_gpu_days"))
+        assert ledger["device_days"] == pytest.approx(
+            last(uri, run.info.run_id, "cost_device_days")
+        )
     # The second child ran on the engine the first one used: it must be the run a standalone
     # `rvctl train` of the same (method, seed) would have been.
     alone = train(

@@ -46,11 +46,11 @@ def test_method_rows_match_what_was_logged(store):
 
     days = {m: statistics.mean(last(h.history["cost_gpu_days"]) for h in runs)
             for m, runs in store.runs.items()}  # fmt: skip
-    assert rv["gpu_days"] == pytest.approx(days["rollverify"])
-    assert rv["speedup_vs_grpo"] == pytest.approx(days["grpo"] / days["rollverify"])
-    assert partial["speedup_vs_grpo"] == pytest.approx(days["grpo"] / days["partial"])
-    assert grpo["speedup_vs_grpo"] == pytest.approx(1.0)
-    assert rv["speedup_vs_grpo"] > 1.5  # logged at half grpo's cost per step
+    assert rv["device_days"] == pytest.approx(days["rollverify"])
+    assert rv["device_speedup_vs_grpo"] == pytest.approx(days["grpo"] / days["rollverify"])
+    assert partial["device_speedup_vs_grpo"] == pytest.approx(days["grpo"] / days["partial"])
+    assert grpo["device_speedup_vs_grpo"] == pytest.approx(1.0)
+    assert rv["device_speedup_vs_grpo"] > 1.5  # logged at half grpo's cost per step
     modeled = {m: statistics.mean(last(h.history["modeled_gpu_days"]) for h in runs)
                for m, runs in store.runs.items()}  # fmt: skip
     assert rv["modeled_gpu_days"] == pytest.approx(modeled["rollverify"])
@@ -81,7 +81,7 @@ def test_unfinished_runs_are_counted_not_averaged(store):
     assert rows["rollverify"]["unfinished"] == 1 and rows["rollverify"]["seeds"] == 3
     assert rows["rollverify"]["switch_step"] == 8
     killed_days = last(store.killed.history["cost_gpu_days"])
-    assert rows["rollverify"]["gpu_days"] < killed_days / 5
+    assert rows["rollverify"]["device_days"] < killed_days / 5
     assert rows["grpo"]["unfinished"] == 0
 
 
@@ -104,7 +104,7 @@ def test_sweep_rows_per_grid_point(store):
     assert first["seeds"] == 2 and first["eval_accuracy_mean"] == pytest.approx(np.mean(finals))
     assert first["eval_accuracy_ci95"] is not None and rows[1]["eval_accuracy_ci95"] is None
     days = [last(h.history["cost_gpu_days"]) for h in store.points[("0.01", "2.0")]]
-    assert first["gpu_days"] == pytest.approx(np.mean(days))
+    assert first["device_days"] == pytest.approx(np.mean(days))
     assert rows[3]["status"] == "unfinished" and rows[3]["unfinished"] == 1
     assert rows[3]["eval_accuracy_mean"] is None
 
@@ -128,7 +128,7 @@ def test_a_seed_finished_twice_counts_once_and_the_report_says_so(tmp_path, empt
     finals = [h.history["eval_accuracy"][5] for h in (first, other)]
     assert row["eval_accuracy_mean"] == pytest.approx(statistics.mean(finals))
     days = [last(h.history["cost_gpu_days"]) for h in (first, other)]
-    assert row["gpu_days"] == pytest.approx(statistics.mean(days))
+    assert row["device_days"] == pytest.approx(statistics.mean(days))
     args = ["report", sweep, "--tracking-uri", s.uri, "--format", "json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

@@ -60,7 +60,7 @@ def test_cli_json_from_a_compare_folder(store, tmp_path, monkeypatch):
     assert rv["pairs"] == 3 and rv["accuracy_diff_vs_grpo"] == pytest.approx(np.mean(diffs))
     ci = T_975_DOF2 * statistics.stdev(diffs) / math.sqrt(3)
     assert rv["accuracy_diff_ci95"] == pytest.approx(ci, rel=1e-6)
-    assert rv["gpu_days_diff_vs_grpo"] < 0 and rv["modeled_gpu_days_diff_ci95"] is not None
+    assert rv["device_days_diff_vs_grpo"] < 0 and rv["modeled_gpu_days_diff_ci95"] is not None
     assert partial["pairs"] == 1 and partial["accuracy_diff_vs_grpo"] is not None
     assert partial["accuracy_diff_ci95"] is None and grpo["pairs"] is None
 

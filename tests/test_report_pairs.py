@@ -53,7 +53,7 @@ def test_fewer_than_three_pairs_give_a_difference_without_an_interval():
     row = paired_diffs(runs_of("partial", two), runs_of("grpo", GRPO))
     assert row["pairs"] == 2
     assert row["accuracy_diff_vs_grpo"] == pytest.approx((0.1 + 0.2) / 2)
-    assert row["accuracy_diff_ci95"] is None and row["gpu_days_diff_ci95"] is None
+    assert row["accuracy_diff_ci95"] is None and row["device_days_diff_ci95"] is None
     assert row["accuracy_mde80"] is None and row["auc_mde80"] is None
     assert row["modeled_gpu_days_diff_ci95"] is None
     none = paired_diffs(runs_of("partial", PARTIAL), [])  # no grpo run

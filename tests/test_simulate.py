@@ -38,7 +38,9 @@ def table(overrides=None, methods=("grpo", "partial"), **settings) -> dict[str, 
 
 
 def test_more_slots_are_never_slower():
-    days = [table({"rollout.slots": slots})["partial"]["gpu_days"] for slots in (32, 64, 128)]
+    days = [
+        table({"rollout.slots": slots})["partial"]["modeled_gpu_days"] for slots in (32, 64, 128)
+    ]
     assert days[0] >= days[1] >= days[2]
 
 
@@ -47,7 +49,7 @@ def test_a_heavier_tail_never_lowers_partial_rollouts_speedup():
     then sync rollout's steps stop growing while the tokens do, measured here.)"""
     speedups = [
         table(contexts=(65536,), lengths=LengthModel(median=300, sigma=sigma))["partial"][
-            "speedup_vs_grpo"
+            "modeled_speedup_vs_grpo"
         ]
         for sigma in (0.2, 0.6, 1.0)
     ]
@@ -62,20 +64,24 @@ def test_acceptance_one_and_zero_bound_rollverify_between_partial_and_grpo(compi
     keep_all = table(methods=methods, acceptance=(1.0,), compiled=compiled)
     assert keep_all["rollverify"]["tokens_generated"] == keep_all["partial"]["tokens_generated"]
     assert keep_all["rollverify"]["tokens_regenerated"] == 0
-    assert keep_all["rollverify"]["gpu_days"] > keep_all["partial"]["gpu_days"]  # + verifying
+    assert (
+        keep_all["rollverify"]["modeled_gpu_days"] > keep_all["partial"]["modeled_gpu_days"]
+    )  # + verifying
     keep_none = table(methods=methods, acceptance=(0.0,), compiled=compiled)
     rv = keep_none["rollverify"]
     assert rv["switch_step"] == load_config().verify.window + 1  # the window's 8 cycles
     assert rv["tokens_regenerated"] > 0
-    low, high = sorted((keep_none["partial"]["gpu_days"], keep_none["grpo"]["gpu_days"]))
-    assert low < keep_all["rollverify"]["gpu_days"] <= rv["gpu_days"] < high
+    low, high = sorted(
+        (keep_none["partial"]["modeled_gpu_days"], keep_none["grpo"]["modeled_gpu_days"])
+    )
+    assert low < keep_all["rollverify"]["modeled_gpu_days"] <= rv["modeled_gpu_days"] < high
 
 
 def test_partial_rollout_keeps_the_slots_busy_and_grpo_waits_for_stragglers():
     result = table()
     assert result["partial"]["slot_utilization"] > 0.9 > 0.5 > result["grpo"]["slot_utilization"]
-    assert result["partial"]["speedup_vs_grpo"] > 1.0
-    assert result["grpo"]["speedup_vs_grpo"] == 1.0
+    assert result["partial"]["modeled_speedup_vs_grpo"] > 1.0
+    assert result["grpo"]["modeled_speedup_vs_grpo"] == 1.0
     assert 0 < result["grpo"]["rollout_share"] <= 1
 
 
@@ -97,7 +103,8 @@ def test_the_cli_prints_the_cost_table_and_refuses_bad_input(monkeypatch, capsys
     assert [(r["method"], r["context"]) for r in rows] == [
         (m, c) for c in (512, 1024) for m in ("grpo", "partial", "rollverify")
     ]
-    expected = {"method", "context", "gpu", "gpu_days", "speedup_vs_grpo", "rollout_share"}
+    expected = {"method", "context", "gpu", "modeled_gpu_days", "modeled_speedup_vs_grpo"}
+    expected |= {"rollout_share"}
     expected |= {"slot_utilization", "tokens_generated", "tokens_regenerated", "switch_step"}
     expected |= {"truncated_share", "preemptions", "tokens_recomputed", "staleness_max"}
     expected |= {"tool_calls"}
@@ -161,8 +168,8 @@ def test_runs_in_parallel_processes_give_the_same_results_in_the_same_order():
 
 @pytest.mark.parametrize("method", ["grpo", "partial"])
 def test_exact_and_fast_event_modes_agree(method):
-    exact = table(methods=(method,), finishes_per_poll=1)[method]["gpu_days"]
-    fast = table(methods=(method,), finishes_per_poll=8)[method]["gpu_days"]
+    exact = table(methods=(method,), finishes_per_poll=1)[method]["modeled_gpu_days"]
+    fast = table(methods=(method,), finishes_per_poll=8)[method]["modeled_gpu_days"]
     assert fast == pytest.approx(exact, rel=0.1)
 
 
@@ -242,7 +249,7 @@ def test_growing_lengths_cost_more_and_hit_the_budget_more_often():
     grown = table(contexts=(4096,), lengths=LengthModel(median=800, end_median=3200))
     for method in ("grpo", "partial"):
         assert grown[method]["tokens_generated"] > 1.5 * flat[method]["tokens_generated"]
-        assert grown[method]["gpu_days"] > flat[method]["gpu_days"]
+        assert grown[method]["modeled_gpu_days"] > flat[method]["modeled_gpu_days"]
         assert grown[method]["truncated_share"] > flat[method]["truncated_share"]
 
 
@@ -258,7 +265,7 @@ def test_the_default_length_model_reproduces_the_tables_before_lengths_could_mov
     for lengths in (LengthModel(), LengthModel(end_median=1500.0, growth="log")):
         now = table(methods=methods, lengths=lengths)
         assert {
-            m: (r["gpu_days"], r["tokens_generated"], r["tokens_regenerated"])
+            m: (r["modeled_gpu_days"], r["tokens_generated"], r["tokens_regenerated"])
             for m, r in now.items()
         } == before
 

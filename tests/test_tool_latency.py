@@ -93,5 +93,5 @@ def test_simulate_prices_the_wait_and_counts_the_calls():
     assert by["none"]["grpo"]["tool_calls"] == 0 < by["slow"]["grpo"]["tool_calls"]
     assert by["fast"]["grpo"]["tool_calls"] == by["slow"]["grpo"]["tool_calls"]  # same draws
     # a slower tool keeps a batch's responses out longer: grpo's rollout takes longer
-    assert by["none"]["grpo"]["gpu_days"] < by["fast"]["grpo"]["gpu_days"]
-    assert by["fast"]["grpo"]["gpu_days"] < by["slow"]["grpo"]["gpu_days"]
+    assert by["none"]["grpo"]["modeled_gpu_days"] < by["fast"]["grpo"]["modeled_gpu_days"]
+    assert by["fast"]["grpo"]["modeled_gpu_days"] < by["slow"]["grpo"]["modeled_gpu_days"]

@@ -146,7 +146,7 @@ class CostLedger:
         total = self.total_device_seconds
         out |= {
             m.COST_DEVICE_SECONDS: total,
-            m.COST_GPU_DAYS: total / SECONDS_PER_DAY,
+            m.COST_DEVICE_DAYS: total / SECONDS_PER_DAY,
             m.COST_WALL_SECONDS: self.wall_seconds,
             m.COST_TOOL_CPU_SECONDS: self.tool_cpu_seconds,
         }
@@ -176,7 +176,7 @@ class CostLedger:
             "device_seconds": dict(self.device_seconds),
             "tokens": dict(self.tokens),
             "tool_cpu_seconds": self.tool_cpu_seconds,
-            "gpu_days": self.total_device_seconds / SECONDS_PER_DAY,
+            "device_days": self.total_device_seconds / SECONDS_PER_DAY,
             "modeled_gpus": self.modeled_gpus,
             "modeled_seconds": dict(self.modeled_seconds),
             "modeled_gpu_days": self.modeled_gpu_days,

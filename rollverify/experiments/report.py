@@ -44,7 +44,7 @@ __all__ = ["counted", "eval_area", "mean_ci95", "switch_step", "t_critical_95"]
 PAIRED: dict[str, Callable[[RunRecord], float | None]] = {
     "auc": eval_area,
     "accuracy": lambda run: run.last(m.EVAL_ACCURACY),
-    "gpu_days": lambda run: run.last(m.COST_GPU_DAYS),
+    "device_days": lambda run: run.last(m.COST_DEVICE_DAYS),
     "modeled_gpu_days": lambda run: run.last(m.MODELED_GPU_DAYS),
 }
 # Of those, the ones whose table also says the smallest difference it could detect.
@@ -90,7 +90,7 @@ def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
     first = rows[0] if rows and rows[0]["method"] == "grpo" else {}
     for row in rows:
         for days, speedup in [
-            ("gpu_days", "speedup_vs_grpo"),
+            ("device_days", "device_speedup_vs_grpo"),
             ("modeled_gpu_days", "modeled_speedup_vs_grpo"),
         ]:
             base = first.get(days)
@@ -98,7 +98,7 @@ def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
     order = ["method", *_corrections_column(rows), "status", "seeds", "unfinished"]
     order += ["duplicates", "eval_accuracy_before"]
     order += ["eval_auc_mean", "eval_auc_ci95"]
-    order += ["eval_accuracy_mean", "eval_accuracy_ci95", "gpu_days", "speedup_vs_grpo"]
+    order += ["eval_accuracy_mean", "eval_accuracy_ci95", "device_days", "device_speedup_vs_grpo"]
     order += ["modeled_gpu_days", "modeled_speedup_vs_grpo"]
     order += ["ops_mean", "staleness_mean", "mismatch_kl", "acceptance_rate_final", "switch_step"]
     order += ["acceptance_window_min", "tokens_cut_sequence_stage", "tokens_cut_token_stage"]
@@ -182,7 +182,7 @@ def sweep_rows(runs: Sequence[RunRecord], sweep_params: Sequence[str]) -> list[d
             row[key] = summary[key]
         for key in ["eval_auc_ci95", "eval_accuracy_mean", "eval_accuracy_ci95"]:
             row[key] = summary[key]
-        row["gpu_days"] = summary["gpu_days"]
+        row["device_days"] = summary["device_days"]
         row["modeled_gpu_days"] = summary["modeled_gpu_days"]
         for key in ["ops_mean", "staleness_mean", "mismatch_kl"]:
             row[key] = summary[key]
@@ -284,7 +284,7 @@ def _summary(group: Sequence[RunRecord]) -> dict[str, Any]:
         "eval_auc_ci95": area_ci95,
         "eval_accuracy_mean": accuracy,
         "eval_accuracy_ci95": ci95,
-        "gpu_days": mean(r.last(m.COST_GPU_DAYS) for r in done),
+        "device_days": mean(r.last(m.COST_DEVICE_DAYS) for r in done),
         "modeled_gpu_days": mean(r.last(m.MODELED_GPU_DAYS) for r in done),
         "ops_mean": _mean_over_steps(done, m.OPS_MEAN),
         "staleness_mean": _mean_over_steps(done, m.STALENESS_MEAN),

@@ -122,8 +122,8 @@ def rows(results: list[Result]) -> list[dict[str, Any]]:
                 "method": method,
                 "context": context,
                 "gpu": group[0].gpu,
-                "gpu_days": statistics.fmean(r.gpu_days for r in group),
-                "speedup_vs_grpo": None,
+                "modeled_gpu_days": statistics.fmean(r.gpu_days for r in group),
+                "modeled_speedup_vs_grpo": None,
                 "rollout_share": statistics.fmean(r.rollout_share for r in group),
                 "slot_utilization": statistics.fmean(r.slot_utilization for r in group),
                 "tokens_generated": round(statistics.fmean(r.tokens_generated for r in group)),
@@ -141,8 +141,8 @@ def rows(results: list[Result]) -> list[dict[str, Any]]:
         grpo = next(
             (r for r in table if r["method"] == "grpo" and r["context"] == row["context"]), None
         )
-        if grpo is not None and row["gpu_days"]:
-            row["speedup_vs_grpo"] = grpo["gpu_days"] / row["gpu_days"]
+        if grpo is not None and row["modeled_gpu_days"]:
+            row["modeled_speedup_vs_grpo"] = grpo["modeled_gpu_days"] / row["modeled_gpu_days"]
     return table
 
 
@@ -170,10 +170,12 @@ def verdicts(table: list[dict[str, Any]]) -> list[str]:
     for row in table:
         if row["method"] == "grpo":
             continue
-        speedup = row["speedup_vs_grpo"]
+        speedup = row["modeled_speedup_vs_grpo"]
         where = f"{row['method']} at {row['context']:,}"
         if speedup is None:
-            lines.append(f"{where}: {row['gpu_days']:.3g} GPU-days (no grpo row to compare)")
+            lines.append(
+                f"{where}: {row['modeled_gpu_days']:.3g} GPU-days (no grpo row to compare)"
+            )
             continue
         ratio = 1 / speedup
         change = f"{1 - ratio:.1%} saved" if ratio <= 1 else f"{ratio - 1:.1%} more"

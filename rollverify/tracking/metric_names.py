@@ -130,7 +130,11 @@ MEASURE = "measure"  # scoring for metrics only: kept apart, not a phase of the 
 MODELED_PHASES = ("rollout", "eval", "train", "verify", "sync", MEASURE)
 TOKEN_KINDS = ("generated", "kept", "discarded", "regenerated")
 COST_DEVICE_SECONDS = "cost_device_seconds"
-COST_GPU_DAYS = "cost_gpu_days"
+# measured device-days (a GPU's where the run had GPUs; on a CPU, a process's): never "GPU-days"
+COST_DEVICE_DAYS = "cost_device_days"
+# Metrics renamed: the new name -> the one stored runs logged it under (read where the new is
+# absent; docs/metrics.md, "Renamed")
+RENAMED = {COST_DEVICE_DAYS: "cost_gpu_days"}
 COST_WALL_SECONDS = "cost_wall_seconds"
 COST_TOOL_CPU_SECONDS = "cost_tool_cpu_seconds"  # host CPU, not device time: kept apart
 COST_OVERLAP_SECONDS = "cost_overlap_seconds"
@@ -211,7 +215,7 @@ def ledger_names() -> tuple[str, ...]:
     return (
         *(cost_device_seconds(p) for p in (*PHASES, "idle", MEASURE)),
         COST_DEVICE_SECONDS,
-        COST_GPU_DAYS,
+        COST_DEVICE_DAYS,
         COST_WALL_SECONDS,
         COST_TOOL_CPU_SECONDS,
         COST_OVERLAP_SECONDS,

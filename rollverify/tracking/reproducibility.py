@@ -34,5 +34,5 @@ def comparable(metrics: dict) -> dict:
         for name, values in metrics.items()
         if name not in TIMINGS
         and not (name.startswith("cost_") and "seconds" in name)
-        and name != "cost_gpu_days"
+        and name not in ("cost_device_days", "cost_gpu_days")
     }

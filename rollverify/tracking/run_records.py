@@ -22,7 +22,7 @@ PARENT_KINDS = ("compare", "sweep")
 # The metrics the tables and plots read (names from docs/metrics.md); others are not fetched.
 REPORT_METRICS = (
     m.EVAL_ACCURACY,
-    m.COST_GPU_DAYS,
+    m.COST_DEVICE_DAYS,
     m.MODELED_GPU_DAYS,
     m.OPS_MEAN,
     m.STALENESS_MEAN,
@@ -268,10 +268,12 @@ def _record(client: Any, run: Any) -> RunRecord:
     history = {}
     per_set = [name for name in run.data.metrics if m.eval_set_of(name) is not None]
     for name in (*REPORT_METRICS, *per_set):
-        if name not in run.data.metrics:
+        stored = name if name in run.data.metrics else m.RENAMED.get(name)  # (older runs)
+        if stored not in run.data.metrics:
             continue
         points = sorted(
-            client.get_metric_history(run.info.run_id, name), key=lambda m: (m.step, m.timestamp)
+            client.get_metric_history(run.info.run_id, stored),
+            key=lambda m: (m.step, m.timestamp),
         )
         history[name] = {m.step: m.value for m in points if not math.isnan(m.value)}
     seed = run.data.tags.get("seed", "")

@@ -173,7 +173,7 @@ class Board:
         for column in ["run", "status", "step", *(label for _, label in LIVE)]:
             table.add_column(column, justify="left" if column in ("run", "status") else "right")
         for child, row in self.rows.items():
-            cells = [f"{row[name]:.3g}" if name in row else "-" for name, _ in LIVE]
+            cells = [f"{row[name]:.4g}" if name in row else "-" for name, _ in LIVE]
             table.add_row(child.name, row["status"], f"{row['step']}/{self.steps}", *cells)
         return table
 

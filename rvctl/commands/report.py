@@ -22,14 +22,14 @@ TABLE_HEADERS = {
     "eval_auc_ci95": "±AUC",
     "eval_accuracy_mean": "acc",
     "eval_accuracy_ci95": "±ci95",
-    "gpu_days": "device-days",
-    "speedup_vs_grpo": "speedup",
+    "device_days": "device-days",
+    "device_speedup_vs_grpo": "speedup",
     "modeled_gpu_days": "GPU-days*",
     "modeled_speedup_vs_grpo": "speedup*",
     "ops_mean": "OPS",
     "staleness_mean": "stale",
     "mismatch_kl": "k3",
-    "acceptance_rate_final": "accept",
+    "acceptance_rate_final": "accept-last",
     "switch_step": "switch@",
     "acceptance_window_min": "accept-min",
     "tokens_cut_sequence_stage": "cut-ds",
@@ -40,8 +40,8 @@ TABLE_HEADERS = {
     "accuracy_diff_vs_grpo": "Δacc",
     "accuracy_diff_ci95": "±Δacc",
     "accuracy_mde80": "mdeacc",
-    "gpu_days_diff_vs_grpo": "Δdevice-days",
-    "gpu_days_diff_ci95": "±Δdevice",
+    "device_days_diff_vs_grpo": "Δdevice-days",
+    "device_days_diff_ci95": "±Δdevice",
     "modeled_gpu_days_diff_vs_grpo": "ΔGPU-days*",
     "modeled_gpu_days_diff_ci95": "±ΔGPU*",
 }
@@ -53,8 +53,9 @@ LEGEND = (
     "acc@0: the base model; device-days: measured (on a CPU, process-days); GPU-days*: the "
     "same work priced on the cost.gpu by the cost model; speedup(*): grpo's days / the row's; "
     "stale: versions behind, k3: KL(mu || pi_old) per token, both means over steps; "
-    "accept: final acceptance rate; accept-min: the lowest window mean acceptance (what "
-    "switching compares with its threshold); cut-ds, cut-dt: tokens verification truncated "
+    "accept-last: the last verification cycle's acceptance rate (the live line's accept); "
+    "accept-min: the lowest window mean acceptance (what switching compares with its "
+    "threshold); cut-ds, cut-dt: tokens verification truncated "
     "in a run, by the sequence and the token stage; switch@: median step of the switch to "
     "on-policy; corrections (where a run made one of the peers' choices, docs/rules.md "
     "section 6): uncounted: masked tokens out of the loss's count "
@@ -186,7 +187,7 @@ def show_report(
         shown = [_mark_few_pairs(row) for row in rows] if format is Format.table else rows
         _print(shown, format, f"sweep over {', '.join(found.sweep_params)}", keys=point)
         if format is Format.table and len(names) == 2 and "method" not in rows[0]:
-            for value in ("eval_accuracy_mean", "gpu_days"):
+            for value in ("eval_accuracy_mean", "device_days"):
                 grid = sweep_grid(rows, names[0], names[1], value)
                 _print(grid, format, f"{TABLE_HEADERS[value]}, {names[0]} x {names[1]}")
     else:

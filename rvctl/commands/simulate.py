@@ -17,8 +17,8 @@ from rvctl.output import Format, print_split, stderr, stdout
 
 HEADERS = {  # the rich table's headers; json/csv/md keep the stable keys
     "context": "ctx",
-    "gpu_days": "GPU-days",
-    "speedup_vs_grpo": "vs grpo",
+    "modeled_gpu_days": "GPU-days",
+    "modeled_speedup_vs_grpo": "vs grpo",
     "rollout_share": "rollout",
     "slot_utilization": "util",
     "tokens_generated": "tokens",
@@ -47,7 +47,8 @@ MEANING = {
     "stale": "the most versions a trained token lagged (async-eta<N>: at most N)",
     "calls": "tool calls made (--tool-calls)",
 }
-SHORT = ("method", "context", "gpu_days", "speedup_vs_grpo", "rollout_share", "slot_utilization")
+SHORT = ("method", "context", "modeled_gpu_days", "modeled_speedup_vs_grpo", "rollout_share")
+SHORT += ("slot_utilization",)
 SHORT += ("tokens_regenerated", "switch_step")  # the rest: --wide, or -f json
 
 
@@ -60,11 +61,11 @@ def shown(row: dict, wide: bool) -> dict:
             continue
         if value is None or isinstance(value, str):
             cells[key] = value
-        elif key == "speedup_vs_grpo":
+        elif key == "modeled_speedup_vs_grpo":
             cells[key] = f"{1 / value:.2f}x"
         elif key in ("rollout_share", "slot_utilization", "truncated_share"):
             cells[key] = f"{value:.0%}"
-        elif key == "gpu_days":
+        elif key == "modeled_gpu_days":
             cells[key] = f"{value:,.2f}"
         else:
             cells[key] = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"

@@ -264,6 +264,26 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "weight-sync-loss-stops-the-run",
+        "an engine lost during a collective weight sync is placed again and the sync sent again",
+        "rollverify/rollout/engines/vllm_weight_sync.py",
+        "            if not lost or tries <= 1:",
+        "            if True:",
+        (FAST_NODE_LOSS,),
+    ),
+    Mutant(
+        "mixed-weights-stop-without-checkpoint",
+        "engines left with mixed weights stop the run after the step's checkpoint",
+        "rollverify/training/checkpoint_client.py",
+        "            if self.checkpointed_step != step and self.schedule.checkpointed != step:\n"
+        "                self.save()\n",
+        "",
+        (
+            "tests/test_resume.py::"
+            "test_engines_left_with_mixed_weights_stop_the_run_after_the_steps_checkpoint",
+        ),
+    ),
+    Mutant(
         "hang-not-detected",
         "a sidecar that stops answering is taken for dead",
         "rollverify/rollout/engines/vllm_replacement.py",

@@ -19,6 +19,8 @@ RATE = 20.0  # tokens a second per request
 class StubSidecar:
     def __init__(self, engine_kwargs: dict[str, Any], environment: dict[str, str]) -> None:
         self.requests: dict[str, dict[str, Any]] = {}
+        # seconds between two tensors of a collective sync (vllm.engine_args: stub_tensor_seconds)
+        self.tensor_seconds = float(engine_kwargs.get("stub_tensor_seconds", 0.0))
 
     def start(self) -> dict[str, Any]:
         import ray
@@ -60,7 +62,34 @@ class StubSidecar:
         return [self._record(rid, False) for rid in list(self.requests)]
 
     def load_weights(self, weights: Any) -> None:
-        pass
+        """Through Ray's object store (vllm.weight_sync: object_store): tensor_seconds a tensor."""
+        time.sleep(self.tensor_seconds * len(weights))
+        self.received = getattr(self, "received", 0) + len(weights)
+
+    # the collective weight sync (vllm.weight_sync: collective), as a vLLM worker takes part:
+    # it joins the trainer's group and receives each tensor of a sync (tensor_seconds apart, so
+    # that a test can lose the node while a sync is on its way)
+
+    def join_weight_group(self, host: str, port: int, first_rank: int, world: int, kind: str):
+        from rollverify.rollout.engines import weight_group
+
+        self.group = weight_group.join(host, port, first_rank, world, kind)
+        return [first_rank]
+
+    def receive_weights(self, specs: list) -> float:
+        import torch
+
+        from rollverify.rollout.engines import weight_group
+
+        for _name, dtype, shape in specs:
+            weight_group.broadcast(self.group, torch.empty(shape, dtype=getattr(torch, dtype)))
+            time.sleep(self.tensor_seconds)
+        self.received = getattr(self, "received", 0) + len(specs)
+        return 0.0
+
+    def weights_received(self) -> int:
+        """Tensors this sidecar received over the collective, all syncs together."""
+        return getattr(self, "received", 0)
 
     def take_trace(self) -> list:
         return []

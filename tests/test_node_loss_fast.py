@@ -6,11 +6,13 @@ there. make test's node-loss test; the vLLM runs are tests/test_node_loss.py (lo
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
+from tests.node_loss_driver import MAX_NEW_TOKENS, PREFIX, SYNC_TENSORS
 from tests.polling import wait_until
 from tests.ray_nodes import namespace_available, two_nodes
 from tests.sockets import process_name, tree
@@ -20,8 +22,6 @@ pytestmark = [
     pytest.mark.ray,
     pytest.mark.skipif(not namespace_available(), reason="needs `ip netns` (root)"),
 ]
-
-PREFIX, MAX_NEW_TOKENS = 5, 85  # as tests/node_loss_driver.py
 
 
 def _stubs(node) -> int:
@@ -38,7 +38,7 @@ def test_engines_on_a_lost_node_are_placed_again_or_stop_the_run_and_keep_their_
     flight finishes once, its 5 tokens from before the submit kept as they were, only what
     the lost engine made made again; stop: it stops the run with one line naming the field
     and rvctl resume."""
-    with two_nodes(tmp_path, engine_cpus=2, health_check_ms=200) as cluster:
+    with two_nodes(tmp_path, engine_cpus=4, head_cpus=3, health_check_ms=200) as cluster:
         command = [sys.executable, "-m", "tests.node_loss_driver", cluster.address]
         driver = subprocess.Popen(
             cluster.command(*command, str(tmp_path)),
@@ -57,12 +57,21 @@ def test_engines_on_a_lost_node_are_placed_again_or_stop_the_run_and_keep_their_
             if driver.poll() is None:
                 driver.kill()
     assert driver.returncode == 0, (tmp_path / "driver.log").read_text()[-3000:]
-    assert (on_engine_node, on_head) == (2, 0), "the engines ran on the engine node"
+    assert (on_engine_node, on_head) == (4, 0), "the engines ran on the engine node"
     result = json.loads((tmp_path / "result.json").read_text())
-    for policy in ("anywhere", "stop"):
-        assert result[policy]["before"].get("engine_node") == 1, result[policy]
-        (line,) = result[policy]["lines"]
-        assert "vllm: engine 0's node" in line and "4 unfinished trajectories wait" in line
+    for name in ("anywhere", "stop", "sync", "sync-store"):
+        assert result[name]["before"].get("engine_node") == 1, result[name]
+    # one line per engine: the two generating (4 trajectories wait), the one in a sync (none)
+    waiting = r"vllm: engine 0's node \w+ was lost \(\w+\); (\d) unfinished trajectories wait"
+    shown = sorted(
+        (re.match(waiting, line).group(1), line.rsplit(", ", 1)[1]) for line in result["lines"]
+    )
+    assert shown == [
+        ("0", "then any node with room)"),
+        ("0", "then any node with room)"),
+        ("4", "then any node with room)"),
+        ("4", "then stop)"),
+    ], result["lines"]
 
     placed = result["anywhere"]
     assert placed["error"] is None and placed["restarts"] == 1, placed
@@ -73,6 +82,16 @@ def test_engines_on_a_lost_node_are_placed_again_or_stop_the_run_and_keep_their_
         assert tokens[:PREFIX] == [50 + 2 * group + sample] * PREFIX  # kept as it was
         assert versions == [0] * PREFIX + [1] * (MAX_NEW_TOKENS - PREFIX)
     print(f"the engine ran again, its work done, {placed['done_at'] - killed:.1f} s after the kill")
+
+    # lost while a collective weight sync was on its way: placed again, and the whole sync
+    # sent again (to every live engine: none keeps half of it); the run goes on
+    # (collective: the whole sync broadcast again; object_store: the new engine loads the
+    # copy kept in the object store)
+    for name in ("sync", "sync-store"):
+        synced = result[name]
+        assert synced["error"] is None and synced["version"] == 2, synced
+        assert synced["restarts"] == 1 and "engine_node" not in synced["after"], synced
+        assert synced["received"] == [SYNC_TENSORS], (name, "the new engine received the sync")
 
     stopped = result["stop"]
     assert stopped["error"].startswith("NodeLost: vllm.node_lost: stop: no node with engine_node")

@@ -238,3 +238,35 @@ def test_a_run_killed_before_its_first_checkpoint_refuses_another_experiment(tmp
     with pytest.raises(ConfigError, match="train.method: 'rollverify' in the checkpoint, 'grpo'"):
         resume(run_dir, config_path=other)
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml"]  # nothing started
+
+
+def test_engines_left_with_mixed_weights_stop_the_run_after_the_steps_checkpoint(
+    tmp_path, monkeypatch
+):
+    """An engine lost during a weight sync that cannot be sent again (a sharded trainer's)
+    leaves the live engines with part of it (WeightsMixed): the step ends without touching the
+    engine (its evaluation owed), its checkpoint is written, the run stops naming the engines
+    and the version; rvctl resume goes on from there, every step logged once."""
+    from rollverify.rollout.engines.hf_engine import HFEngine
+    from rollverify.rollout.engines.protocol import WeightsMixed
+
+    load = HFEngine.load_weights
+
+    def lost_in_sync_2(self, named_tensors, version):
+        if version == 2:
+            raise WeightsMixed([1], [0], version)
+        load(self, named_tensors, version)
+
+    monkeypatch.setattr(HFEngine, "load_weights", lost_in_sync_2)
+    overrides = {"output": str(tmp_path), "train.steps": 4, "train.eval_every": 2}
+    with pytest.raises(WeightsMixed, match="engines 1 hold part of it; the run stops after step 2"):
+        train(load_config(config_file(tmp_path), overrides | {"train.checkpoint_every": 0}))
+    monkeypatch.undo()
+    (run_dir,) = tmp_path.glob("rollverify-s0-*")
+    checkpoint = latest(run_dir / "checkpoints")
+    assert checkpoint.step == 2 and checkpoint.state["loop"]["eval_pending"]
+    summary = resume(run_dir)
+    history = logged(summary.tracking_uri, summary.run_id)
+    assert sorted(history["reward_mean"]) == [1, 2, 3, 4]
+    assert all(len(values) == 1 for values in history["reward_mean"].values())
+    assert {step: len(v) for step, v in history["eval_accuracy"].items()} == {0: 1, 2: 1, 4: 1}

@@ -62,6 +62,7 @@ class CheckpointClient:
         self.checkpoint_seconds = 0.0  # how long the last one took to write (rank 0)
         self.pending_write: BackgroundWrite | None = None  # rank 0's, train.async_checkpoint
         self.pending_step: int | None = None  # the step it is of (every rank)
+        self.failure: Exception | None = None  # rank 0's: the run stops with it after a step
 
     # -- the two moments of a run ---------------------------------------------------------------
 
@@ -74,6 +75,11 @@ class CheckpointClient:
         Only between rollout batches: TRL holds the rest of a batch it is training."""
         if not self.schedule.between_rollouts(step):
             return
+        if self.failure_due():  # the engine is unusable: this step's checkpoint, then the error
+            if self.checkpointed_step != step and self.schedule.checkpointed != step:
+                self.save()
+            self.finish()
+            raise self.failure or RuntimeError("rank 0 stopped the run (its engine failed)")
         # The last step's checkpoint is written before the end; a stop asked for there lets
         # the run finish (its summary written), as it ends anyway.
         last = step >= self.train.steps
@@ -137,6 +143,15 @@ class CheckpointClient:
         return self.checkpointed_step if self.checkpointed_step is not None else self.start_step
 
     # -- stopping ---------------------------------------------------------------------------------
+
+    def fail_after_step(self, error: Exception) -> None:
+        """Rank 0's engine cannot go on (WeightsMixed): the step ends, its checkpoint is
+        written, then the run stops with `error` (at_step_end)."""
+        self.failure = error
+
+    def failure_due(self) -> bool:
+        """Rank 0's failure, on every rank: they stop after the same step."""
+        return self.world.decide(self.failure is not None)
 
     def stop_requested(self) -> bool:
         """Rank 0's stop request, on every rank: they stop after the same step."""

@@ -61,7 +61,7 @@ from rollverify.core.methods import Method
 from rollverify.core.switching import AcceptanceMonitor
 from rollverify.infra.kill_points import kill_point
 from rollverify.rollout.dynamic_sampling import tie_filter
-from rollverify.rollout.engines.protocol import RolloutEngine
+from rollverify.rollout.engines.protocol import RolloutEngine, WeightsMixed
 from rollverify.rollout.schedules import RolloutInterrupted, RolloutResult
 from rollverify.rollout.tool_calls import ToolCountsSince
 from rollverify.rollout.trajectory import Trajectory
@@ -245,7 +245,8 @@ class TrainingLoop:
         # it first, and evaluates then if an evaluation was due), and its processes may have
         # the signal too (Ctrl-C reaches the process group).
         stopping = self.checkpoints.stop_requested() and step < self.config.train.steps
-        records.sync = self.sync_weights(step, skip=stopping)
+        records.sync = self.sync_weights(step, skip=stopping or self.checkpoints.failure_due())
+        stopping = stopping or self.checkpoints.failure_due()  # the engine's weights are mixed
         records.cache = self.verify_cache(step)
         self.rollouts.book_overlap(records)  # an engine in its thread: busy beside the trainer
         if not self.world.main:  # the rest (ledger, evaluation) is rank 0's
@@ -273,7 +274,11 @@ class TrainingLoop:
         # rank 0 loads (between steps, or between two tokens of every sequence); the other
         # ranks take their part of each gather
         load = self.rollouts.load_weights if self.world.main else None
-        gap, probe_steps = sync_engine(self.engine, model, dtype, probe, tolerance, step, load)
+        try:
+            gap, probe_steps = sync_engine(self.engine, model, dtype, probe, tolerance, step, load)
+        except WeightsMixed as mixed:  # the step ends, checkpointed; then the run stops with it
+            self.checkpoints.fail_after_step(mixed)
+            gap, probe_steps = None, []
         return SyncRecord(seconds=time.perf_counter() - start, gap=gap, engine_steps=probe_steps)
 
     def verify_cache(self, step: int) -> CacheCheck:

@@ -27,6 +27,23 @@ class SyncCheckError(RuntimeError):
     exit_code = 1  # rvctl prints the message alone: it says what happened and what to check
 
 
+class WeightsMixed(RuntimeError):
+    """Engines were lost during a weight sync that cannot be sent again (a sharded trainer's
+    weights are gathered once a sync): the live engines hold part of the new weights. The run
+    stops after this step's checkpoint (training/loop.py)."""
+
+    exit_code = 1  # rvctl prints the message alone: it names the engines and the version
+
+    def __init__(self, live: list[int], lost: list[int], version: int) -> None:
+        self.live, self.lost, self.version = live, lost, version
+        held = f"engines {', '.join(map(str, live))} hold" if live else "no live engine holds"
+        super().__init__(
+            f"engine(s) {', '.join(map(str, lost))} lost during the weight sync of version "
+            f"{version}, which a sharded trainer cannot send again: {held} part of it; the run "
+            f"stops after step {version}'s checkpoint (rvctl resume continues it)"
+        )
+
+
 @torch.no_grad()
 def probe_logprobs_of(model: torch.nn.Module, token_ids: list[int]) -> torch.Tensor:
     """log p(token_i | tokens before it), i >= 1, at temperature 1: float [T-1]. The weight

@@ -16,18 +16,24 @@ from typing import Any
 import torch
 
 from rollverify.infra.faults import describe, own_error
+from rollverify.rollout.engines.protocol import WeightsMixed
 from rollverify.rollout.engines.vllm_settings import START_TIMEOUT_S, SidecarFailed
+
+# A failed sync's calls end within this once Ray knows a node is gone (its health checks: 15 s
+# by default, docs/clusters.md), with the actor's death; a live worker's ends at once
+LOSS_NOTICED_S = 60.0
 
 
 class CollectiveWeightSync:
     """VLLMEngine's collective weight sync and its restart weights (see the module)."""
 
-    def _broadcast(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def _broadcast(self, named_tensors: Iterable[tuple[str, torch.Tensor]], tries: int = 3) -> None:
         """Every engine's workers receive each tensor as rank 0 broadcasts it (on rank 0's GPU
-        over NCCL: the first sync of a run sends the weights from host memory). A sidecar lost
-        mid-broadcast leaves the others with half-loaded weights: the run stops."""
-        import ray
-
+        over NCCL: the first sync of a run sends the weights from host memory). An engine lost
+        on the way (its node gone) is a node loss: it is placed again and every live engine
+        receives the whole sync again, so none keeps half of it; only where the weights cannot
+        be sent again (a sharded trainer's stream) do live engines keep mixed weights, and the
+        run stops (WeightsMixed: the loop checkpoints first)."""
         from rollverify.rollout.engines import weight_group
 
         specs = getattr(named_tensors, "specs", None)
@@ -35,26 +41,67 @@ class CollectiveWeightSync:
             named_tensors = list(named_tensors)  # references, no copies
             specs = [weight_group.spec(name, tensor) for name, tensor in named_tensors]
         self._source = named_tensors  # for a replacement before the next sync, if it can
+        refs: list = []
         try:
             self._form_group()
-            kind = weight_group.backend()
             refs = [self._actors[a].receive_weights.remote(specs) for a, _ in self._members]
-            pairs = zip(specs, named_tensors, strict=True)
-            for index, ((name, _, _), (sent, tensor)) in enumerate(pairs):
-                assert name == sent, f"weight {sent} sent where its spec says {name}"
-                weight_group.broadcast(self._weight_group, weight_group.sendable(tensor, kind))
-                done, _ = ray.wait(refs, timeout=0)
-                if done and index < len(specs) - 1:  # a worker's call ended before the last
-                    ray.get(done)  # its error
-                    raise RuntimeError(f"an engine worker stopped receiving after {name}")
-            ray.get(refs, timeout=START_TIMEOUT_S)
+            self._send(specs, named_tensors, refs)
         except Exception as error:
+            members = self._members
             weight_group.abandon(self._weight_group)
             self._weight_group, self._members = None, ()
-            raise SidecarFailed(
-                f"weight sync to the vLLM workers failed ({describe(own_error(error))}); the "
-                "engines' weights are mixed, so the run stops (rvctl resume continues it)"
-            ) from None
+            lost = self._lost_in_sync(members, refs)
+            if not lost or tries <= 1:
+                raise SidecarFailed(
+                    f"weight sync to the vLLM workers failed ({describe(own_error(error))}); "
+                    "the engines' weights are mixed, so the run stops (rvctl resume continues it)"
+                ) from None
+            for index in lost:
+                self._bury(index, error)
+            if not getattr(named_tensors, "restartable", True):
+                live = [a for a, _ in members if a not in lost]
+                raise WeightsMixed(live, lost, self.version + 1) from None
+            self._revive(weights_coming=True)  # placed again; it joins the next group
+            self._broadcast(named_tensors, tries - 1)  # to every engine, the whole of it
+
+    def _send(self, specs: list, named_tensors: Iterable, refs: list) -> None:
+        """Rank 0's side of one sync: each tensor broadcast in turn; a worker whose call ended
+        before the last tensor has failed (its error, raised)."""
+        import ray
+
+        from rollverify.rollout.engines import weight_group
+
+        kind = weight_group.backend()
+        pairs = zip(specs, named_tensors, strict=True)
+        for index, ((name, _, _), (sent, tensor)) in enumerate(pairs):
+            assert name == sent, f"weight {sent} sent where its spec says {name}"
+            weight_group.broadcast(self._weight_group, weight_group.sendable(tensor, kind))
+            done, _ = ray.wait(refs, timeout=0)
+            if done and index < len(specs) - 1:  # a worker's call ended before the last
+                ray.get(done)  # its error
+                raise RuntimeError(f"an engine worker stopped receiving after {name}")
+        ray.get(refs, timeout=START_TIMEOUT_S)
+
+    def _lost_in_sync(self, members: tuple, refs: list) -> list[int]:
+        """The sidecars of a failed sync that are gone (their actor dead, or their node), as
+        Ray learns it: their calls end with the actor's death once the node's loss is known;
+        a live one's ends with the broadcast's error."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        from rollverify.rollout.engines.node_loss import node_alive
+
+        lost = []
+        for (index, _), ref in zip(members, refs, strict=False):
+            try:
+                ray.get(ref, timeout=LOSS_NOTICED_S)
+            except RayActorError:
+                lost.append(index)
+            except Exception:
+                node = self.nodes.get(index)
+                if node is not None and not node_alive(node):
+                    lost.append(index)
+        return lost
 
     def _form_group(self) -> None:
         """The weight group over the live sidecars' workers, formed again when they changed."""

@@ -284,6 +284,17 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "engine-lost-rollout-not-paused",
+        "an engine lost mid-rollout (vllm.node_lost: stop) leaves its tokens in a checkpoint",
+        "rollverify/rollout/schedules.py",
+        "    except (StopRequested, EngineLost) as stopped:",
+        "    except StopRequested as stopped:",
+        (
+            "tests/test_resume.py::"
+            "test_an_engine_lost_mid_rollout_stops_the_run_with_its_tokens_checkpointed",
+        ),
+    ),
+    Mutant(
         "hang-not-detected",
         "a sidecar that stops answering is taken for dead",
         "rollverify/rollout/engines/vllm_replacement.py",

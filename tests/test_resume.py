@@ -270,3 +270,37 @@ def test_engines_left_with_mixed_weights_stop_the_run_after_the_steps_checkpoint
     assert sorted(history["reward_mean"]) == [1, 2, 3, 4]
     assert all(len(values) == 1 for values in history["reward_mean"].values())
     assert {step: len(v) for step, v in history["eval_accuracy"].items()} == {0: 1, 2: 1, 4: 1}
+
+
+def test_an_engine_lost_mid_rollout_stops_the_run_with_its_tokens_checkpointed(
+    tmp_path, monkeypatch
+):
+    """vllm.node_lost: stop, as the rollout meets it (EngineLost from a poll of step 3's
+    rollout): what was generated goes to the cache, a checkpoint of step 2 with it is
+    written, the run stops with the engine's one line; rvctl resume ends the run with every
+    step logged once and the paused trajectories resumed."""
+    from rollverify.rollout.engines.hf_engine import HFEngine
+    from rollverify.rollout.engines.protocol import EngineLost
+
+    poll, polls = HFEngine.poll, []
+
+    def lost_in_step_3(self, *args, **kwargs):
+        polls.append(self.version)
+        if self.version == 2 and polls.count(2) == 3:  # some tokens made, then the node lost
+            raise EngineLost("vllm.node_lost: stop: no node had room for engine 0")
+        return poll(self, *args, **kwargs)
+
+    monkeypatch.setattr(HFEngine, "poll", lost_in_step_3)
+    overrides = {"output": str(tmp_path), "train.steps": 4, "train.checkpoint_every": 0}
+    with pytest.raises(EngineLost, match="no node had room for engine 0"):
+        train(load_config(config_file(tmp_path), overrides))
+    monkeypatch.undo()
+    (run_dir,) = tmp_path.glob("rollverify-s0-*")
+    checkpoint = latest(run_dir / "checkpoints")
+    assert checkpoint.step == 2
+    assert checkpoint.state["cache"], "the paused trajectories kept"
+    assert checkpoint.tensors["cache"]["token_lengths"].sum() > 0, "with their tokens"
+    summary = resume(run_dir)
+    history = logged(summary.tracking_uri, summary.run_id)
+    assert sorted(history["reward_mean"]) == [1, 2, 3, 4]
+    assert all(len(values) == 1 for values in history["reward_mean"].values())

@@ -23,7 +23,7 @@ from typing import Protocol
 
 import torch
 
-from rollverify.rollout.engines.protocol import RolloutEngine
+from rollverify.rollout.engines.protocol import EngineLost, RolloutEngine
 from rollverify.rollout.staleness_cap import split_stale
 from rollverify.rollout.trajectory import Trajectory, TrajectoryCache
 
@@ -81,12 +81,23 @@ class RolloutState:
         self.dropped_stale_tokens = state.get("dropped_stale_tokens", 0)
 
 
-class RolloutInterrupted(Exception):
-    """A stop was requested mid-rollout; everything generated so far is in the cache."""
+class StopRequested(Exception):
+    """should_stop() turned true: collect pauses everything into the cache."""
 
-    def __init__(self, seconds: float, tokens_generated: int, tokens_regenerated: int) -> None:
-        super().__init__("rollout interrupted by a stop request")
-        self.seconds = seconds
+
+class RolloutInterrupted(Exception):
+    """A stop was requested mid-rollout, or the engine was lost (`lost`: EngineLost, which the
+    run stops with once checkpointed); everything generated so far is in the cache."""
+
+    def __init__(
+        self,
+        seconds: float,
+        tokens_generated: int,
+        tokens_regenerated: int,
+        lost: EngineLost | None = None,
+    ) -> None:
+        super().__init__(str(lost) if lost else "rollout interrupted by a stop request")
+        self.seconds, self.lost = seconds, lost
         self.tokens_generated, self.tokens_regenerated = tokens_generated, tokens_regenerated
 
 
@@ -173,8 +184,6 @@ def collect(
         in_play.add(trajectory.group_id)
         if trajectory.finished:
             finish(trajectory)
-    resumed = [t for t in cached if not t.finished]
-    engine.submit(resumed)
 
     def start_group(group: PromptGroup | None = None) -> None:
         group = group or source.next_group()
@@ -182,32 +191,38 @@ def collect(
         in_play.add(group.group_id)
         engine.submit(group.samples(group_size))
 
-    prompts = {t.group_id: t.prompt_ids for t in stale}
-    for group, prompt_ids in sorted(prompts.items()):  # restarted: after the resumed ones
-        start_group(PromptGroup(group, prompt_ids, state.answers[group]))
+    resumed = [t for t in cached if not t.finished]
+    try:  # a stop request, or the engine lost: everything goes back to the cache
+        engine.submit(resumed)
+        prompts = {t.group_id: t.prompt_ids for t in stale}
+        for group, prompt_ids in sorted(prompts.items()):  # restarted: after the resumed ones
+            start_group(PromptGroup(group, prompt_ids, state.answers[group]))
 
-    limit = max_inflight_groups if partial else batch_groups
-    while len(complete) < batch_groups or (engine.has_work and not partial):
-        while len(in_play) < batch_groups:  # enough groups for one batch, whatever the schedule
-            start_group()
-        if partial:
-            while engine.idle_slots() > 0 and (limit is None or len(in_play) < limit):
+        limit = max_inflight_groups if partial else batch_groups
+        while len(complete) < batch_groups or (engine.has_work and not partial):
+            while len(in_play) < batch_groups:  # enough groups for one batch, whatever the schedule
                 start_group()
-        if not engine.has_work:  # only reachable if groups went missing: fail, never hang
-            raise RuntimeError(
-                f"rollout stalled: {len(complete)} of {batch_groups} "
-                "groups complete and nothing left to generate"
-            )
-        if should_stop():
-            for trajectory in [*engine.pause(), *(t for m in finished.values() for t in m)]:
-                state.cache.add(trajectory)
-            raise RolloutInterrupted(
-                time.perf_counter() - start,
-                engine.stats.tokens_generated - tokens_before,
-                engine.stats.tokens_regenerated - regenerated_before,
-            )
-        for trajectory in engine.poll():
-            finish(trajectory)
+            if partial:
+                while engine.idle_slots() > 0 and (limit is None or len(in_play) < limit):
+                    start_group()
+            if not engine.has_work:  # only reachable if groups went missing: fail, never hang
+                raise RuntimeError(
+                    f"rollout stalled: {len(complete)} of {batch_groups} "
+                    "groups complete and nothing left to generate"
+                )
+            if should_stop():
+                raise StopRequested
+            for trajectory in engine.poll():
+                finish(trajectory)
+    except (StopRequested, EngineLost) as stopped:  # paused into the cache: nothing is lost
+        for trajectory in [*engine.pause(), *(t for m in finished.values() for t in m)]:
+            state.cache.add(trajectory)
+        raise RolloutInterrupted(
+            time.perf_counter() - start,
+            engine.stats.tokens_generated - tokens_before,
+            engine.stats.tokens_regenerated - regenerated_before,
+            lost=stopped if isinstance(stopped, EngineLost) else None,
+        ) from None
 
     paused = engine.pause() if partial else []
     chosen = sorted(complete)[:batch_groups]

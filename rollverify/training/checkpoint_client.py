@@ -177,4 +177,6 @@ class CheckpointClient:
                     f"left); steps after {last} are trained again",
                 )
         saved = self.checkpointed_step == step
+        if self.failure is not None:  # the engine lost (rank 0's): the run stops with its error
+            raise self.failure
         raise RunInterrupted(step, self.run_dir if saved else None)

@@ -61,7 +61,7 @@ from rollverify.core.methods import Method
 from rollverify.core.switching import AcceptanceMonitor
 from rollverify.infra.kill_points import kill_point
 from rollverify.rollout.dynamic_sampling import tie_filter
-from rollverify.rollout.engines.protocol import RolloutEngine, WeightsMixed
+from rollverify.rollout.engines.protocol import EngineLost, RolloutEngine
 from rollverify.rollout.schedules import RolloutInterrupted, RolloutResult
 from rollverify.rollout.tool_calls import ToolCountsSince
 from rollverify.rollout.trajectory import Trajectory
@@ -196,6 +196,8 @@ class TrainingLoop:
         except RolloutInterrupted as interrupted:  # booked now: the checkpoint keeps it
             trace = self.rollouts.take_trace()
             self.booking.paused_rollout(interrupted, trace, self.version + 1)
+            if interrupted.lost is not None:  # the run stops with it, once checkpointed
+                self.checkpoints.fail_after_step(interrupted.lost)
             return None
 
     def check_and_reward(
@@ -254,7 +256,11 @@ class TrainingLoop:
         self.booking.after_step(step, records, self.trained_batch, self.counters)
         due = self.schedule.evaluation_due(step)
         if due and not stopping:
-            records.evaluation = self.evaluate()
+            try:
+                records.evaluation = self.evaluate()
+            except EngineLost as lost:  # owed to the resumed run, as a stop's evaluation is
+                self.checkpoints.fail_after_step(lost)
+                stopping = True
         self.counters.eval_pending = due and stopping
         self.booking.write_ledger(self.run_dir)
 
@@ -276,8 +282,8 @@ class TrainingLoop:
         load = self.rollouts.load_weights if self.world.main else None
         try:
             gap, probe_steps = sync_engine(self.engine, model, dtype, probe, tolerance, step, load)
-        except WeightsMixed as mixed:  # the step ends, checkpointed; then the run stops with it
-            self.checkpoints.fail_after_step(mixed)
+        except EngineLost as lost:  # the step ends, checkpointed; then the run stops with it
+            self.checkpoints.fail_after_step(lost)
             gap, probe_steps = None, []
         return SyncRecord(seconds=time.perf_counter() - start, gap=gap, engine_steps=probe_steps)
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rollverify.rollout.engines.protocol import EngineLost
 from rollverify.rollout.engines.vllm_settings import SidecarFailed
 
 POLL_S = 0.5  # Ray's view, asked this often while an engine waits for a node
 
 
-class NodeLost(SidecarFailed):
-    """An engine's node was lost and no node to put it on came within the wait."""
+class NodeLost(SidecarFailed, EngineLost):
+    """An engine's node was lost and no node to put it on came within the wait: the run stops
+    after a checkpoint of where it is (EngineLost)."""
 
 
 def node_alive(node_id: str) -> bool:

@@ -27,12 +27,18 @@ class SyncCheckError(RuntimeError):
     exit_code = 1  # rvctl prints the message alone: it says what happened and what to check
 
 
-class WeightsMixed(RuntimeError):
+class EngineLost(RuntimeError):
+    """The run's engine cannot go on (its node lost for good, its weights mixed): the run stops
+    after a checkpoint of where it is, which `rvctl resume` continues from. A rollout that
+    meets it keeps what was generated (schedules.collect: as a stop request's pause does)."""
+
+    exit_code = 1  # rvctl prints the message alone: it says what was lost and what to do
+
+
+class WeightsMixed(EngineLost):
     """Engines were lost during a weight sync that cannot be sent again (a sharded trainer's
     weights are gathered once a sync): the live engines hold part of the new weights. The run
     stops after this step's checkpoint (training/loop.py)."""
-
-    exit_code = 1  # rvctl prints the message alone: it names the engines and the version
 
     def __init__(self, live: list[int], lost: list[int], version: int) -> None:
         self.live, self.lost, self.version = live, lost, version

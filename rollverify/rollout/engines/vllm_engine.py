@@ -41,7 +41,7 @@ from rollverify.core.sampling import Sampling
 from rollverify.cost.trace import EngineStep
 from rollverify.infra.kill_points import kill_point
 from rollverify.infra.vllm_versions import checked_range
-from rollverify.rollout.engines.protocol import EngineStats, check_unfinished
+from rollverify.rollout.engines.protocol import EngineLost, EngineStats, check_unfinished
 from rollverify.rollout.engines.vllm_plugin import ONEDNN_FLAG_HOMES, PACKING_ON, PACKING_UNKNOWN
 from rollverify.rollout.engines.vllm_replacement import MAX_RESTARTS, SidecarReplacement
 from rollverify.rollout.engines.vllm_settings import START_TIMEOUT_S, SidecarFailed, VLLMSettings
@@ -189,7 +189,11 @@ class VLLMEngine(SidecarReplacement):
         return max(0, self.slots - len(self._inflight) - len(self._waiting))
 
     def submit(self, trajectories: list[Trajectory]) -> None:
-        self._revive()
+        try:
+            self._revive()
+        except EngineLost:  # they wait with the lost engine's: a pause hands them back
+            self._waiting += list(trajectories)
+            raise
         batches: dict[int, list] = {}
         check_unfinished(trajectories)
         for trajectory in trajectories:

@@ -1,13 +1,17 @@
 """Engines on a node of their own, and that node lost mid-run: two real Ray nodes
 (tests/ray_nodes.py), rvctl's vLLM engines placed on the second by vllm.node_resource, its
-raylet SIGKILLed by pid while they generate, in synchronous partial and asynchronous mode.
+raylet SIGKILLed by pid at a random moment (a step and a delay drawn from a seed, printed:
+NODE_LOSS_SEED=N repeats one), in synchronous partial and asynchronous mode; the run says which
+phase the kill met (ROLLVERIFY_PHASES: generation, weight sync, evaluation, checkpoint,
+training) and must end whatever it met. And vllm.node_lost: stop, resumed to the end.
 
-The long tier (docs/testing.md): two vLLM starts a mode (the first on the engine node, its
+The long tier (docs/testing.md): two vLLM starts a run (the first on the engine node, its
 replacement on the head), past make test's budget.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -34,8 +38,11 @@ pytestmark = [
 ]
 
 # A step is ~0.5 s here and a killed raylet's actors answer for ~3 s more: the run must go on
-# for long enough after the kill to meet the loss (10 steps).
-STEPS, KILLED_AFTER = 12, 2
+# for long enough after the kill to meet the loss (4 steps or more after the last kill).
+STEPS, KILLED_AFTER, LAST_KILL = 12, 2, 7
+# Ray notices a lost node after 3 health checks this far apart (its default: 5 x 3 s, past a
+# whole run here): so the loss is met in the phase the kill came in, not at the run's end
+HEALTH_CHECK_MS = 200
 MODES = {
     "partial": {"train.method": "partial"},
     "async": {"train.method": "rollverify", "rollout.mode": "async", "rollout.eta": 2},
@@ -48,44 +55,63 @@ def _sidecars(node) -> list[str]:
     return [process_name(p) for p in tree(node.pid) if "VLLMSidecar" in process_name(p)]
 
 
-def _train(cluster: Cluster, tmp_path: Path, mode: str) -> tuple[subprocess.Popen, Path]:
+def _train(
+    cluster: Cluster, tmp_path: Path, mode: str, **more: object
+) -> tuple[subprocess.Popen, Path]:
     settings = MODES[mode] | {"rollout.engine": "vllm", "train.steps": STEPS}
     settings |= {"train.checkpoint_every": 1, "task.max_steps": 32}  # long chains: in flight
+    settings |= {"train.eval_every": 3}  # an evaluation the kill may meet
     settings |= {"vllm.ray_address": cluster.address, "vllm.node_resource": ENGINE_RESOURCE}
     settings |= {"vllm.node_lost_wait_seconds": 2.0}  # no other engine node: then the head
-    config = tiny_file(tmp_path / "tiny.yaml", **settings)
+    config = tiny_file(tmp_path / "tiny.yaml", **(settings | more))
     command = [sys.executable, "-m", "rvctl.app", "train", "--config", str(config)]
     command += ["--output", str(tmp_path / "runs")]
     stderr = tmp_path / "stderr"
+    env = cluster.env | {"ROLLVERIFY_PHASES": str(tmp_path / "phases")}
     with stderr.open("w") as err:
         process = subprocess.Popen(
-            cluster.command(*command), stdout=subprocess.DEVNULL, stderr=err, env=cluster.env
+            cluster.command(*command), stdout=subprocess.DEVNULL, stderr=err, env=env
         )
     return process, stderr
 
 
+def moment(mode: str) -> tuple[int, int, float]:
+    """(seed, the step after whose line the kill comes, the delay after it): drawn from
+    NODE_LOSS_SEED, else a fresh seed, printed so a failure can be repeated."""
+    seed = int(os.environ.get("NODE_LOSS_SEED", random.randrange(10**6)))
+    draw = random.Random(f"{seed}-{mode}")
+    after, delay = draw.randint(1, LAST_KILL), draw.uniform(0.0, 1.0)  # (a step: ~0.3-1 s)
+    print(f"NODE_LOSS_SEED={seed}: {mode}, killed {delay:.2f} s after step {after}'s line")
+    return seed, after, delay
+
+
+def phase_met(tmp_path: Path, killed_at: float) -> str:
+    """The phase the run was in at `killed_at` (time.time()): the last one begun before it."""
+    marks = [line.split() for line in (tmp_path / "phases").read_text().splitlines()]
+    begun = [(float(t), " ".join(rest[:-1]), rest[-1]) for t, *rest in marks]
+    t, phase, step = max((m for m in begun if m[0] <= killed_at), default=(0, "setup", "0"))
+    return f"{phase} (step {step})"
+
+
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_a_lost_engine_node_costs_the_run_nothing(tmp_path, mode):
-    """The engine runs on the engine node (its process under that node's raylet); a random
-    moment after step 2 is logged (while it generates step 3's batch: synchronous, the
-    trainer waits on it; asynchronous, it generates all along) that node's raylet is
-    SIGKILLed. The run says so in one line, places the engine on the head (the only node
-    left), and ends: every step logged once in its one MLflow run, and every group started
-    trained once or still in play at the end (none lost with the node)."""
-    with two_nodes(tmp_path) as cluster:
+    """The engine runs on the engine node (its process under that node's raylet); at a random
+    moment (moment()) that node's raylet is SIGKILLed, whatever the run is doing then. The run
+    says so in one line, places the engine on the head (the only node left), and ends: every
+    step logged once in its one MLflow run, and every group started trained once or still in
+    play at the end (none lost with the node)."""
+    seed, after, delay = moment(mode)
+    with two_nodes(tmp_path, health_check_ms=HEALTH_CHECK_MS) as cluster:
         process, stderr = _train(cluster, tmp_path, mode)
         try:
             logged = wait_until(
-                lambda: (
-                    f"step {KILLED_AFTER}/{STEPS}" in stderr.read_text()
-                    or process.poll() is not None
-                ),
+                lambda: f"step {after}/{STEPS}" in stderr.read_text() or process.poll() is not None,
                 timeout=400,
             )
             assert logged and process.poll() is None, stderr.read_text()[-3000:]
             on_engine_node, on_head = _sidecars(cluster.worker), _sidecars(cluster.head)
-            delay = random.uniform(0.0, 0.5)
             time.sleep(delay)
+            killed_at = time.time()
             killed = cluster.kill_raylet(cluster.worker)
             replaced = wait_until(
                 lambda: _sidecars(cluster.head) or process.poll() is not None, timeout=300
@@ -96,7 +122,10 @@ def test_a_lost_engine_node_costs_the_run_nothing(tmp_path, mode):
         finally:
             if process.poll() is None:
                 process.kill()
-    where = f"{mode}, killed {delay:.2f} s after step {KILLED_AFTER}'s line"
+    met = phase_met(tmp_path, killed_at)
+    where = (
+        f"NODE_LOSS_SEED={seed}: {mode}, killed {delay:.2f} s after step {after}'s line, in {met}"
+    )
     errors = stderr.read_text()
     assert process.returncode == 0, f"{where}: {errors[-3000:]}"
     assert len(on_engine_node) == 1 and not on_head, (on_engine_node, on_head)
@@ -104,7 +133,7 @@ def test_a_lost_engine_node_costs_the_run_nothing(tmp_path, mode):
     print(f"{where}: a sidecar on the head {went_on:.1f} s after the kill")
     (line,) = [line for line in errors.splitlines() if LOST in line] or [errors[-3000:]]
     waited = int(line.split("; ")[1].split()[0])
-    assert waited > 0, f"{where}: the node was lost while its engine generated: {line}"
+    print(f"{where}: {waited} unfinished trajectories waited for the new engine")
 
     output = tmp_path / "runs"
     (run_dir,) = output.glob(f"{MODES[mode]['train.method']}-s0-*")
@@ -128,3 +157,48 @@ def test_a_lost_engine_node_costs_the_run_nothing(tmp_path, mode):
         started = end.state["task"]["next_group_id"]
     assert started == STEPS * batch_groups + len(in_play), f"{where}: {started}, {in_play}"
     assert cached == sorted(group_size * in_play), where
+
+
+def test_node_lost_stop_checkpoints_at_the_stop_and_resumes_to_the_end(tmp_path):
+    """vllm.node_lost: stop, the engine node killed at a random moment: the run stops with the
+    one line naming vllm.node_lost and rvctl resume, after a checkpoint of where it stopped;
+    rvctl resume, the engine then anywhere (vllm.node_resource null: the head), ends the run
+    with every step logged once in its one MLflow run."""
+    seed, after, delay = moment("stop")
+    with two_nodes(tmp_path, health_check_ms=HEALTH_CHECK_MS) as cluster:
+        process, stderr = _train(cluster, tmp_path, "partial", **{"vllm.node_lost": "stop"})
+        try:
+            logged = wait_until(
+                lambda: f"step {after}/{STEPS}" in stderr.read_text() or process.poll() is not None,
+                timeout=400,
+            )
+            assert logged and process.poll() is None, stderr.read_text()[-3000:]
+            time.sleep(delay)
+            killed_at = time.time()
+            cluster.kill_raylet(cluster.worker)
+            process.wait(timeout=400)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        where = f"NODE_LOSS_SEED={seed}: killed {delay:.2f} s after step {after}, in "
+        where += phase_met(tmp_path, killed_at)
+        errors = [line for line in stderr.read_text().splitlines() if line.startswith("error: ")]
+        assert process.returncode == 1, f"{where}: {errors}"
+        (line,) = errors
+        assert line.startswith("error: vllm.node_lost: stop: no node with engine_node"), where
+        assert "rvctl resume" in line
+        output = tmp_path / "runs"
+        (run_dir,) = output.glob("partial-s0-*")
+        stopped_at = latest(run_dir / "checkpoints").step
+        command = [sys.executable, "-m", "rvctl.app", "resume", str(run_dir)]
+        command += ["--set", "vllm.node_resource=null"]
+        resumed = subprocess.run(
+            cluster.command(*command), capture_output=True, text=True, env=cluster.env
+        )
+    assert resumed.returncode == 0, f"{where}: {resumed.stderr[-3000:]}"
+    print(f"{where}: stopped with step {stopped_at}'s checkpoint, resumed to step {STEPS}")
+    client = MlflowClient(f"sqlite:///{output / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("rollverify").experiment_id])
+    assert run.info.status == "FINISHED"
+    logged = [m.step for m in client.get_metric_history(run.info.run_id, "reward_mean")]
+    assert sorted(logged) == list(range(1, STEPS + 1)), f"{where}: each step once: {logged}"

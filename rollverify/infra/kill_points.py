@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 ENVIRONMENT = "ROLLVERIFY_KILL_AT"
 
@@ -38,6 +39,18 @@ POINTS = {  # name -> the moment it names
 }
 
 _reached = 0  # times the wanted point was reached from its step on, in this process
+
+PHASES_ENVIRONMENT = "ROLLVERIFY_PHASES"  # a file: the run's phases, each as it begins
+
+
+def phase_mark(phase: str, step: int) -> None:
+    """Append `time phase step` to the file ROLLVERIFY_PHASES names, when it is set (the
+    lost-node tests read which phase a kill met: generation, weight sync, evaluation,
+    checkpoint, training); nothing otherwise."""
+    path = os.environ.get(PHASES_ENVIRONMENT)
+    if path:
+        with open(path, "a") as phases:
+            phases.write(f"{time.time():.3f} {phase} {step}\n")
 
 
 def kill_point(point: str, step: int) -> None:

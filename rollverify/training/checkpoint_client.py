@@ -23,6 +23,7 @@ from typing import Any
 from torch.distributed.checkpoint import CheckpointException
 
 from rollverify.config import TrainConfig
+from rollverify.infra.kill_points import phase_mark
 from rollverify.training.booking import Booking
 from rollverify.training.checkpoint.background_write import BackgroundWrite, detached
 from rollverify.training.checkpoint.files import save as save_checkpoint
@@ -100,6 +101,7 @@ class CheckpointClient:
         step = self.trainer.state.global_step
         root, keep = self.run_dir / "checkpoints", self.train.keep_checkpoints
         folder, temporary = None, None
+        phase_mark("checkpoint", step)  # tests: which phase a lost node met
         with self.booking.phase("checkpoint") as clock:
             try:
                 model = self.trainer.accelerator.unwrap_model(self.trainer.model)
@@ -119,6 +121,7 @@ class CheckpointClient:
                 if temporary is not None and self.world.main:
                     shutil.rmtree(temporary, ignore_errors=True)
         self.checkpoint_seconds = clock.seconds
+        phase_mark("idle", step)  # (until the next step's rollout)
         if background:
             self.schedule.checkpointed, self.pending_step = step, step
         elif self.world.agree_checkpoint_written(folder is not None):

@@ -59,7 +59,7 @@ from transformers import PreTrainedModel
 from rollverify.config import RunConfig
 from rollverify.core.methods import Method
 from rollverify.core.switching import AcceptanceMonitor
-from rollverify.infra.kill_points import kill_point
+from rollverify.infra.kill_points import kill_point, phase_mark
 from rollverify.rollout.dynamic_sampling import tie_filter
 from rollverify.rollout.engines.protocol import EngineLost, RolloutEngine
 from rollverify.rollout.schedules import RolloutInterrupted, RolloutResult
@@ -181,6 +181,7 @@ class TrainingLoop:
             old_logprobs = self._score(trajectories)
         self.records.scoring.add(used, scoring.seconds, forward_work(trajectories or []))
         main = self.world.main
+        phase_mark("training", self.version + 1)
         batch = self.check_and_reward(result, trajectories, old_logprobs) if main else None
         return self.world.share(batch)
 
@@ -191,6 +192,7 @@ class TrainingLoop:
             kill_point("rollout", self.version + 1)  # tests: killed as the engine generates
             return self.stop.requested
 
+        phase_mark("generation", self.version + 1)  # tests: which phase a lost node met
         try:
             return self.rollouts.next_batch(self.records, should_stop=stop_now)
         except RolloutInterrupted as interrupted:  # booked now: the checkpoint keeps it
@@ -256,6 +258,7 @@ class TrainingLoop:
         self.booking.after_step(step, records, self.trained_batch, self.counters)
         due = self.schedule.evaluation_due(step)
         if due and not stopping:
+            phase_mark("evaluation", step)
             try:
                 records.evaluation = self.evaluate()
             except EngineLost as lost:  # owed to the resumed run, as a stop's evaluation is
@@ -280,11 +283,13 @@ class TrainingLoop:
         # rank 0 loads (between steps, or between two tokens of every sequence); the other
         # ranks take their part of each gather
         load = self.rollouts.load_weights if self.world.main else None
+        phase_mark("weight sync", step)
         try:
             gap, probe_steps = sync_engine(self.engine, model, dtype, probe, tolerance, step, load)
         except EngineLost as lost:  # the step ends, checkpointed; then the run stops with it
             self.checkpoints.fail_after_step(lost)
             gap, probe_steps = None, []
+        phase_mark("training", step)  # (the cache's verification: the trainer's)
         return SyncRecord(seconds=time.perf_counter() - start, gap=gap, engine_steps=probe_steps)
 
     def verify_cache(self, step: int) -> CacheCheck:

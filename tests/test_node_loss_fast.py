@@ -1,4 +1,4 @@
-"""A lost engine node in seconds: two real Ray nodes (tests/ray_nodes.py), a VLLMEngine whose
+"""A lost engine node in seconds: two real Ray nodes (benchmarks/ray_nodes.py), a VLLMEngine whose
 sidecar is the deterministic stub (tests/stub_sidecar.py) placed by vllm.node_resource on the
 second, that node's raylet SIGKILLed by pid while four partial trajectories are in flight
 there. make test's node-loss test; the vLLM runs are tests/test_node_loss.py (long tier)."""
@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
+from benchmarks.ray_nodes import namespace_available, two_nodes
 from tests.node_loss_driver import MAX_NEW_TOKENS, PREFIX, SYNC_TENSORS
 from tests.polling import wait_until
-from tests.ray_nodes import namespace_available, two_nodes
 from tests.sockets import process_name, tree
 
 pytestmark = [

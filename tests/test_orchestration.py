@@ -17,11 +17,11 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from benchmarks.ray_cluster import LOCAL_RAY_SETTINGS, ray_cluster
 from rollverify.config import load_config
 from rollverify.experiments.compare import compare
 from rollverify.training.run import train
 from tests.cli import run_rvctl
-from tests.ray_cluster import LOCAL_RAY_SETTINGS, ray_cluster
 from tests.runs import comparable, history, metric_history, tiny_file
 from tests.sockets import beyond_loopback, listening, token_readable_by_others, tree
 

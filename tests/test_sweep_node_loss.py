@@ -13,9 +13,9 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from benchmarks.ray_nodes import namespace_available, two_nodes
 from rollverify.tracking.tracker import child_runs
 from tests.polling import wait_until
-from tests.ray_nodes import namespace_available, two_nodes
 from tests.runs import tiny_file
 from tests.sockets import process_name, tree
 

@@ -1,5 +1,5 @@
-"""A real Ray cluster of one node for tests, as a user starts one: `ray start --head --block`,
-with a token of its own (Ray 2.60's default token authentication; a user runs `ray
+"""A real Ray cluster of one node for tests and benchmarks, as a user starts one: `ray start
+--head --block`, with a token of its own (Ray 2.60's default token authentication; a user runs `ray
 get-auth-token --generate` first), stopped by SIGTERM to that command (never `ray stop`, which
 would stop every Ray of this user, another test's too)."""
 

@@ -4,7 +4,7 @@ own (`engine_node: 1`, standing in for a GPU node's GPUs) for the second; each s
 SIGTERM to its own command (never `ray stop`, which would stop every Ray of this user), or lost
 as a host is lost: its raylet SIGKILLed by pid (`kill_raylet`).
 
-Ray's token authentication as tests/ray_cluster.py keeps it: a token of the cluster's own in a
+Ray's token authentication as benchmarks/ray_cluster.py keeps it: a token of the cluster's own in a
 0600 file (RAY_AUTH_TOKEN_PATH), clients with RAY_AUTH_MODE=token.
 
 Loopback only: on Linux `ray start` turns a loopback address into the machine's external one
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.ray_cluster import RAY, _free_port, user_shell
+from benchmarks.ray_cluster import RAY, _free_port, user_shell
 
 ROOT = Path(__file__).parents[1]
 ENGINE_RESOURCE = "engine_node"

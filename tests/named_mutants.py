@@ -295,6 +295,16 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "threshold-grid-logs-the-runs-own",
+        "each grid point's acceptance is verify() with that point's thresholds, not the run's",
+        "rollverify/core/threshold_grid.py",
+        "        kept = verify(ops, versions, mask, ds, dt, policy)",
+        "        kept = verify(ops, versions, mask, 0.01, run_dt, policy)",
+        (
+            "tests/test_threshold_grid.py::test_each_point_keeps_what_verify_with_its_thresholds_keeps",
+        ),
+    ),
+    Mutant(
         "hang-not-detected",
         "a sidecar that stops answering is taken for dead",
         "rollverify/rollout/engines/vllm_replacement.py",

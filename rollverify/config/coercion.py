@@ -80,6 +80,16 @@ def _coerce(value: Any, hint: Any) -> tuple[Any, str | None]:
         near = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
         hint_text = f"; did you mean {near[0]!r}?" if near else ""
         return None, f"must be one of {', '.join(map(str, args))}, got {_show(value)}{hint_text}"
+    if origin is list:  # list[V]: each item checked as V
+        if not isinstance(value, list):
+            return None, f"must be a list, got {_show(value)}"
+        checked_items = []
+        for index, item in enumerate(value):
+            coerced, problem = _coerce(item, args[0])
+            if problem:
+                return None, f"item {index}: {problem}"
+            checked_items.append(coerced)
+        return checked_items, None
     if origin is dict:  # dict[str, V]: a mapping of names to values, each checked as V
         if not isinstance(value, dict):
             return None, f"must be a mapping of names to values, got {_show(value)}"

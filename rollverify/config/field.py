@@ -17,8 +17,8 @@ def config_field(
 ) -> Any:
     """A config field whose metadata carries its documentation and its rule."""
     metadata = {"doc": doc, "check": check, "rule": rule, "allow_inf": allow_inf}
-    if isinstance(default, dict):  # a mutable default: each config gets its own copy
-        return field(default_factory=lambda: dict(default), metadata=metadata)
+    if isinstance(default, (dict, list)):  # a mutable default: each config gets its own copy
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
     return field(default=default, metadata=metadata)
 
 

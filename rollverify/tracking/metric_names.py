@@ -193,6 +193,14 @@ def trl_metrics(logs: dict[str, object]) -> dict[str, float]:
 
 # Per eval set (task.eval_sets / task.eval_files), logged with every evaluation.
 EVAL_SET_PATTERNS = ("eval/<set>/avg_at_k", "eval/<set>/pass_at_k")
+# verify.threshold_grid: the acceptance each grid point would have given at the step's check
+THRESHOLD_GRID_PREFIX = "threshold_grid/"
+THRESHOLD_GRID_PATTERN = THRESHOLD_GRID_PREFIX + "<point>"
+
+
+def threshold_grid(point: str) -> str:
+    """threshold_grid/<point>: a label of core/threshold_grid.py (ds_0.01, auto_c2_dt_run)."""
+    return THRESHOLD_GRID_PREFIX + point
 
 
 def eval_avg_at_k(eval_set: str) -> str:
@@ -230,7 +238,7 @@ def ledger_names() -> tuple[str, ...]:
 
 def all_names() -> tuple[str, ...]:
     """Every fixed name, and the per-set patterns (eval/<set>/...)."""
-    return STEP + ledger_names() + EVAL_SET_PATTERNS + TRL_NAMES
+    return STEP + ledger_names() + EVAL_SET_PATTERNS + (THRESHOLD_GRID_PATTERN,) + TRL_NAMES
 
 
 def unknown(names: Iterable[str]) -> list[str]:
@@ -239,5 +247,7 @@ def unknown(names: Iterable[str]) -> list[str]:
     return sorted(
         n
         for n in names
-        if n not in known and eval_set_of(n) is None and not n.startswith(TRL_PREFIX)
+        if n not in known
+        and eval_set_of(n) is None
+        and not n.startswith((TRL_PREFIX, THRESHOLD_GRID_PREFIX))
     )

@@ -15,6 +15,7 @@ from rollverify.core.auto_thresholds import AUTO, per_version_drift, thresholds
 from rollverify.core.methods import Method
 from rollverify.core.off_policy_shift import sequence_ops, token_ops
 from rollverify.core.switching import AcceptanceMonitor
+from rollverify.core.threshold_grid import grid_kept
 from rollverify.core.verify import verify_stages
 from rollverify.cost.trace import scoring_work
 from rollverify.rollout.trajectory import PaddedTrajectories, Trajectory, TrajectoryCache
@@ -46,10 +47,13 @@ def check_cache(
     lengths = batch.mask.sum(-1)
     after_sequence = kept = lengths
     auto = AUTO in (cfg.ds, cfg.dt)
-    drift = per_version_drift(ops, batch.versions, policy, version) if auto else None
+    measured = auto or any(str(p).startswith(AUTO) for p in cfg.threshold_grid)
+    drift = per_version_drift(ops, batch.versions, policy, version) if measured else None
     ds, dt = thresholds(cfg.ds, cfg.dt, cfg.drift_versions, drift) if auto else (cfg.ds, cfg.dt)
+    dt = dt if method.token_stage or not method.verify else math.inf
+    # what each threshold of the grid would have kept of this same cache (before any cut)
+    grid = grid_kept(ops, batch.versions, batch.mask, policy, cfg.threshold_grid, dt, drift)
     if method.verify:
-        dt = dt if method.token_stage else math.inf
         after_sequence, kept = verify_stages(ops, batch.versions, batch.mask, ds, dt, policy)
         for trajectory, k in zip(cached, kept.tolist(), strict=True):
             trajectory.truncate(k)
@@ -71,6 +75,7 @@ def check_cache(
         ),
         scored=forward_work(cached),
         auto=(ds, dt, drift) if auto and drift is not None else None,
+        grid=grid,
     )
 
 

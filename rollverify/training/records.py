@@ -90,6 +90,9 @@ class CacheCheck:
     # verify.ds/dt auto: the (ds, dt) it applied and the per-version drift they came from
     # (core/auto_thresholds.py); None without auto or without a stale token to measure
     auto: tuple[float, float, float] | None = None
+    # verify.threshold_grid: what each grid point would have kept of the policy tokens checked
+    # (tokens_before), before any cut (core/threshold_grid.py)
+    grid: dict[str, int] = field(default_factory=dict)
 
     @property
     def tokens_truncated(self) -> int:
@@ -125,6 +128,10 @@ class CacheCheck:
             ops_after=mean("ops_after"),
             scored=scored,
             auto=_mean_auto(checks),
+            grid={
+                label: sum(c.grid.get(label, 0) for c in checks)
+                for label in dict.fromkeys(label for c in checks for label in c.grid)
+            },
         )
 
 
@@ -254,6 +261,8 @@ def step_metrics(
         ),
         m.SWITCHED: float(monitor.switched),
     }
+    if cache.tokens_before:  # what each threshold of the grid would have kept of it
+        metrics |= {m.threshold_grid(p): k / cache.tokens_before for p, k in cache.grid.items()}
     if sync.synced:
         metrics[m.SYNC_LOGPROB_GAP] = sync.gap
     if cache.auto is not None:  # logged where auto measured something, rather than NaN

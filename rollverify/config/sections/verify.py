@@ -7,6 +7,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rollverify.config.field import at_least_one, config_field, positive, positive_or_auto
+from rollverify.core.threshold_grid import DEFAULT_GRID, parse_point
+
+
+def _grid_points(points: list) -> bool:
+    try:
+        labels = [parse_point(point)[0] for point in points]
+    except ValueError:
+        return False
+    return len(set(labels)) == len(labels)  # each point once
 
 
 @dataclass
@@ -38,6 +47,16 @@ class VerifyConfig:
         "(c of docs/rules.md, section 3).",
         positive,
         "> 0",
+    )
+    threshold_grid: list[float | str] = config_field(
+        list(DEFAULT_GRID),
+        "At every check, the acceptance each of these would have given on the same cache, "
+        "logged as threshold_grid/<point> (rvctl report --thresholds, rvctl plan): a ds (with "
+        "the run's dt, and _dt_scaled: dt = ds x 2/0.01) or auto:C (ds = C x the check's "
+        "per-version drift, dt scaled; _dt_run: the run's dt). [] logs none "
+        "(docs/rules.md, section 3).",
+        _grid_points,
+        "a list of ds > 0 and auto:C (C > 0)",
     )
     window: int = config_field(8, "Acceptance-rate window (cycles).", at_least_one, ">= 1")
     switch_threshold: float = config_field(

@@ -44,6 +44,7 @@ REPORT_METRICS = (
     m.TRL_GRAD_NORM,  # ... and its largest gradient norm
     m.DRIFT_OPS,  # ... and the per-version drift
     m.VERIFY_DS,  # ... and the sequence stage's threshold where it is auto
+    m.CACHE_TOKENS_VERIFIED,  # the checks' weights (rvctl report --thresholds)
 )
 
 
@@ -99,7 +100,9 @@ class Report:
 # ---- reading MLflow ----------------------------------------------------------------------
 
 
-def load_report(targets: Sequence[str] = (), tracking_uri: str | None = None) -> Report:
+def load_report(
+    targets: Sequence[str] = (), tracking_uri: str | None = None, prefixes: tuple[str, ...] = ()
+) -> Report:
     """Resolve targets and read their training runs.
 
     A target is a run id (a training run, or a compare/sweep parent: its children) or a folder
@@ -107,7 +110,8 @@ def load_report(targets: Sequence[str] = (), tracking_uri: str | None = None) ->
     folder (`train --output`, `compare --output`: the run and compare folders in it; where it
     has none, every training run of its store, mlflow.db). Each folder names its own store;
     targets in several stores are read from each (`tracking_uri` overrides them all).
-    No target: the newest parent in the store, else every training run in it.
+    No target: the newest parent in the store, else every training run in it. `prefixes`:
+    the metrics named so are read too (threshold_grid/: rvctl report --thresholds).
     """
     found = [(t, record) for t in targets if _looks_like_path(t) for record in _records_in(Path(t))]
     # MLflow is slow to import: a bad folder is reported before that.
@@ -140,7 +144,9 @@ def load_report(targets: Sequence[str] = (), tracking_uri: str | None = None) ->
         raise ValueError(f"{names}: no training runs yet (a parent without children?)")
     kind = kinds.pop() if len(kinds) == 1 and parents else "runs"
     sweep_params = [p for r in parents for p in r.data.tags.get("sweep_params", "").split(",") if p]
-    records = sorted((_record(c, r) for c, r in runs.values()), key=lambda r: r.start_time)
+    records = sorted(
+        (_record(c, r, prefixes) for c, r in runs.values()), key=lambda r: r.start_time
+    )
     return Report(
         ", ".join(by_store),
         kind,
@@ -264,10 +270,11 @@ def run_record(tracking_uri: str, run_id: str) -> RunRecord:
     return _record(client, client.get_run(run_id))
 
 
-def _record(client: Any, run: Any) -> RunRecord:
+def _record(client: Any, run: Any, prefixes: tuple[str, ...] = ()) -> RunRecord:
     history = {}
     per_set = [name for name in run.data.metrics if m.eval_set_of(name) is not None]
-    for name in (*REPORT_METRICS, *per_set):
+    asked = [name for name in run.data.metrics if prefixes and name.startswith(prefixes)]
+    for name in (*REPORT_METRICS, *per_set, *asked):
         stored = name if name in run.data.metrics else m.RENAMED.get(name)  # (older runs)
         if stored not in run.data.metrics:
             continue

@@ -132,29 +132,42 @@ def report(
             "with 95% intervals, the Pareto set marked; --plots: frontier.png.",
         ),
     ] = False,
+    thresholds: Annotated[
+        bool,
+        typer.Option(
+            "--thresholds",
+            help="Instead, what every ds of verify.threshold_grid would have done in these "
+            "runs: per grid point, the first full acceptance window, its lowest, the step its "
+            "window would have switched at, the share it would have cut; --plots: "
+            "thresholds.png.",
+        ),
+    ] = False,
     out: Annotated[
         Path | None,
         typer.Option(
-            help="With --vs, --frontier or --table: also write the rows, every figure and per "
-            "seed, to this JSON file.",
+            help="With --vs, --frontier, --table or --thresholds: also write the rows, every "
+            "figure and per seed, to this JSON file.",
             show_default=False,
         ),
     ] = None,
 ) -> None:
     """Accuracy, GPU-days and speedup per method (or per grid point of a sweep); or, with --vs
     or --table, the staleness study's paired tables; with --frontier, cost against accuracy."""
-    check_study_options(vs, by, table, frontier)
-    study = bool(vs or table or frontier)
+    check_study_options(vs, by, table, frontier, thresholds)
+    study = bool(vs or table or frontier or thresholds)
     if out is not None and not study:
         raise ValueError("--out: writes a --vs or --table table; for the method table use -f json")
     if per_seed is not None and study:
         raise ValueError("--per-seed: the method table's; with --vs or --table, --out holds them")
     if study:
+        from rollverify.tracking.metric_names import THRESHOLD_GRID_PREFIX
         from rollverify.tracking.run_records import load_report
 
-        found = load_report(targets or [], tracking_uri)
+        grid = (THRESHOLD_GRID_PREFIX,) if thresholds else ()
+        found = load_report(targets or [], tracking_uri, prefixes=grid)
         _log(f"{found.kind}: {len(found.runs)} runs in {found.tracking_uri}")
-        for path in show_study(found.runs, vs, by, table, format, out, plots, frontier):
+        shown = show_study(found.runs, vs, by, table, format, out, plots, frontier, thresholds)
+        for path in shown:
             _log(f"wrote {path}")
         return
     show_report(targets or [], tracking_uri, format, plots, per_seed, wide)

@@ -19,9 +19,17 @@ class StudyTable(enum.StrEnum):
 
 
 def check_study_options(
-    vs: str | None, by: str | None, table: StudyTable | None, frontier: bool = False
+    vs: str | None,
+    by: str | None,
+    table: StudyTable | None,
+    frontier: bool = False,
+    thresholds: bool = False,
 ) -> None:
     """Bad combinations, before the store is read."""
+    chosen = [name for name, on in [("--vs", vs), ("--frontier", frontier), ("--table", table),
+              ("--thresholds", thresholds)] if on]  # fmt: skip
+    if thresholds and len(chosen) > 1:
+        raise ValueError(f"{' and '.join(chosen)}: one table at a time; drop all but one")
     if by and not (vs or frontier):
         raise ValueError("--by: keeps values in the baseline of --vs; give --vs KEY=VALUE too")
     if (vs or frontier) and table:
@@ -42,24 +50,35 @@ def show_study(
     out: Path | None,
     plots_dir: Path | None,
     frontier: bool = False,
+    thresholds: bool = False,
 ) -> list[Path]:
     """Print the table; write its rows (`out`, JSON) and, for the dose-response and the
     frontier, their charts. Returns the files written."""
     from rollverify.experiments import composition, dose_response, step_size, vs_baseline
     from rollverify.experiments import frontier as cost_accuracy
+    from rollverify.experiments import thresholds as grid
     from rollverify.infra.atomic_write import atomic_write_text
 
     if frontier or vs:
         vs = vs or "grpo"
         say_unpaired(runs, vs_baseline.parse_vs(vs), vs_baseline.parse_by(by or ""), vs)
-    if frontier:
+    if thresholds:
+        rows = grid.rows(runs)
+        if not rows:
+            raise ValueError(
+                "--thresholds: these runs logged no threshold_grid/ metric (a verifying run "
+                "logs one per verify.threshold_grid point, from issue 74's release on)"
+            )
+        record: dict[str, Any] = {"rows": rows}
+        cells, title = grid.markdown(rows), "what each threshold would have done"
+    elif frontier:
         baseline, keys = vs_baseline.parse_vs(vs), vs_baseline.parse_by(by or "")
         rows = cost_accuracy.frontier_rows(runs, baseline, keys)
         record = {"vs": vs, "points": rows}
         cells, title = cost_accuracy.markdown(rows), f"cost-accuracy frontier against {vs}"
     elif vs:
         rows = vs_baseline.rows(runs, vs_baseline.parse_vs(vs), vs_baseline.parse_by(by or ""))
-        record: dict[str, Any] = {"vs": vs, "rows": rows}
+        record = {"vs": vs, "rows": rows}
         cells, title = vs_baseline.markdown(rows), f"against {vs}" + (f" by {by}" if by else "")
     else:
         modules = {
@@ -84,6 +103,8 @@ def show_study(
         written += dose_response.plot(rows, plots_dir)
     if plots_dir is not None and frontier:
         written.append(cost_accuracy.plot(rows, plots_dir))
+    if plots_dir is not None and thresholds:
+        written.append(grid.plot(runs, plots_dir))
     return written
 
 

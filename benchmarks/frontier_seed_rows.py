@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -89,9 +90,17 @@ def record(row: dict, template: dict[str, str] | None = None) -> RunRecord | Non
 def records(
     paths: list[Path], only: dict[str, str], template: dict[str, str] | None = None
 ) -> list[RunRecord]:
+    """The stand-ins of every file's rows. A file given as PATH:KEY=VALUE[,KEY=VALUE] adds
+    those settings to each of its rows' (a part whose label leaves them out: auto_seeds.csv's
+    runs ran at ds=auto, which their label does not say)."""
     seen, out = set(), []
-    for path in paths:
-        for row in read_rows(path):
+    for given in paths:
+        path, _, extra = str(given).partition(":")
+        added = dict(part.split("=", 1) for part in extra.split(",") if part)
+        for row in read_rows(Path(path)):
+            if added:
+                labels = [row.get("group", ""), *(f"{k}={v}" for k, v in added.items())]
+                row = row | {"group": ", ".join(filter(None, labels))}
             run = record(row, template)
             if run is None or run.run_id in seen:
                 continue
@@ -119,6 +128,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--plots", type=Path)
     parser.add_argument("-f", "--format", choices=("md", "json"), default="md")
+    parser.add_argument("--margin", type=float, help="mark each point within M (margin.py)")
+    parser.add_argument("--show", help="the figure shows the points whose label matches this")
     parser.add_argument(
         "--figure-floor",
         type=float,
@@ -129,7 +140,9 @@ def main() -> int:
     vs = parse_vs(args.vs)
     stored = load_report(args.runs, args.tracking_uri).runs if args.runs else []
     template = template_of(stored, vs[METHOD])
-    points = frontier.frontier_rows(records(args.files, only, template) + stored, vs)
+    points = frontier.frontier_rows(
+        records(args.files, only, template) + stored, vs, margin=args.margin
+    )
     if args.format == "json":
         print(json.dumps(points, indent=1))
     else:
@@ -142,7 +155,8 @@ def main() -> int:
     if args.plots:
         floor = args.figure_floor
         shown = [p for p in points if floor is None or (p["auc_vs_base"] or floor) >= floor]
-        print(frontier.plot(shown, args.plots), file=sys.stderr)
+        shown = [p for p in shown if args.show is None or re.search(args.show, p["point"])]
+        print(frontier.plot(shown, args.plots, margin=args.margin), file=sys.stderr)
     return 0
 
 

@@ -313,6 +313,22 @@ MUTANTS = [
         ("tests/test_thresholds_report.py::test_each_point_is_replayed_as_switching_counts_it",),
     ),
     Mutant(
+        "margin-two-sided-bound",
+        "non-inferiority at a margin: the one-sided 95% bound, not the two-sided interval's end",
+        "rollverify/experiments/margin.py",
+        "    return float(stdtrit(dof, 0.95))",
+        "    return float(stdtrit(dof, 0.975))",
+        ("tests/test_margin.py::test_the_bound_is_one_sided_not_the_two_sided_intervals_end",),
+    ),
+    Mutant(
+        "margin-wrong-sign",
+        "within the margin means above -M, not above +M",
+        "rollverify/experiments/margin.py",
+        "    if lower > -margin:",
+        "    if lower > margin:",
+        ("tests/test_margin.py::test_a_difference_whose_lower_bound_clears_the_margin_is_shown",),
+    ),
+    Mutant(
         "hang-not-detected",
         "a sidecar that stops answering is taken for dead",
         "rollverify/rollout/engines/vllm_replacement.py",

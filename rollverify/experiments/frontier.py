@@ -48,7 +48,10 @@ def cost_ratio(runs: Sequence[RunRecord], base: dict[int, RunRecord]) -> tuple:
 
 
 def frontier_rows(
-    runs: list[RunRecord], vs: dict[str, str] = BASELINE, by: tuple[str, ...] = ()
+    runs: list[RunRecord],
+    vs: dict[str, str] = BASELINE,
+    by: tuple[str, ...] = (),
+    margin: float | None = None,
 ) -> list[dict]:
     """One point per group of `runs` against its baseline (see the module), Pareto set marked."""
     points = []
@@ -58,7 +61,7 @@ def frontier_rows(
         point["baseline"] = ", ".join(f"{k}={v}" for k, v in wanted.items())
         point["cost"], point["cost_ci95"], point["pairs"] = cost_ratio(group, base)
         for name in vs_baseline.FIGURES:
-            point |= vs_baseline.paired_columns(name, group, base)
+            point |= vs_baseline.paired_columns(name, group, base, margin)
         points.append(point)
     baseline = {"cost": 1.0, "auc_vs_base": 0.0}  # the baseline's own point
     placed = [p for p in points if p["pairs"] >= FEWEST_PAIRS]  # means worth ordering
@@ -95,27 +98,77 @@ def label(method: str, values: dict[str, str], run: RunRecord) -> str:
     return ", ".join([method, *(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in shown.items())])
 
 
-def plot(points: list[dict], folder: Path, figure_name: str = "frontier.png") -> Path:
+FAMILIES = ("on-policy", "partial", "sample filter", "loss reweighting", "loss correction")
+FAMILIES += ("RollVerify",)
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")  # a family's settings, in turn
+
+
+def family(method: str) -> str:
+    """The kind of method a point is, for its colour: on-policy, partial, sample filter, loss
+    reweighting (TRL's losses), loss correction (the peers'), RollVerify (verification)."""
+    from rollverify.core.methods import METHODS
+
+    known = METHODS.get(method)
+    if known is None or not known.partial:
+        return "on-policy" if known is not None else "partial"
+    if known.verify:
+        return "RollVerify"
+    if known.correction is not None:
+        return "loss correction"
+    if known.trl_overrides:
+        return "loss reweighting"
+    return "sample filter" if known.sample_filter else "partial"
+
+
+def plot(
+    points: list[dict],
+    folder: Path,
+    figure_name: str = "frontier.png",
+    margin: float | None = None,
+) -> Path:
     """x: modeled GPU-days relative to the baseline; y: paired ΔAUC; 95% intervals on both
-    axes; the Pareto set joined by a line, the baseline at (1, 0)."""
+    axes (from 3 pairs on). A colour per method family (FAMILIES), a marker per setting within
+    it, filled on the Pareto set, whose points are numbered on the axes ([k] in the legend) and
+    joined by a dashed line per baseline; the margin's band shaded (within M of the
+    baseline); the baseline at (1, 0). The legend beside the axes lists the points by family."""
     from matplotlib.figure import Figure as Canvas
+    from matplotlib.lines import Line2D
 
     folder.mkdir(parents=True, exist_ok=True)
     placed = [p for p in points if p["cost"] is not None and p["auc_vs_base"] is not None]
-    figure = Canvas(figsize=(11, 5.5))  # the legend beside the axes, not over the points
-    axes = figure.subplots()
-    for color, point in enumerate(placed):
+    placed.sort(key=lambda p: FAMILIES.index(family(p["method"])))  # the legend by family
+    figure = Canvas(figsize=(14, 8))
+    axes = figure.add_axes((0.07, 0.08, 0.55, 0.84))
+    if margin is not None:
+        axes.axhspan(-margin, 0.0, color="tab:green", alpha=0.10, zorder=0)
+        axes.axhline(-margin, color="tab:green", linewidth=0.8, linestyle=":")
+    seen: dict[str, int] = {}
+    numbered = 0
+    for point in placed:
+        kind = family(point["method"])
+        shade = f"C{FAMILIES.index(kind) % 10}"
+        marker = MARKERS[seen.setdefault(kind, 0) % len(MARKERS)]
+        seen[kind] += 1
+        name = _short(point["point"])
+        if point["pareto"]:
+            numbered += 1
+            name = f"[{numbered}] {name}"
+            axes.annotate(f"{numbered}", (point["cost"], point["auc_vs_base"]), fontsize=9,
+                          fontweight="bold", xytext=(4, 4), textcoords="offset points",
+                          color=shade)  # fmt: skip
         axes.errorbar(
             point["cost"],
             point["auc_vs_base"],
             xerr=point["cost_ci95"] or 0.0,
             yerr=point["auc_vs_base_ci95"] or 0.0,
-            marker="o" if point["pareto"] else "s",
-            capsize=3,
-            color=f"C{color % 10}",
+            marker=marker,
+            markersize=7,
+            capsize=2,
+            elinewidth=0.7,
+            color=shade,
             linestyle="none",
-            fillstyle="full" if color < 10 else "none",  # past ten colors: hollow markers
-            label=f"{point['point']} (n={point['pairs']})" + (" *" if point["pareto"] else ""),
+            fillstyle="full" if point["pareto"] else "none",
+            label=f"{name} (n={point['pairs']})",
         )
     for baseline in dict.fromkeys(p["baseline"] for p in placed):  # one frontier per baseline
         best = [
@@ -125,21 +178,36 @@ def plot(points: list[dict], folder: Path, figure_name: str = "frontier.png") ->
         ]
         best = sorted([(1.0, 0.0), *best])
         axes.plot(*zip(*best, strict=True), color="grey", linewidth=0.8, linestyle="--")
-    axes.scatter([1.0], [0.0], marker="*", s=150, color="black", label="baseline", zorder=3)
+    axes.scatter([1.0], [0.0], marker="*", s=180, color="black", label="baseline", zorder=3)
     axes.axhline(0.0, color="grey", linewidth=0.5)
-    axes.set_xlabel("modeled GPU-days / the baseline's (paired by seed)")
+    axes.set_xlabel("modeled GPU-days / the baseline's (paired by seed; 0.4: 60% saved)")
     axes.set_ylabel("Δ AUC vs the baseline (paired by seed)")
     fewest = f"{FEWEST_PAIRS} pairs"
+    within = f"; green: within {margin:g} of it" if margin is not None else ""
     axes.set_title(
-        f"cost-accuracy frontier: 95% intervals from {fewest} on, none under (n: a point's "
-        f"pairs); *: Pareto set, of the points with {fewest} or more",
-        fontsize=9,
+        f"cost against accuracy, each point against its baseline{within}\n95% intervals from "
+        f"{fewest} on (n: a point's pairs); filled and numbered: the Pareto set",
+        fontsize=10,
     )
-    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    figure.tight_layout()
+    families = [kind for kind in FAMILIES if kind in seen]
+    handles = [
+        Line2D([], [], color=f"C{FAMILIES.index(k) % 10}", marker="o", linestyle="none")
+        for k in families
+    ]
+    legend = axes.legend(handles, families, title="family", fontsize=8, loc="lower right")
+    axes.add_artist(legend)
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+                frameon=False)  # fmt: skip
     path = folder / figure_name
     figure.savefig(path, dpi=100)
     return path
+
+
+def _short(label: str) -> str:
+    """A point's label as the figure's legend shows it: without the defaults it repeats."""
+    for default in (", mode=sync", ", switch_threshold=None"):
+        label = label.replace(default, "")
+    return label
 
 
 def pareto_cell(point: dict) -> str:
@@ -160,5 +228,6 @@ def markdown(points: list[dict]) -> list[dict[str, str]]:
             "Δ final accuracy (± 95%)": pm(p, "accuracy_vs_base", 3),
             "Pareto": pareto_cell(p),
         }
+        | vs_baseline.margin_cells(p)
         for p in points
     ]

@@ -69,6 +69,13 @@ def paired_by_seed(
 ) -> tuple[float | None, float | None, float | None]:
     """(mean, 95% half-width, smallest difference detectable at 80% power) of figure(run) -
     figure(base run of the same seed), over the runs whose seed has a base run and both values."""
+    return paired_difference(paired_diffs(runs, base, figure))
+
+
+def paired_diffs(
+    runs: Iterable[RunRecord], base: dict[int, RunRecord], figure: Figure
+) -> list[float]:
+    """figure(run) - figure(base run of the same seed), for each run with a twin and both."""
     diffs = []
     for run in runs:
         twin = base.get(run.seed)
@@ -77,7 +84,7 @@ def paired_by_seed(
         mine, theirs = figure(run), figure(twin)
         if mine is not None and theirs is not None:
             diffs.append(mine - theirs)
-    return paired_difference(diffs)
+    return diffs
 
 
 def lowest(run: RunRecord, metric: str) -> float | None:

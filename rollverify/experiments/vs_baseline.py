@@ -18,11 +18,13 @@ seed with more than one finished run counts its first, as the method table does.
 from __future__ import annotations
 
 from rollverify.experiments.cells import pm
+from rollverify.experiments.margin import margin_cell, non_inferiority
 from rollverify.experiments.run_figures import (
     counted,
     eval_area,
     mean_and_ci,
     paired_by_seed,
+    paired_diffs,
     sort_key,
 )
 from rollverify.tracking import metric_names as m
@@ -103,7 +105,12 @@ def _canonical(text: str | None) -> float | str | None:
         return text
 
 
-def rows(runs: list[RunRecord], vs: dict[str, str], by: tuple[str, ...] = ()) -> list[dict]:
+def rows(
+    runs: list[RunRecord],
+    vs: dict[str, str],
+    by: tuple[str, ...] = (),
+    margin: float | None = None,
+) -> list[dict]:
     out = []
     for method, values, wanted, group, base in paired_groups(runs, vs, by):
         row: dict = {"method": method, "values": values}
@@ -111,7 +118,7 @@ def rows(runs: list[RunRecord], vs: dict[str, str], by: tuple[str, ...] = ()) ->
         row["baseline"] = ", ".join(f"{k}={v}" for k, v in wanted.items())
         for name, figure in FIGURES.items():
             row[name], row[f"{name}_ci95"] = mean_and_ci(group, figure)
-            row |= paired_columns(name, group, base)
+            row |= paired_columns(name, group, base, margin)
         row["paired_seeds"] = sum(r.seed in base for r in group)
         out.append(row)
     return out
@@ -146,12 +153,19 @@ def twin_command(wanted: dict[str, str], seeds: list[int], like: RunRecord) -> s
     return shown if consecutive else f"{shown} (and likewise for seeds {seeds[1:]})"
 
 
-def paired_columns(name: str, group: list[RunRecord], base: dict[int, RunRecord]) -> dict:
+def paired_columns(
+    name: str, group: list[RunRecord], base: dict[int, RunRecord], margin: float | None = None
+) -> dict:
     """FIGURES[name]'s paired difference to the baseline: NAME_vs_base, its 95% half-width
-    (_ci95) and the smallest difference the pairs detect at 80% power (_mde80)."""
+    (_ci95) and the smallest difference the pairs detect at 80% power (_mde80); with a
+    `margin`, whether it is within it (NAME_within_margin: margin.py's non_inferiority)."""
     paired = paired_by_seed(group, base, FIGURES[name])
     columns = (f"{name}_vs_base", f"{name}_vs_base_ci95", f"{name}_vs_base_mde80")
-    return dict(zip(columns, paired, strict=True))
+    out = dict(zip(columns, paired, strict=True))
+    if margin is not None:
+        diffs = paired_diffs(group, base, FIGURES[name])
+        out[f"{name}_within_margin"] = non_inferiority(diffs, margin)
+    return out
 
 
 def value(run: RunRecord, key: str) -> str | None:
@@ -193,5 +207,15 @@ def markdown(table: list[dict]) -> list[dict[str, str]]:
             "final accuracy (± 95%)": pm(r, "accuracy", 3),
             "Δ final vs baseline (± 95%; detectable)": pm(r, "accuracy_vs_base", 3),
         }
+        | margin_cells(r)
         for r in table
     ]
+
+
+def margin_cells(row: dict) -> dict[str, str]:
+    """A row's non-inferiority cells, where a --margin was asked for (margin.py)."""
+    return {
+        f"within margin ({name})": margin_cell(row[f"{name}_within_margin"])
+        for name in ("auc", "accuracy")
+        if f"{name}_within_margin" in row
+    }

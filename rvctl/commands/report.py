@@ -132,6 +132,25 @@ def report(
             "with 95% intervals, the Pareto set marked; --plots: frontier.png.",
         ),
     ] = False,
+    margin: Annotated[
+        float | None,
+        typer.Option(
+            help="With --frontier or --vs: mark each point within M of its baseline (AUC and "
+            "final accuracy, paired by seed): shown where the one-sided 95% lower bound of the "
+            "difference is above -M, ruled out where the upper one is below -M, else not "
+            "decided, with the pairs that would decide it.",
+            show_default=False,
+        ),
+    ] = None,
+    only: Annotated[
+        str | None,
+        typer.Option(
+            help="With --frontier: the points whose label matches this regular expression "
+            "(e.g. 'rollverify|opsm'), in the table and the figure; the Pareto set is still "
+            "of every point.",
+            show_default=False,
+        ),
+    ] = None,
     thresholds: Annotated[
         bool,
         typer.Option(
@@ -153,7 +172,7 @@ def report(
 ) -> None:
     """Accuracy, GPU-days and speedup per method (or per grid point of a sweep); or, with --vs
     or --table, the staleness study's paired tables; with --frontier, cost against accuracy."""
-    check_study_options(vs, by, table, frontier, thresholds)
+    check_study_options(vs, by, table, frontier, thresholds, margin, only)
     study = bool(vs or table or frontier or thresholds)
     if out is not None and not study:
         raise ValueError("--out: writes a --vs or --table table; for the method table use -f json")
@@ -166,7 +185,9 @@ def report(
         grid = (THRESHOLD_GRID_PREFIX,) if thresholds else ()
         found = load_report(targets or [], tracking_uri, prefixes=grid)
         _log(f"{found.kind}: {len(found.runs)} runs in {found.tracking_uri}")
-        shown = show_study(found.runs, vs, by, table, format, out, plots, frontier, thresholds)
+        shown = show_study(
+            found.runs, vs, by, table, format, out, plots, frontier, thresholds, margin, only
+        )
         for path in shown:
             _log(f"wrote {path}")
         return

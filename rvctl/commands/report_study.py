@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,21 @@ def check_study_options(
     table: StudyTable | None,
     frontier: bool = False,
     thresholds: bool = False,
+    margin: float | None = None,
+    only: str | None = None,
 ) -> None:
     """Bad combinations, before the store is read."""
+    if only is not None and not frontier:
+        raise ValueError("--only: picks points of --frontier; give --frontier too")
+    if only is not None:
+        try:
+            re.compile(only)
+        except re.error as error:
+            raise ValueError(f"--only: {only!r} is not a regular expression ({error})") from None
+    if margin is not None and not (vs or frontier):
+        raise ValueError("--margin: marks the points of --frontier or --vs; give one of them")
+    if margin is not None and not margin > 0:
+        raise ValueError(f"--margin: {margin:g}; a margin is > 0 (0.01: one point of AUC)")
     chosen = [name for name, on in [("--vs", vs), ("--frontier", frontier), ("--table", table),
               ("--thresholds", thresholds)] if on]  # fmt: skip
     if thresholds and len(chosen) > 1:
@@ -51,6 +65,8 @@ def show_study(
     plots_dir: Path | None,
     frontier: bool = False,
     thresholds: bool = False,
+    margin: float | None = None,
+    only: str | None = None,
 ) -> list[Path]:
     """Print the table; write its rows (`out`, JSON) and, for the dose-response and the
     frontier, their charts. Returns the files written."""
@@ -73,11 +89,14 @@ def show_study(
         cells, title = grid.markdown(rows), "what each threshold would have done"
     elif frontier:
         baseline, keys = vs_baseline.parse_vs(vs), vs_baseline.parse_by(by or "")
-        rows = cost_accuracy.frontier_rows(runs, baseline, keys)
+        rows = cost_accuracy.frontier_rows(runs, baseline, keys, margin)
+        rows = [row for row in rows if only is None or re.search(only, row["point"])]
         record = {"vs": vs, "points": rows}
         cells, title = cost_accuracy.markdown(rows), f"cost-accuracy frontier against {vs}"
     elif vs:
-        rows = vs_baseline.rows(runs, vs_baseline.parse_vs(vs), vs_baseline.parse_by(by or ""))
+        rows = vs_baseline.rows(
+            runs, vs_baseline.parse_vs(vs), vs_baseline.parse_by(by or ""), margin
+        )
         record = {"vs": vs, "rows": rows}
         cells, title = vs_baseline.markdown(rows), f"against {vs}" + (f" by {by}" if by else "")
     else:
@@ -102,7 +121,7 @@ def show_study(
     if plots_dir is not None and table is StudyTable.dose_response:
         written += dose_response.plot(rows, plots_dir)
     if plots_dir is not None and frontier:
-        written.append(cost_accuracy.plot(rows, plots_dir))
+        written.append(cost_accuracy.plot(rows, plots_dir, margin=margin))
     if plots_dir is not None and thresholds:
         written.append(grid.plot(runs, plots_dir))
     return written

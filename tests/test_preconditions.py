@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from rollverify.experiments.preconditions import quantile, stable
+from rollverify.experiments.preconditions import growth, learning, quantile, stable
 
 
 @pytest.mark.parametrize(
@@ -31,6 +31,33 @@ def test_the_quantiles_are_of_the_sorted_lengths():
         96,
         100,
     )
+
+
+def test_the_growth_figures_are_the_quarters_and_the_end_as_written():
+    """docs/results.md's growing-length preconditions, on a run whose answers are known: 20
+    steps, lengths median 10 for the first 5 steps and 30 for the last 5; p95 4x the median in
+    the last 2 steps (the last 10%); staleness 1.0 then 2.0."""
+    steps = range(1, 21)
+    median = {s: 10.0 if s <= 5 else 30.0 if s > 15 else 20.0 for s in steps}
+    p95 = {s: median[s] * (4.0 if s > 18 else 2.0) for s in steps}
+    stale = {s: 1.0 if s <= 5 else 2.0 if s > 15 else 1.5 for s in steps}
+    history = {"response_length_median": median, "response_length_p95": p95}
+    found = growth(history | {"staleness_token_mean": stale}, [])
+    assert found["length_growth"] == pytest.approx(3.0)
+    assert found["p95_over_median_at_end"] == pytest.approx(4.0)
+    assert found["staleness_growth"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    ("evaluations", "expected"),
+    [
+        ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0], "improving"),
+        ([0.1, 0.5, 0.6, 0.6, 0.6, 0.6, 0.6, 0.605, 0.6, 0.6], "plateaued by 80%"),
+        ([0.1, 0.2, 0.3, 0.6, 0.6, 0.6, 0.6, 0.5, 0.7, 0.5], "neither"),  # a late spike, no climb
+    ],
+)
+def test_learning_is_improving_a_plateau_or_neither(evaluations, expected):
+    assert learning([(10 * i, v) for i, v in enumerate(evaluations)]) == expected
 
 
 def test_the_command_measures_the_starting_policy_and_reads_the_runs(tmp_path, rvctl, empty_store):

@@ -10,6 +10,13 @@ where stale tokens can matter")? Measured, never assumed: what `rvctl preconditi
    (`stale_token_share_8`, mean over steps) and whether grpo stayed stable on every seed
    (the rule is written beside the table in docs/results.md: no evaluation falls more than
    0.10 below the best one before it, and the last is above the first).
+3. The growing-length setting's (docs/results.md, "The paper's regime"), from the same runs:
+   the median trained length of the last quarter over the first's (each the median over the
+   quarter's steps of `response_length_median`), the 95th percentile over the median over the
+   last 10% of steps, the versions-behind per trained token (`staleness_token_mean`) of the last
+   quarter over the first's, and whether the evaluations still climbed at the end (the mean
+   of the last three at least 0.01 above the three before) or plateaued by 80% of the run (the
+   best after 80% within 0.01 of the best before).
 """
 
 from __future__ import annotations
@@ -131,6 +138,10 @@ def from_store(store: str) -> dict:
                 for m in client.get_metric_history(run.info.run_id, "eval_accuracy")
             )
             values = [v for _, v in evals]
+            history = {
+                name: {m.step: m.value for m in client.get_metric_history(run.info.run_id, name)}
+                for name in GROWTH_METRICS
+            }
             runs.append(
                 {
                     "run_id": run.info.run_id,
@@ -142,8 +153,56 @@ def from_store(store: str) -> dict:
                     "evaluations": evals,
                     "stable": stable(values) if len(values) > 1 else None,
                 }
+                | growth(history, evals)
             )
     return {"runs": runs}
+
+
+GROWTH_METRICS = ("response_length_median", "response_length_p95", "staleness_token_mean")
+CLIMB = 0.01  # the evaluations' rise that counts as still improving, and a plateau's width
+
+
+def quarter(values: dict[int, float], which: str) -> float | None:
+    """The median over the first or last quarter of the steps of a per-step figure."""
+    steps = sorted(values)
+    if len(steps) < 4:
+        return None
+    chosen = steps[: len(steps) // 4] if which == "first" else steps[-(len(steps) // 4) :]
+    return statistics.median(values[s] for s in chosen)
+
+
+def ratio(top: float | None, bottom: float | None) -> float | None:
+    return top / bottom if top is not None and bottom else None
+
+
+def growth(history: dict[str, dict[int, float]], evals: list[tuple[int, float]]) -> dict:
+    """A run's growth figures (the module's point 3)."""
+    median, p95 = history["response_length_median"], history["response_length_p95"]
+    stale = history["staleness_token_mean"]
+    steps = sorted(set(median) & set(p95))
+    end = steps[-max(1, len(steps) // 10) :] if steps else []
+    tail = statistics.fmean(p95[s] / median[s] for s in end if median[s]) if end else None
+    return {
+        "length_growth": ratio(quarter(median, "last"), quarter(median, "first")),
+        "p95_over_median_at_end": tail,
+        "staleness_growth": ratio(quarter(stale, "last"), quarter(stale, "first")),
+        "learning": learning(evals),
+    }
+
+
+def learning(evals: list[tuple[int, float]]) -> str | None:
+    """'improving' (still climbing at the end), 'plateaued by 80%' or 'neither' (point 3)."""
+    if len(evals) < 6:
+        return None
+    values = [v for _, v in evals]
+    if statistics.fmean(values[-3:]) >= statistics.fmean(values[-6:-3]) + CLIMB:
+        return "improving"
+    last = evals[-1][0]
+    before = [v for s, v in evals if s <= 0.8 * last]
+    after = [v for s, v in evals if s > 0.8 * last]
+    if before and after and max(after) <= max(before) + CLIMB:
+        return "plateaued by 80%"
+    return "neither"
 
 
 def method_rows(runs: list[dict]) -> list[dict]:
@@ -165,6 +224,18 @@ def method_rows(runs: list[dict]) -> list[dict]:
                 "seeds": str(len(group)),
                 "stale_token_share_8 (mean)": f"{statistics.fmean(shares):.4f}" if shares else "-",
                 "stable seeds": f"{len(stable_seeds)} of {len(group)} {stable_seeds}",
+                "length growth (last/first quarter)": _spread(group, "length_growth"),
+                "p95/median at end": _spread(group, "p95_over_median_at_end"),
+                "staleness growth": _spread(group, "staleness_growth"),
+                "learning": ", ".join(str(r.get("learning")) for r in group),
             }
         )
     return out
+
+
+def _spread(group: list[dict], key: str) -> str:
+    """'mean (lowest-highest)' of a figure over a method's runs."""
+    values = [r[key] for r in group if r.get(key) is not None]
+    if not values:
+        return "-"
+    return f"{statistics.fmean(values):.2f} ({min(values):.2f}-{max(values):.2f})"

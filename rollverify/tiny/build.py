@@ -47,8 +47,11 @@ from rollverify.training.parts import with_tools
 
 @dataclass(frozen=True)
 class BuildConfig:
-    task: str = "chain"  # or chain_tool, walk
+    task: str = "chain"  # or chain_tool, walk, scratch (the chain task, answered at once or not)
     call_rate: float = 0.3  # chain_tool: probability that a demonstrated step calls the tool
+    # scratch: the share of problems whose demonstration writes the chain out; the others answer
+    # at once with a guessed digit (`#d`), which the chain task's reward alone scores
+    work_rate: float = 0.15
     seed: int = 0
     noise: float = 0.2  # probability of a slip per demonstrated step
     max_steps: int = 32  # the chain task's distribution (ChainTaskConfig): chains of 1..max_steps
@@ -109,6 +112,8 @@ def demonstrations(config: BuildConfig) -> Dataset:
     def solution(problem: ChainProblem) -> str:
         if config.task == "chain_tool":
             return solution_with_calls(problem, config.noise, config.call_rate, rng)
+        if config.task == "scratch" and rng.random() >= config.work_rate:
+            return f"#{rng.randint(0, 9)}"  # a guess, answered at once
         return problem.solution(config.noise, rng)
 
     return Dataset.from_list([{"prompt": p.prompt, "completion": solution(p)} for p in problems])

@@ -21,6 +21,8 @@ ACCEPTANCE_WINDOW_MEAN = "acceptance_window_mean"
 SWITCHED = "switched"
 RESPONSE_LENGTH_MEAN = "response_length_mean"
 RESPONSE_LENGTH_P99 = "response_length_p99"
+RESPONSE_LENGTH_MEDIAN = "response_length_median"
+RESPONSE_LENGTH_P95 = "response_length_p95"
 STALENESS_MEAN = "staleness_mean"
 STALENESS_MAX = "staleness_max"
 STALENESS_TOKEN_MEAN = "staleness_token_mean"
@@ -73,6 +75,8 @@ STEP = (
     SWITCHED,
     RESPONSE_LENGTH_MEAN,
     RESPONSE_LENGTH_P99,
+    RESPONSE_LENGTH_MEDIAN,
+    RESPONSE_LENGTH_P95,
     STALENESS_MEAN,
     STALENESS_MAX,
     STALENESS_TOKEN_MEAN,

@@ -290,6 +290,8 @@ def _batch_metrics(records: StepRecords) -> dict[str, float]:
             m.OPS_MEAN: batch.ops.mean().item(),
             m.RESPONSE_LENGTH_MEAN: lengths.mean().item(),
             m.RESPONSE_LENGTH_P99: torch.quantile(lengths, 0.99).item(),
+            m.RESPONSE_LENGTH_MEDIAN: torch.quantile(lengths, 0.5).item(),
+            m.RESPONSE_LENGTH_P95: torch.quantile(lengths, 0.95).item(),
             m.STALENESS_MEAN: batch.staleness_mean,
             m.STALENESS_MAX: float(batch.staleness_max),
             m.STALENESS_TOKEN_MEAN: batch.token_staleness[0],

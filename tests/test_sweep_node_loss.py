@@ -48,11 +48,12 @@ def test_a_sweep_on_the_cluster_survives_losing_a_worker_node(tmp_path):
     output = tmp_path / "sweep"
     command = [sys.executable, "-m", "rvctl.app", "sweep", "ds", "--ds", "0.01,0.02"]
     command += ["--config", str(config), "--steps", str(STEPS), "--output", str(output)]
+    command += ["-f", "json"]  # its table, printed once the sweep ends (on a cluster too)
     with two_nodes(tmp_path) as cluster:
-        stderr = tmp_path / "stderr"
+        stderr, stdout = tmp_path / "stderr", tmp_path / "stdout"
         sweep = subprocess.Popen(
             cluster.command(*command, "--address", cluster.address),
-            stdout=subprocess.DEVNULL,
+            stdout=stdout.open("w"),
             stderr=stderr.open("w"),
             env=cluster.env,
         )
@@ -73,6 +74,8 @@ def test_a_sweep_on_the_cluster_survives_losing_a_worker_node(tmp_path):
     errors = stderr.read_text()
     assert sweep.returncode == 0, errors[-3000:]
     assert len([line for line in errors.splitlines() if "lost with their node" in line]) == 1
+    table = json.loads(stdout.read_text())
+    assert sorted(row["ds"] for row in table) == [0.01, 0.02], stdout.read_text()[-2000:]
 
     (parent_file,) = output.glob("sweep-*/parent.json")
     parent = json.loads(parent_file.read_text())

@@ -8,6 +8,13 @@ and the chain_tool task's, whose demonstrations call the calculator at some step
     .venv/bin/python -m rollverify.tiny.build --task chain_tool --call-rate 0.3 \
         --out rollverify/assets/models/tiny-qwen3-chain-tool
 
+and the growing-length setting's (experiments/scratch.yaml), whose demonstrations answer at once
+with a guessed digit (`#d`) in 85% of problems and write the chain out in 15%:
+
+    .venv/bin/python -m rollverify.tiny.build --task scratch --work-rate 0.15 --max-steps 64 \
+        --alpha 1.4 --examples 30000 --init rollverify/assets/models/tiny-qwen3-chain \
+        --out rollverify/assets/models/tiny-qwen3-scratch
+
 Deterministic for a given seed on CPU. The shipped checkpoint (rollverify/assets/models/, the
 package's data: config model.path `models/tiny-qwen3-chain`) was made with the
 defaults below; build_info.json beside it records the settings, the losses and the base

@@ -18,6 +18,7 @@ from rvctl.commands import (
     data,
     export,
     methods,
+    plan,
     preconditions,
     report,
     simulate,
@@ -52,6 +53,9 @@ app.command("report", short_help="Accuracy, GPU-days and speedup per method or p
 )
 app.command("preconditions", short_help="Does a setting meet the staleness study's preconditions?")(
     preconditions.preconditions
+)
+app.command("plan", short_help="Which ds, and the long run's cost, from short pilot runs.")(
+    plan.plan
 )
 app.command("simulate", short_help="Modeled GPU cost of the methods at scale.")(simulate.simulate)
 app.command("calibrate", short_help="Fit the cost model's terms to a run's trace.")(

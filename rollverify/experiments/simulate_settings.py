@@ -241,20 +241,37 @@ def kv_tokens(config: RunConfig, settings: Settings, context: int, shape: ModelS
     return per_engine * layout.engines
 
 
-def lengths_of_run(run_dir: str | Path) -> LengthModel:
-    """The response lengths a run trained on (its trainer trace), as a length model."""
+def lengths_of_run(run_dir: str | Path, until: int | None = None) -> LengthModel:
+    """The response lengths a run trained on (its trainer trace; to step `until`), as a
+    length model."""
+    rows = _trainer_rows(run_dir, until, "--lengths-from")
+    samples = tuple(n for row in rows for n in row["completions"])
+    if not samples:
+        raise ValueError(f"--lengths-from {run_dir}: its trace records no completion lengths")
+    return LengthModel(samples=samples)
+
+
+def prompts_of_run(run_dir: str | Path, until: int | None = None) -> int:
+    """A run's mean prompt length in tokens (its trainer trace; to step `until`): each row
+    trains its prompts and completions."""
+    rows = _trainer_rows(run_dir, until, "pilot")
+    trained = sum(row["tokens_trained"] for row in rows)
+    completions = [n for row in rows for n in row["completions"]]
+    if not completions:
+        raise ValueError(f"{run_dir}: its trace records no completion lengths")
+    return max(1, round((trained - sum(completions)) / len(completions)))
+
+
+def _trainer_rows(run_dir: str | Path, until: int | None, option: str) -> list[dict]:
     from rollverify.cost import trace
 
     if not (Path(run_dir) / "trace").is_dir():
         raise ValueError(
-            f"--lengths-from {run_dir}: no trace folder here; pass a run folder that "
+            f"{option} {run_dir}: no trace folder here; pass a run folder that "
             "checkpointed (its trace is written with each checkpoint)"
         )
-    table = trace.read(Path(run_dir) / "trace", "trainer")
-    samples = tuple(n for lengths in table.column("completions").to_pylist() for n in lengths)
-    if not samples:
-        raise ValueError(f"--lengths-from {run_dir}: its trace records no completion lengths")
-    return LengthModel(samples=samples)
+    rows = trace.read(Path(run_dir) / "trace", "trainer").to_pylist()
+    return [row for row in rows if until is None or row["step"] <= until]
 
 
 def acceptance_of_run(run_dir: str | Path) -> tuple[float, ...]:

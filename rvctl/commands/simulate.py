@@ -116,6 +116,14 @@ def simulate(
     acceptance_from: Annotated[
         Path | None, typer.Option(help="A finished run folder: follow its acceptance per step.")
     ] = None,
+    ds: Annotated[
+        str | None,
+        typer.Option(
+            help="With --acceptance-from: follow the acceptance the run's threshold grid logged "
+            "for this ds (or auto:C), the curve rvctl plan prices.",
+            show_default=False,
+        ),
+    ] = None,
     prompt_tokens: Annotated[int, typer.Option(help="Tokens per prompt.")] = 256,
     profile: Annotated[
         Path | None,
@@ -179,7 +187,6 @@ def simulate(
     from rollverify.cost.costmodel.profile import Profile
     from rollverify.experiments.simulate_settings import (
         Settings,
-        acceptance_of_run,
         check_fits,
         lengths_of_run,
         medians_of_run,
@@ -204,7 +211,9 @@ def simulate(
             growth=growth,
             medians=medians_of_run(medians_from) if medians_from else (),
         ),
-        acceptance=acceptance_of_run(acceptance_from) if acceptance_from else (acceptance,),
+        acceptance=_acceptance(
+            acceptance_from, ds, acceptance, max(1, steps or run_config.train.steps)
+        ),
         profile=Profile.load(profile_path, option) if profile_path else None,
         kv_cache=kv_cache,
         asyncs=_numbers(async_eta, int, "--async"),
@@ -278,6 +287,18 @@ def simulate(
         markup=False,
         highlight=False,
     )
+
+
+def _acceptance(run: Path | None, ds: str | None, fixed: float, steps: int) -> tuple:
+    from rollverify.experiments.simulate_settings import acceptance_of_run
+
+    if ds is not None and run is None:
+        raise ValueError("--ds: follows a run's threshold grid; add --acceptance-from RUN")
+    if ds is not None:
+        from rollverify.experiments.plan import acceptance_of_point
+
+        return acceptance_of_point(run, ds, steps)
+    return acceptance_of_run(run) if run else (fixed,)
 
 
 def _length_model(text: str):

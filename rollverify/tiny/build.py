@@ -126,6 +126,15 @@ def demonstrations(config: BuildConfig) -> Dataset:
     return Dataset.from_list([{"prompt": p.prompt, "completion": solution(p)} for p in problems])
 
 
+def sampling_strategy(config: BuildConfig) -> str:
+    """Batches of like length save padding on the long tail, but the loss is a mean over a
+    batch's tokens: a batch of two-token guesses weighs its `#` some fifty times more than a
+    batch of written chains weighs its first token, and a scratch model built so wrote its chain
+    out in under 5% of samples with 15% of demonstrations doing so. Mixed batches keep every
+    token's weight equal, so the scratch model's first token matches its demonstrations."""
+    return "random" if config.task == "scratch" else "group_by_length"
+
+
 def tool_accuracy(model, tokenizer, count: int = 256, seed: int = 12345) -> tuple[float, float]:
     """chain_tool: sampled accuracy on the held-out problems, the calculator answering calls
     (the training run's engine and tool), and the calls per response."""
@@ -217,7 +226,7 @@ def main() -> None:
         dataloader_num_workers=0,
         max_length=config.max_positions,
         completion_only_loss=True,
-        train_sampling_strategy="group_by_length",  # the long tail would pad batches otherwise
+        train_sampling_strategy=sampling_strategy(config),
     )
     start = time.time()
     trainer = SFTTrainer(

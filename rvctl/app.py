@@ -35,6 +35,29 @@ app = typer.Typer(
     add_completion=True,  # --install-completion for bash, zsh, fish, PowerShell
     rich_markup_mode=None,  # click's plain help: wrapped whole at any width, never cut
 )
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from rvctl.version import lines
+
+        print("\n".join(lines()))
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_version,
+        is_eager=True,
+        help="rollverify's version and commit, and torch's, TRL's, vLLM's; then exit.",
+    ),
+) -> None:
+    """RollVerify: partial rollout for GRPO that verifies stale tokens before training."""
+
+
 app.command("train", short_help="Train one run (any method); log it to MLflow.")(train.train)
 app.command("resume", short_help="Continue a stopped or killed run from a checkpoint.")(
     train.resume

@@ -13,6 +13,25 @@ import typer
 
 from rvctl.output import Format
 
+
+def config_default(key: str) -> str:
+    """What --help shows as an option's default: the config field it sets and that field's
+    built-in value, "(train.steps: 60)" (a config file or --set may change it)."""
+    import dataclasses
+
+    from rollverify.config.run_config import RunConfig
+
+    owner, name = (RunConfig, key) if "." not in key else key.split(".")
+    if owner is not RunConfig:
+        owner = {f.name: f.type for f in dataclasses.fields(RunConfig)}[owner]
+        owner = owner if isinstance(owner, type) else getattr(RunConfig(), key.split(".")[0])
+    field = {f.name: f for f in dataclasses.fields(owner)}[name]
+    value = (
+        field.default if field.default_factory is dataclasses.MISSING else field.default_factory()
+    )
+    return f"{key}: {value}"
+
+
 FormatOption = Annotated[
     Format, typer.Option("--format", "-f", help="Output: a rich table, or json/csv/md.")
 ]
@@ -28,15 +47,25 @@ WideOption = Annotated[
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", help="YAML config (a diff of the defaults).")
 ]
-StepsOption = Annotated[int | None, typer.Option(help="Optimizer steps.")]
-EngineOption = Annotated[
-    str | None, typer.Option(help="Rollout engine: vllm, hf or auto (vllm where it imports).")
+StepsOption = Annotated[
+    int | None, typer.Option(help="Optimizer steps.", show_default=config_default("train.steps"))
 ]
-OutputOption = Annotated[Path | None, typer.Option(help="Output folder for runs.")]
+EngineOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Rollout engine: vllm, hf or auto (vllm where it imports).",
+        show_default=config_default("rollout.engine"),
+    ),
+]
+OutputOption = Annotated[
+    Path | None,
+    typer.Option(help="Output folder for runs.", show_default=config_default("output")),
+]
 ProcessesOption = Annotated[
     int | None,
     typer.Option(
         help="Trainer processes (train.processes): torchrun starts them on this machine.",
+        show_default=config_default("train.processes"),
     ),
 ]
 TrackingOption = Annotated[

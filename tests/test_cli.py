@@ -25,7 +25,7 @@ def test_help_lists_the_commands_that_exist():
 
 COMMANDS = ["train", "resume", "methods", "compare", "sweep", "report", "simulate"]
 COMMANDS += ["calibrate", "export", "ui", "data", "data check", "config", "config show"]
-COMMANDS += ["preconditions"]
+COMMANDS += ["preconditions", "plan"]
 COMMANDS += ["config explain"]
 
 
@@ -42,6 +42,30 @@ def test_every_help_reads_whole_at_80_columns_and_completion_is_on(monkeypatch, 
             assert len(line) <= 80 and not cut, (command, line)
         if not command:
             assert "--install-completion" in result.stdout
+
+
+def test_version_names_the_commit_and_the_stack_a_bug_report_needs():
+    result = rvctl("--version")
+    assert result.returncode == 0, result.stderr
+    first, *rest = result.stdout.splitlines()
+    from rollverify import __version__
+
+    assert first.startswith(f"rollverify {__version__} (commit ")
+    named = {line.split()[0]: line.split(maxsplit=1)[1] for line in rest}
+    assert set(named) >= {"torch", "transformers", "trl", "vllm", "mlflow", "ray"}
+    import torch
+
+    assert named["torch"] == torch.__version__
+
+
+def test_train_help_shows_the_config_defaults_its_options_stand_for(monkeypatch, capsys):
+    from rollverify.config import load_config
+
+    built_in = load_config(None)
+    shown = " ".join(run_rvctl(["train", "--help"], monkeypatch, capsys).stdout.split())
+    assert f"(train.steps: {built_in.train.steps})" in shown
+    assert f"(train.method: {built_in.train.method})" in shown
+    assert f"(rollout.engine: {built_in.rollout.engine})" in shown
 
 
 def test_data_check_as_json(tmp_path):
@@ -95,3 +119,21 @@ def test_the_live_figures_show_a_small_ops_at_its_size_as_the_tables_do():
 
     shown = figures({"ops_mean": 9.738e-05, "acceptance_rate": 0.8207, "reward_mean": 0.5})
     assert shown == "reward 0.5  OPS 9.738e-05  accept 0.8207"
+
+
+def test_a_step_line_carries_tokens_per_second_and_the_time_left(monkeypatch, capsys):
+    from rvctl import progress
+
+    clock = iter([100.0, 110.0, 112.0, 116.0])  # start; step 0 at 110; steps 1, 2: 2 s, 4 s
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    lines = progress.StepLines("grpo", 10)
+    lines(0, {"eval_accuracy": 0.5})
+    lines(1, {"reward_mean": 0.5, "trl/loss": 0.012, "trl/grad_norm": 0.41,
+              "tokens_generated": 5000.0})  # fmt: skip
+    lines(2, {"tokens_generated": 2000.0})
+    shown = capsys.readouterr().err.splitlines()
+    assert (
+        shown[1]
+        == "grpo step 1/10  reward 0.5  loss 0.012  grad 0.41  2,500 tok/s  2.0 s  left 0m18s"
+    )
+    assert shown[2].endswith("500 tok/s  4.0 s  left 0m24s")  # 3 s a step so far, 8 to go

@@ -92,6 +92,9 @@ def test_config_show_prints_the_resolved_config_a_run_would_use(tmp_path):
     table = rvctl("config", "show", "-c", str(path), "-f", "table").stdout
     assert any("rollout.slots" in line and "changed" in line for line in table.splitlines())
     assert any("verify.ds" in line and "changed" not in line for line in table.splitlines())
+    as_grpo = json.loads(rvctl("config", "show", "-c", str(path), "--method", "grpo",
+                               "-f", "json").stdout)  # fmt: skip
+    assert as_grpo == load_config(path, {"train.method": "grpo"}).to_dict()
 
 
 @pytest.mark.parametrize("recipe", [EIGHT_B, MOE])

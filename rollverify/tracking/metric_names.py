@@ -122,6 +122,10 @@ STEP = (
 # What a command shows live, per step: (metric, short label).
 LIVE = (
     (REWARD_MEAN, "reward"),
+    ("trl/loss", "loss"),  # (TRL_LOSS, TRL_GRAD_NORM, TRL_CLIP_SHARE below)
+    ("trl/grad_norm", "grad"),
+    ("trl/clip_ratio/region_mean", "clip"),
+    (RESPONSE_LENGTH_MEAN, "len"),
     (OPS_MEAN, "OPS"),
     (ACCEPTANCE_RATE, "accept"),
     (EVAL_ACCURACY, "eval"),

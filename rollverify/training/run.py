@@ -189,6 +189,9 @@ def prepare_folder(plan: RunPlan) -> None:
 def _start_from(plan: RunPlan, loop: TrainingLoop, tracker) -> None:
     """Rank 0, before TRL's loop: step 0's evaluation (the base model), or the checkpoint's
     loop state and the evaluation a stop skipped (evaluating leaves the training's RNG be)."""
+    if plan.checkpoint is None and not plan.config.train.evaluate:
+        plan.on_step(0, {})
+        return
     if plan.checkpoint is None:
         before = evaluation_metrics(loop.evaluate())
         loop.counters.eval_before = before[EVAL_ACCURACY]

@@ -11,9 +11,11 @@ class Schedule:
         self.checkpointed = start_step  # the last checkpoint: 0, or the one resumed from
 
     def evaluation_due(self, step: int) -> bool:
-        """Every train.eval_every steps (0: never) and at the last."""
+        """Every train.eval_every steps (0: never) and at the last; never without
+        train.evaluate."""
         every = self.train.eval_every
-        return step == self.train.steps or bool(every and step % every == 0)
+        due = step == self.train.steps or bool(every and step % every == 0)
+        return due and self.train.evaluate
 
     def between_rollouts(self, step: int) -> bool:
         """After `step` no rollout batch is half trained (TRL holds the rest of a batch split

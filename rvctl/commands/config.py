@@ -27,6 +27,10 @@ class ShowFormat(enum.StrEnum):
 @app.command("show", short_help="The resolved config, checked as a run checks it.")
 def show(
     config: ConfigOption = None,
+    method: Annotated[
+        str | None,
+        typer.Option(help="The method, as rvctl train --method sets it (train.method)."),
+    ] = None,
     settings: SetOption = None,
     format: Annotated[
         ShowFormat,
@@ -41,7 +45,8 @@ def show(
     """Print the resolved config: every field, paths found, checked as a run checks it."""
     from rollverify.config import RunConfig, load_config, parse_settings
 
-    resolved = load_config(config, parse_settings(settings)).to_dict()
+    named = {"train.method": method} if method is not None else {}
+    resolved = load_config(config, parse_settings(settings) | named).to_dict()
     if format is ShowFormat.yaml:
         print(yaml.safe_dump(resolved, sort_keys=False), end="")
     elif format is ShowFormat.json:

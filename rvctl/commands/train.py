@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from rollverify.training.preflight import check_before_start
 from rvctl import progress
@@ -21,6 +29,7 @@ from rvctl.options import (
     ProcessesOption,
     RunOptions,
     SetOption,
+    config_default,
     run_overrides,
     with_run_options,
 )
@@ -28,7 +37,10 @@ from rvctl.output import Format, print_rows, stderr
 
 CheckpointEveryOption = Annotated[
     int | None,
-    typer.Option(help="Checkpoint every N steps (and at the end, and on Ctrl-C/SIGTERM)."),
+    typer.Option(
+        help="Checkpoint every N steps (and at the end, and on Ctrl-C/SIGTERM).",
+        show_default=config_default("train.checkpoint_every"),
+    ),
 ]
 
 
@@ -37,10 +49,26 @@ def train(
     run: RunOptions = RunOptions(),  # --config, --steps, ... (with_run_options)
     method: Annotated[
         str | None,
-        typer.Option(help="The method: grpo, partial, rollverify or another of rvctl methods."),
+        typer.Option(
+            help="The method: grpo, partial, rollverify or another of rvctl methods.",
+            show_default=config_default("train.method"),
+        ),
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed of data, sampling and init.")] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Seed of data, sampling and init.", show_default=config_default("train.seed")
+        ),
+    ] = None,
     checkpoint_every: CheckpointEveryOption = None,
+    no_eval: Annotated[
+        bool,
+        typer.Option(
+            "--no-eval",
+            help="Evaluate nothing, not even the base model (train.evaluate: false): a smoke "
+            "run, with no accuracy to report.",
+        ),
+    ] = False,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -52,6 +80,7 @@ def train(
 ) -> None:
     """Train with GRPO, partial rollout or RollVerify; log everything to MLflow."""
     named = {"train.method": method, "train.seed": seed, "train.checkpoint_every": checkpoint_every}
+    named["train.evaluate"] = False if no_eval else None
     run_config = run.load(**named)
     if dry_run:
         return _dry_run(run_config, format)
@@ -122,12 +151,19 @@ def _with_progress(name: str, steps: int | None, run: Callable[[Callable], Any])
             MofNCompleteColumn(),
             TextColumn("{task.fields[live]}"),
             TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
             console=stderr,
         ) as bar:
             task = bar.add_task(name, total=steps, live="starting")
+            last = [time.perf_counter()]
 
             def show(step: int, metrics: dict[str, float]) -> None:
-                bar.update(task, completed=step, live=progress.figures(metrics))
+                now = time.perf_counter()
+                rate = progress.throughput(metrics, now - last[0])
+                last[0] = now
+                live = "  ".join(p for p in (progress.figures(metrics), rate) if p)
+                bar.update(task, completed=step, live=live)
 
             return run(show)
     except KeyboardInterrupt as interrupt:

@@ -145,3 +145,8 @@ class TrainConfig:
         lambda x: x >= 0,
         ">= 0",
     )
+    evaluate: bool = config_field(
+        True,
+        "false: no evaluation at all, not the base model's nor the last (a smoke run; "
+        "`rvctl train --no-eval`): the run has no accuracy to report.",
+    )

@@ -192,3 +192,35 @@ def test_every_split_of_the_table_names_a_rows_correction_choices(tmp_path, empt
     labelled = [line for line in rows if "uncounted, micro-batch, unclipped" in line]
     assert len(labelled) >= 2 and len(rows) == 2 * len(labelled)  # one of each per part
     assert "uncounted: masked tokens out of the loss's count" in result.stderr
+
+
+def test_plots_draw_the_thresholds_each_curve_is_read_against():
+    from rollverify.tracking.plots import _mixes_partial, references
+    from rollverify.tracking.run_records import RunRecord
+
+    def run(method: str, **params: str) -> RunRecord:
+        return RunRecord(method, method, 0, "FINISHED", 0, params, {})
+
+    groups = {
+        "grpo": [run("grpo", **{"verify.ds": "0.5", "verify.switch_threshold": "0.9"})],
+        "rollverify": [
+            run("rollverify", **{"verify.ds": "0.01", "verify.switch_threshold": "0.5"})
+        ],
+        "auto": [run("rollverify", **{"verify.ds": "auto", "verify.switch_threshold": "0.5"})],
+    }  # grpo's config carries thresholds it never applies: not drawn
+    assert references(groups, "acceptance_rate") == [(0.5, "switch threshold 0.5")]
+    assert references(groups, "ops_mean") == [(0.01, "ds 0.01")]
+    assert references(groups, "reward_mean") == []
+    assert _mixes_partial(groups) and not _mixes_partial({"grpo": groups["grpo"]})
+
+
+def test_cli_plots_the_metrics_asked_for(store, tmp_path, monkeypatch, capsys):
+    from tests.cli import run_rvctl
+
+    args = ["report", store.compare, "--tracking-uri", store.uri, "--plots", str(tmp_path)]
+    drawn = run_rvctl([*args, "--metrics", "reward_mean,entropy_mean"], monkeypatch, capsys)
+    assert drawn.returncode == 0, drawn.stderr
+    assert {p.name for p in tmp_path.glob("*.png")} == {"reward_mean.png", "entropy_mean.png"}
+    alone = run_rvctl(["report", store.compare, "--tracking-uri", store.uri, "--metrics",
+                       "reward_mean"], monkeypatch, capsys)  # fmt: skip
+    assert alone.returncode == 2 and "add --plots DIR" in alone.stderr

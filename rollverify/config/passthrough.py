@@ -33,7 +33,7 @@ TRL_OWNED = {
     "seed": "train.seed",
     "logging_steps": "",
     "save_strategy": "train.checkpoint_every",
-    "report_to": "tracking.uri",
+    "report_to": "tracking.report_to",
     "disable_tqdm": "",
     "bf16": "model.dtype",
     "use_cpu": "",

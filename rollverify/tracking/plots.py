@@ -67,15 +67,54 @@ def plot_metrics(
             )
             if seeds >= 2 and not crowded:
                 axes.fill_between(steps, low, high, color=color, alpha=0.2, lw=0)
+        for value, text in references(groups, metric):
+            axes.axhline(value, color="black", linewidth=0.8, linestyle=":", label=text)
+        if metric == m.REWARD_MEAN and _mixes_partial(groups):
+            figure.supxlabel(REWARD_NOTE, fontsize=7)  # (constrained layout makes room)
         axes.set(title=f"{label} vs step", xlabel="optimizer step", ylabel=label)
         axes.grid(alpha=0.3)
         title = "mean over seeds" if crowded else "mean, min-max over seeds"
         outside = {"loc": "center left", "bbox_to_anchor": (1.01, 0.5)} if crowded else {}
         axes.legend(title=title, fontsize="small", **outside)
-        path = out_dir / f"{metric}.png"
+        path = out_dir / f"{metric.replace('/', '_')}.png"  # trl/grad_norm: one file
         figure.savefig(path, dpi=120)
         paths.append(path)
     return paths
+
+
+REWARD_NOTE = (
+    "partial rollout trains the responses that finish first (shorter, more often right): its "
+    "step reward is not grpo's batch; compare eval accuracy"
+)
+
+
+def references(groups: Mapping[str, Sequence[RunRecord]], metric: str) -> list[tuple]:
+    """The thresholds a metric is read against, as (value, legend): the switch threshold on
+    the acceptance rate, ds on the sequence OPS (the verifying runs' own; auto: none)."""
+    from rollverify.core.methods import METHODS
+
+    key = {m.ACCEPTANCE_RATE: "verify.switch_threshold", m.OPS_MEAN: "verify.ds"}.get(metric)
+    name = {m.ACCEPTANCE_RATE: "switch threshold", m.OPS_MEAN: "ds"}.get(metric)
+    values = set()
+    for runs in groups.values():
+        for run in runs:
+            method = METHODS.get(run.method)
+            if key is None or method is None or not method.verify:
+                continue
+            try:
+                values.add(float(run.params[key]))
+            except (KeyError, ValueError):  # not logged; ds: auto
+                continue
+    return [(v, f"{name} {v:g}") for v in sorted(values)]
+
+
+def _mixes_partial(groups: Mapping[str, Sequence[RunRecord]]) -> bool:
+    from rollverify.core.methods import METHODS
+
+    kinds = {
+        METHODS[r.method].partial for runs in groups.values() for r in runs if r.method in METHODS
+    }
+    return kinds == {True, False}
 
 
 def _curve(histories: Sequence[Mapping[int, float]]) -> tuple | None:

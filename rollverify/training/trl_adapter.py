@@ -290,7 +290,7 @@ def grpo_arguments(config: RunConfig, method: Method, output_dir: str) -> dict[s
         seed=train.seed,
         logging_steps=1,
         save_strategy="no",
-        report_to="none",
+        report_to=list(config.tracking.report_to) or "none",  # beside rvctl's MLflow
         disable_tqdm=True,
         # bf16 compute over the weights' own dtype: accelerate runs the model's forward under
         # autocast (float32 masters with train.precision mixed, bfloat16 ones with pure).

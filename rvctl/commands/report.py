@@ -83,6 +83,15 @@ def report(
     plots: Annotated[
         Path | None, typer.Option(help="Also write one PNG per metric (vs step) to this folder.")
     ] = None,
+    metrics: Annotated[
+        str | None,
+        typer.Option(
+            help="With --plots: these metrics (comma-separated names of docs/metrics.md, e.g. "
+            "trl/grad_norm,response_length_p95), not reward, entropy, OPS, acceptance, length "
+            "and accuracy.",
+            show_default=False,
+        ),
+    ] = None,
     tracking_uri: Annotated[
         str | None,
         typer.Option(help="MLflow URI (default: a folder's parent.json, else ./runs/mlflow.db)."),
@@ -191,7 +200,10 @@ def report(
         for path in shown:
             _log(f"wrote {path}")
         return
-    show_report(targets or [], tracking_uri, format, plots, per_seed, wide)
+    if metrics is not None and plots is None:
+        raise ValueError("--metrics: chooses the curves of --plots; add --plots DIR")
+    chosen = tuple(name.strip() for name in (metrics or "").split(",") if name.strip())
+    show_report(targets or [], tracking_uri, format, plots, per_seed, wide, chosen)
 
 
 def show_report(
@@ -201,15 +213,17 @@ def show_report(
     plots_dir: Path | None = None,
     per_seed: Path | None = None,
     wide: bool = False,
+    metrics: tuple[str, ...] = (),
 ) -> None:
     """The report of `targets` (see `report`); compare and sweep end with it. A method table
-    is the short summary (rvctl.summary) unless `wide` or a machine format."""
+    is the short summary (rvctl.summary) unless `wide` or a machine format; `metrics`: the
+    curves --plots draws (default: PLOT_METRICS)."""
     from rollverify.experiments.report import method_rows, run_groups, short_names, sweep_grid
     from rollverify.experiments.report import sweep_rows as grid_point_rows
-    from rollverify.tracking.plots import plot_gaps, plot_metrics
+    from rollverify.tracking.plots import PLOT_METRICS, plot_gaps, plot_metrics
     from rollverify.tracking.run_records import load_report
 
-    found = load_report(targets, tracking_uri)
+    found = load_report(targets, tracking_uri, prefixes=metrics)
     what = ", ".join(found.parent_run_ids) or f"{len(found.runs)} runs"
     _log(f"{found.kind}: {what} in {found.tracking_uri}")
     short = format is Format.table and not wide and found.kind != "sweep"
@@ -242,7 +256,11 @@ def show_report(
         _write_seed_rows(found, per_seed)
         _log(f"wrote {per_seed}")
     if plots_dir is not None:
-        for path in plot_metrics(run_groups(found), plots_dir):
+        chosen = {name: PLOT_METRICS.get(name, name) for name in metrics} or PLOT_METRICS
+        missing = [name for name in chosen if not any(name in r.history for r in found.runs)]
+        if metrics and missing:
+            _log(f"note: no run here logged {', '.join(missing)} (docs/metrics.md names them)")
+        for path in plot_metrics(run_groups(found), plots_dir, chosen):
             _log(f"wrote {path}")
         knobs = [n for n in names if n != "method"] if found.kind == "sweep" else []
         over_methods = len(knobs) == 1 and "method" in rows[0]  # and one knob: a gap plot

@@ -123,6 +123,11 @@ class VLLMConfig:
     )
 
 
+# transformers' integrations a run may also log to (MLflow is not one: rvctl owns the store)
+REPORT_TO = {"tensorboard", "wandb", "trackio", "comet_ml", "clearml", "neptune", "swanlab"}
+REPORT_TO |= {"dvclive", "azure_ml", "codecarbon"}
+
+
 @dataclass
 class TrackingConfig:
     uri: str | None = config_field(
@@ -151,6 +156,15 @@ class TrackingConfig:
     )
     system_metrics_seconds: float = config_field(
         10.0, "Sampling interval of tracking.system_metrics.", positive, "> 0"
+    )
+    report_to: list[str] = config_field(
+        [],
+        "Also send TRL's step logs (loss, grad norm, clip ratios, rewards, ...) to these, as "
+        "TRL's report_to does: tensorboard writes event files under RUN/trl/runs/ "
+        "(`tensorboard --logdir RUN/trl/runs`). rvctl's own metrics (OPS, acceptance, cost) "
+        "and everything rvctl reads stay in MLflow, whatever this says.",
+        lambda names: all(name in REPORT_TO for name in names),
+        f"each one of {', '.join(sorted(REPORT_TO))} (MLflow is rvctl's own store)",
     )
 
 

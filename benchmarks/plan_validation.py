@@ -117,6 +117,27 @@ def pilots_repeat(plan: dict, actual: dict) -> dict:
     }
 
 
+def seed_matched(plan: dict, label: str, first: Rows, rest: Rows, step: str) -> list[dict]:
+    """Not the rule's figure, its explanation: each pilot against the committed run of its own
+    seed (the rows' mean mixes in seeds no pilot saw)."""
+    windows = {int(r["seed"]): number(r, "acceptance_first_window") for r in rows(first)}
+    switched = {int(r["seed"]): number(r, "switch_step") for r in rows(rest or first)}
+    days = {int(r["seed"]): number(r, "modeled_gpu_days") for r in rows(rest or first)}
+    grpo = {int(r["seed"]): number(r, "modeled_gpu_days") for r in rows(GRPO[step])}
+    out = []
+    for row in (r for r in plan["per_pilot"] if r["point"] == label):
+        seed, first_window = SEEDS[row["pilot"]], row.get("pilot_first_window")
+        pilot_switch = row.get("pilot_switch_step")
+        out.append({
+            "seed": seed,
+            "first_window_error": None if first_window is None else first_window - windows[seed],
+            "switch_agrees": (pilot_switch is not None and pilot_switch <= SWITCH)
+            == (switched[seed] is not None and switched[seed] <= SWITCH),
+            "cost_relative_error": row["modeled_cost_vs_grpo"] / (days[seed] / grpo[seed]) - 1,
+        })  # fmt: skip
+    return out
+
+
 def judged(plan_row: dict, actual: dict) -> dict:
     predicted = {
         "first_window": plan_row["pilot_first_window"],
@@ -153,6 +174,7 @@ def main() -> None:
         actual = committed(first, rest, step)
         row = next(r for r in plans[step]["rows"] if r["point"] == label)
         points.append({"step_size": step, "point": label} | judged(row, actual))
+        points[-1]["by_seed"] = seed_matched(plans[step], label, first, rest, step)
         if label == "ds_0.01":
             repeats[step] = pilots_repeat(plans[step], actual)
     result = {"pilot_steps": PILOT_STEPS, "full_steps": FULL_STEPS, "seeds": SEEDS,

@@ -26,7 +26,7 @@ from rollverify.rollout.engines.vllm_engine import VLLMEngine, VLLMSettings
 from rollverify.rollout.trajectory import Trajectory
 from tests.stub_sidecar import StubSidecar
 
-MAX_NEW_TOKENS, PREFIX = 85, 5  # 80 tokens to go: 4 s at the stub's rate
+MAX_NEW_TOKENS, PREFIX = 125, 5  # 120 tokens to go: 6 s at the stub's rate
 POLICIES = ("anywhere", "stop")
 SYNC_TENSORS, TENSOR_SECONDS = 60, 0.1  # a sync of 6 s: the kill meets it
 
@@ -122,8 +122,6 @@ def main(address: str, folder: Path) -> None:
         for name, started in engines.items():
             started.start()
             result[name] = {"before": node_resources(started.nodes[0])}
-        for policy in POLICIES:
-            engines[policy].submit(trajectories())
         syncs = [
             threading.Thread(
                 target=lambda n=n, e=e: outcome.update({n: sync_to_end(engines[n], e)})
@@ -134,6 +132,10 @@ def main(address: str, folder: Path) -> None:
             sync.start()
         syncing.wait(60)
         time.sleep(1.0)  # some tensors received, most still to come
+        # submitted last: their 6 s start as the test is told to kill (submitted before the
+        # syncs, a slow machine's actor starts had let them finish before the kill)
+        for policy in POLICIES:
+            engines[policy].submit(trajectories())
         (folder / "generating").touch()
         for policy in POLICIES:
             result[policy] |= run_to_end(engines[policy])

@@ -100,7 +100,9 @@ def test_killed_at_three_points_and_resumed_ends_like_an_uninterrupted_run(
     assert [words[:3] for words in trained] == [
         [run_dir.name, "step", f"{step}/{STEPS}"] for step in range(newest_good + 1, STEPS + 1)
     ]
-    assert all("reward" in words and words[-1] == "s" for words in trained)
+    # reward, the step's seconds, then the time left (none on the last step)
+    assert all("reward" in words and "s" in words[-3:] for words in trained)
+    assert [words[-2] == "left" for words in trained] == [True] * (len(trained) - 1) + [False]
     assert not list(checkpoints.glob(".tmp-*"))
     # A script that always resumes: a finished run says so, exit 0, and nothing changes.
     saved = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")}

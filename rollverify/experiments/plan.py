@@ -44,6 +44,15 @@ CANNOT_PREDICT = (
 )
 
 
+# What its validation found (docs/cost-model.md, "Planning from a pilot"): said with every plan
+COUNTERFACTUAL = (
+    "every point but the pilots' own is counterfactual: its acceptance is what it would have "
+    "kept of the caches the pilots' own thresholds left, and a run at a looser point keeps "
+    "older tokens, so a looser point's acceptance is over-predicted and a tighter one's "
+    "under-predicted (docs/cost-model.md, its validation)"
+)
+
+
 @dataclass(frozen=True)
 class Pilot:
     """One pilot run as the plan reads it: its record (with the grid's metrics), its lengths
@@ -219,7 +228,9 @@ def stated(rows: list[dict], steps: int, pilots: list[Pilot]) -> list[str]:
             f"recommended: {best['point']}, the cheapest point whose window stayed above the "
             f"switch in every pilot and every simulated run ({best['modeled_cost_vs_grpo']:.2f}x "
             "grpo's modeled GPU-days)"
+            + ("" if best["own"] else f"; run a pilot at {best['point']} before the long run")
         )
+    lines.append(COUNTERFACTUAL)
     lengths = _span([p.until for p in pilots])
     checks = _span([last_check(p.record, p.until) or 0 for p in pilots])
     lines.append(

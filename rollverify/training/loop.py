@@ -181,7 +181,8 @@ class TrainingLoop:
             old_logprobs = self._score(trajectories)
         self.records.scoring.add(used, scoring.seconds, forward_work(trajectories or []))
         main = self.world.main
-        phase_mark("training", self.version + 1)
+        if main:  # (only rank 0 holds the engine, and its version)
+            phase_mark("training", self.version + 1)
         batch = self.check_and_reward(result, trajectories, old_logprobs) if main else None
         return self.world.share(batch)
 

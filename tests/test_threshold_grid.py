@@ -27,6 +27,8 @@ def cache(seed: int, rows: int = 64, width: int = 48):
     mask = torch.arange(width) < lengths[:, None]
     ops = torch.rand(rows, width, generator=generator) ** 3 * 0.12
     ops[torch.rand(rows, width, generator=generator) < 0.01] = 3.0  # a token stage's
+    ops[torch.rand(rows, width, generator=generator) < 0.005] = math.nan  # unscorable: fails
+    ops[~mask] = math.nan  # padding is never read
     cuts = torch.randint(0, width, (rows, 3), generator=generator).sort(-1).values
     versions = 7 + (torch.arange(width)[None, :, None] >= cuts[:, None, :]).sum(-1)
     policy = mask & (torch.rand(rows, width, generator=generator) > 0.05)

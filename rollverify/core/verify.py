@@ -98,13 +98,39 @@ def _first_bad_segment_start(
     policy: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """First policy token of the first segment whose mean OPS (over its policy tokens) fails
-    `< ds`, else T: long [B].
+    `< ds`, else T: long [B]."""
+    return segments(ops, versions, mask, lengths, policy).first_failing(ds)
 
-    The batch is flattened into runs that break at every row start, version change and end of
+
+class Segments:
+    """The batch's segments, with what the sequence stage judges of each: its row, the column
+    a cut there falls on (its first policy token), its mean OPS over its policy tokens, and
+    whether it is judged at all (generated tokens, some sampled by the policy). Independent of
+    ds: one pass serves any number of thresholds (threshold_grid.py)."""
+
+    def __init__(self, row, column, mean, judged, batch: int, width: int) -> None:
+        self.row, self.column, self.mean, self.judged = row, column, mean, judged
+        self.batch, self.width = batch, width
+
+    def first_failing(self, ds: float) -> torch.Tensor:
+        """First policy token of each row's first segment whose mean fails `< ds` (NaN fails),
+        else T: long [B]."""
+        bad = self.judged & ~(self.mean < ds)
+        first_bad = torch.full((self.batch,), self.width, dtype=torch.long, device=bad.device)
+        return first_bad.scatter_reduce_(0, self.row[bad], self.column[bad], reduce="amin")
+
+
+def segments(
+    ops: torch.Tensor,
+    versions: torch.Tensor,
+    mask: torch.Tensor,
+    lengths: torch.Tensor,
+    policy: torch.Tensor | None = None,
+) -> Segments:
+    """The batch flattened into runs that break at every row start, version change and end of
     the generated tokens; torch.segment_reduce sums each run in order (as a loop would), and
     only the few runs (~segments per row x B) are looked at one by one. Padding forms runs of
-    its own that are dropped unread, so NaN or inf in padding cannot leak into a segment.
-    """
+    its own that are dropped unread, so NaN or inf in padding cannot leak into a segment."""
     batch, width = ops.shape
     if ops.dtype not in (torch.float32, torch.float64):
         ops = ops.float()  # half precision cannot even count a long segment's length exactly
@@ -124,11 +150,10 @@ def _first_bad_segment_start(
         )
     row, column = run_start // width, run_start % width
     is_segment = (column < lengths[row]) & (run_count > 0)  # generated tokens, some judged
-    bad = is_segment & ~(run_sum / run_count.clamp(min=1) < ds)
     if policy is not None:  # the cut falls on the segment's first policy token
         column = _next_true(policy).view(-1)[run_start]
-    first_bad = torch.full((batch,), width, dtype=torch.long, device=ops.device)
-    return first_bad.scatter_reduce_(0, row[bad], column[bad], reduce="amin")
+    mean = run_sum / run_count.clamp(min=1)
+    return Segments(row, column, mean, is_segment, batch, width)
 
 
 def _next_true(condition: torch.Tensor) -> torch.Tensor:

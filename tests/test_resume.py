@@ -274,13 +274,23 @@ def test_engines_left_with_mixed_weights_stop_the_run_after_the_steps_checkpoint
     assert {step: len(v) for step, v in history["eval_accuracy"].items()} == {0: 1, 2: 1, 4: 1}
 
 
+@pytest.mark.parametrize(
+    "mode",
+    [
+        {},  # synchronous partial rollout
+        {"rollout.mode": "async", "rollout.eta": 2, "rollout.lockstep": True},
+        {"rollout.mode": "async", "rollout.eta": 2, "rollout.lockstep": False},  # its thread
+    ],
+    ids=["sync", "async-lockstep", "async-engine-thread"],
+)
 def test_an_engine_lost_mid_rollout_stops_the_run_with_its_tokens_checkpointed(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, mode
 ):
     """vllm.node_lost: stop, as the rollout meets it (EngineLost from a poll of step 3's
-    rollout): what was generated goes to the cache, a checkpoint of step 2 with it is
-    written, the run stops with the engine's one line; rvctl resume ends the run with every
-    step logged once and the paused trajectories resumed."""
+    rollout; asynchronous: in the engine's own thread too): what was generated goes to the
+    cache, a checkpoint of step 2 with it is written, the run stops with the engine's one line;
+    rvctl resume ends the run with every step logged once and the paused trajectories
+    resumed."""
     from rollverify.rollout.engines.hf_engine import HFEngine
     from rollverify.rollout.engines.protocol import EngineLost
 
@@ -293,7 +303,7 @@ def test_an_engine_lost_mid_rollout_stops_the_run_with_its_tokens_checkpointed(
         return poll(self, *args, **kwargs)
 
     monkeypatch.setattr(HFEngine, "poll", lost_in_step_3)
-    overrides = {"output": str(tmp_path), "train.steps": 4, "train.checkpoint_every": 0}
+    overrides = {"output": str(tmp_path), "train.steps": 4, "train.checkpoint_every": 0} | mode
     with pytest.raises(EngineLost, match="no node had room for engine 0"):
         train(load_config(config_file(tmp_path), overrides))
     monkeypatch.undo()

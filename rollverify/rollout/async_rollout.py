@@ -27,8 +27,13 @@ from dataclasses import dataclass, field
 
 from rollverify.core.staleness_bound import choose_batch, may_start
 from rollverify.infra.kill_points import kill_point
-from rollverify.rollout.engines.protocol import RolloutEngine
-from rollverify.rollout.schedules import PromptSource, RolloutInterrupted, RolloutResult
+from rollverify.rollout.engines.protocol import EngineLost, RolloutEngine
+from rollverify.rollout.schedules import (
+    PromptSource,
+    RolloutInterrupted,
+    RolloutResult,
+    StopRequested,
+)
 from rollverify.rollout.trajectory import Trajectory, TrajectoryCache
 
 
@@ -130,13 +135,47 @@ def next_batch(
     regenerate their suffix, and their groups wait. `admit_eta` (default `eta`) bounds
     admission alone: 0 after a switch to synchronous training, while the groups already in
     play keep their deadlines. `in_start_order`: the batch is the B groups that started first
-    (rollout.batch_order). When `should_stop()` turns true the engine's work goes into
+    (rollout.batch_order). When `should_stop()` turns true, or the engine is lost for good
+    (EngineLost: the run stops after its checkpoint), the engine's work goes into
     `state.in_flight` and RolloutInterrupted is raised: nothing is lost."""
     admit_eta = eta if admit_eta is None else admit_eta
     start = time.perf_counter()
     state.tokens_since_last_batch(engine)  # (starts the count at a run's first batch)
-    engine.submit(state.in_flight)  # a stop's or a checkpoint's, first and in order
-    state.in_flight = []
+    try:  # a stop request, or the engine lost: its work goes into state.in_flight
+        chosen = _generate_until_ready(
+            engine, source, state, version, eta, batch_groups, group_size, wait_for_weights,
+            verify, admit_eta, should_stop, in_start_order,
+        )  # fmt: skip
+    except (StopRequested, EngineLost) as stopped:
+        state.take_out(engine)
+        raise RolloutInterrupted(  # booked now: the checkpoint keeps nothing uncounted
+            time.perf_counter() - start,
+            *state.tokens_since_last_batch(engine, hand_out=True),
+            lost=stopped if isinstance(stopped, EngineLost) else None,
+        ) from None
+    generated, regenerated = state.tokens_since_last_batch(engine, hand_out=True)
+    return batch_out_of_play(state, chosen, start, generated, regenerated)
+
+
+def _generate_until_ready(
+    engine: RolloutEngine,
+    source: PromptSource,
+    state: AsyncState,
+    version: int,
+    eta: int,
+    batch_groups: int,
+    group_size: int,
+    wait_for_weights: Callable[[], bool],
+    verify: Callable[[list[Trajectory], int], list[Trajectory]] | None,
+    admit_eta: int,
+    should_stop: Callable[[], bool],
+    in_start_order: bool,
+) -> list[int]:
+    """next_batch's loop: admit, verify the chosen groups, poll, until a batch is ready."""
+    # a stop's or a checkpoint's, first and in order (out of state first: a submit that meets
+    # a lost engine hands them to the pause)
+    in_flight, state.in_flight = state.in_flight, []
+    engine.submit(in_flight)
     regenerating = False  # what verification cut is back in the engine
     while True:
         admit(engine, source, state, version, admit_eta, batch_groups, group_size)
@@ -148,12 +187,9 @@ def next_batch(
                 regenerating = True
                 continue
         if chosen is not None:
-            break
+            return chosen
         if should_stop():
-            state.take_out(engine)
-            raise RolloutInterrupted(  # booked now: the checkpoint keeps nothing uncounted
-                time.perf_counter() - start, *state.tokens_since_last_batch(engine, hand_out=True)
-            )
+            raise StopRequested
         if engine.has_work:
             for trajectory in engine.poll():
                 state.finished[trajectory.group_id].append(trajectory)
@@ -164,8 +200,6 @@ def next_batch(
                 f"async rollout stalled at version {version}: nothing running, nothing "
                 "admissible, and no weights on the way"
             )
-    generated, regenerated = state.tokens_since_last_batch(engine, hand_out=True)
-    return batch_out_of_play(state, chosen, start, generated, regenerated)
 
 
 def admit(

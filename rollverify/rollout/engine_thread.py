@@ -37,6 +37,7 @@ from rollverify.rollout.async_rollout import (
     ready_batch,
     verify_once,
 )
+from rollverify.rollout.engines.protocol import EngineLost
 from rollverify.rollout.schedules import PromptSource, RolloutInterrupted, RolloutResult
 from rollverify.rollout.trajectory import Trajectory
 
@@ -94,6 +95,8 @@ class EngineThread:
             self.admit_eta = admit_eta
             self._lock.notify_all()
             while True:
+                if isinstance(self._error, EngineLost):
+                    raise self._paused_by(self._error, start)
                 self._raise_error()
                 if not self._thread.is_alive():  # (never without an error; never hang)
                     raise RuntimeError("the engine thread stopped")
@@ -174,6 +177,19 @@ class EngineThread:
         with self.in_engine:  # (`_trace` is the trainer's alone: holds are its)
             trace, self._trace = self._trace + self.engine.take_trace(), []
         return trace
+
+    def _paused_by(self, lost: EngineLost, start: float) -> RolloutInterrupted:
+        """The engine lost for good in its thread (which has ended): its work out, as a stop's
+        pause, for the checkpoint the run stops after. The updates on their way stay the
+        trainer's (the checkpoint holds its weights): none is sent to the lost engine."""
+        self._error, self._stopped, self._weights = None, True, deque()
+        with self.in_engine:
+            self._trace += self.engine.take_trace()
+            self.state.in_flight += self._cut
+            self._cut = []
+            self.state.take_out(self.engine)
+            counts = self.state.tokens_since_last_batch(self.engine, hand_out=True)
+        return RolloutInterrupted(time.perf_counter() - start, *counts, lost=lost)
 
     def _take_out_locked(self) -> None:
         """Park the engine thread; then, the engine being the trainer's: land the updates on

@@ -184,10 +184,7 @@ class EngineThread:
         trainer's (the checkpoint holds its weights): none is sent to the lost engine."""
         self._error, self._stopped, self._weights = None, True, deque()
         with self.in_engine:
-            self._trace += self.engine.take_trace()
-            self.state.in_flight += self._cut
-            self._cut = []
-            self.state.take_out(self.engine)
+            self._work_out()
             counts = self.state.tokens_since_last_batch(self.engine, hand_out=True)
         return RolloutInterrupted(time.perf_counter() - start, *counts, lost=lost)
 
@@ -202,10 +199,15 @@ class EngineThread:
         self._raise_error()
         with self.in_engine:  # (parked: the engine thread is out of it)
             self._land_weights()
-            self._trace += self.engine.take_trace()
-            self.state.in_flight += self._cut
-            self._cut = []
-            self.state.take_out(self.engine)
+            self._work_out()
+
+    def _work_out(self) -> None:
+        """The engine's work out into `state.in_flight`, what verification cut with it, and
+        the trace of its steps so far kept for the next batch (the caller owns the engine)."""
+        self._trace += self.engine.take_trace()
+        self.state.in_flight += self._cut
+        self._cut = []
+        self.state.take_out(self.engine)
 
     def _land_weights(self) -> None:
         """Load the updates on their way (the caller owns the engine)."""

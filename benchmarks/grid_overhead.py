@@ -49,7 +49,7 @@ def run(engine: str, grid: str | None, steps: int, output: Path) -> dict[int, fl
     if grid is not None:
         command += ["--set", f"verify.threshold_grid={grid}"]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    (record,) = load_report([str(output)]).runs
+    (record,) = load_report([str(output)], prefixes=(VERIFY_SECONDS,)).runs
     return record.history.get(VERIFY_SECONDS, {})
 
 

@@ -295,11 +295,37 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "async-engine-lost-not-paused",
+        "asynchronous training in lock-step: an engine lost for good pauses its work into the "
+        "checkpoint before the run stops",
+        "rollverify/rollout/async_rollout.py",
+        "    except (StopRequested, EngineLost) as stopped:",
+        "    except StopRequested as stopped:",
+        (
+            "tests/test_resume.py::"
+            "test_an_engine_lost_mid_rollout_stops_the_run_with_its_tokens_checkpointed",
+        ),
+    ),
+    Mutant(
+        "engine-thread-lost-raised-at-a-hold",
+        "the engine lost in its own thread: a hold (an evaluation's, a checkpoint's) that meets "
+        "it pauses the engine's work and goes on, the next batch stops the run",
+        "rollverify/rollout/engine_thread.py",
+        "        self._pause_lost_engine()  # (an evaluation or a checkpoint met it: "
+        "theirs to go on)",
+        "",
+        (
+            "tests/test_engine_thread.py::"
+            "test_an_engine_lost_in_its_thread_is_paused_for_the_checkpoint_whatever_call_meets_it",
+        ),
+    ),
+    Mutant(
         "threshold-grid-logs-the-runs-own",
         "each grid point's acceptance is verify() with that point's thresholds, not the run's",
         "rollverify/core/threshold_grid.py",
-        "        kept = verify(ops, versions, mask, ds, dt, policy)",
-        "        kept = verify(ops, versions, mask, 0.01, run_dt, policy)",
+        '        ds, dt = check_positive_threshold("ds", ds), check_positive_threshold("dt", dt)',
+        '        ds, dt = check_positive_threshold("ds", 0.01), '
+        'check_positive_threshold("dt", run_dt)',
         (
             "tests/test_threshold_grid.py::test_each_point_keeps_what_verify_with_its_thresholds_keeps",
         ),

@@ -19,8 +19,8 @@ import torch
 from rollverify.rollout.async_rollout import AsyncState
 from rollverify.rollout.engine_thread import EngineThread
 from rollverify.rollout.engines.hf_engine import HFEngine
-from rollverify.rollout.engines.protocol import SyncCheckError
-from rollverify.rollout.schedules import PromptGroup
+from rollverify.rollout.engines.protocol import EngineLost, SyncCheckError
+from rollverify.rollout.schedules import PromptGroup, RolloutInterrupted
 from rollverify.training.checkpoint.files import folder_for, latest
 from rollverify.training.checkpoint.files import load as load_checkpoint
 from rollverify.training.parts import make_engine
@@ -88,6 +88,43 @@ def test_an_error_in_the_engine_thread_reaches_the_trainer():
         with pytest.raises(SyncCheckError, match="step 1"):
             for _ in range(100):
                 thread.next_batch(verify=None, admit_eta=1, should_stop=lambda: False)
+    finally:
+        thread.close()
+
+
+class LostAtSecondPoll(HFEngine):
+    """An engine whose node is lost for good (vllm.node_lost: stop) as its thread polls it."""
+
+    polls = 0
+
+    def poll(self, *args, **kwargs):
+        self.polls += 1
+        if self.polls == 2:
+            raise EngineLost("vllm.node_lost: stop: no node had room for engine 0")
+        return super().poll(*args, **kwargs)
+
+
+def test_an_engine_lost_in_its_thread_is_paused_for_the_checkpoint_whatever_call_meets_it():
+    """The loss met first by a hold (an evaluation's, a checkpoint's): the hold goes on, the
+    engine's work out in state.in_flight for the checkpoint; the next batch then stops the
+    run with it (RolloutInterrupted naming the loss), nothing lost."""
+    model = random_model(seed=0, eos_bias=-1.0)
+    engine = LostAtSecondPoll(model, slots=4, max_new_tokens=12, eos_token_id=EOS, pad_token_id=PAD)
+    state = AsyncState()
+    thread = EngineThread(
+        engine, Prompts(), state, batch_groups=1, group_size=2, eta=1, keep_kv=False
+    )
+    try:
+        thread._thread.join(timeout=60)  # (the engine thread ends with the loss)
+        assert engine.polls == 2
+        with thread.held():  # an evaluation's or a checkpoint's: it goes on
+            in_flight = list(state.in_flight)
+        assert in_flight and all(not t.finished for t in in_flight), "paused, not dropped"
+        assert sum(len(t) for t in in_flight) > 0, "with the tokens of the first poll"
+        with pytest.raises(RolloutInterrupted) as stopped:
+            thread.next_batch(verify=None, admit_eta=1, should_stop=lambda: False)
+        assert isinstance(stopped.value.lost, EngineLost)
+        assert state.in_flight == in_flight
     finally:
         thread.close()
 

@@ -309,7 +309,9 @@ def test_an_engine_lost_mid_rollout_stops_the_run_with_its_tokens_checkpointed(
     monkeypatch.undo()
     (run_dir,) = tmp_path.glob("rollverify-s0-*")
     checkpoint = latest(run_dir / "checkpoints")
-    assert checkpoint.step == 2
+    # (the engine in its own thread: the trainer meets the loss in step 3's rollout, or in the
+    # evaluation after step 3 if the engine ran ahead)
+    assert checkpoint.step in ((2, 3) if mode.get("rollout.lockstep") is False else (2,))
     assert checkpoint.state["cache"], "the paused trajectories kept"
     assert checkpoint.tensors["cache"]["token_lengths"].sum() > 0, "with their tokens"
     summary = resume(run_dir)

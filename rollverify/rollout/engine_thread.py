@@ -76,6 +76,7 @@ class EngineThread:
         self._hold = self._parked = self._closing = self._stopped = False
         self._trace: list = []  # the engine's steps taken out of its trace by a hold
         self._error: BaseException | None = None
+        self._lost: EngineLost | None = None  # the engine, lost for good in its thread
         self._thread = threading.Thread(target=self._run, name="rollverify-engine", daemon=True)
         self._thread.start()
 
@@ -95,8 +96,11 @@ class EngineThread:
             self.admit_eta = admit_eta
             self._lock.notify_all()
             while True:
-                if isinstance(self._error, EngineLost):
-                    raise self._paused_by(self._error, start)
+                self._pause_lost_engine()
+                if self._lost is not None:  # the run stops after its checkpoint (EngineLost)
+                    with self.in_engine:
+                        counts = self.state.tokens_since_last_batch(self.engine, hand_out=True)
+                    raise RolloutInterrupted(time.perf_counter() - start, *counts, lost=self._lost)
                 self._raise_error()
                 if not self._thread.is_alive():  # (never without an error; never hang)
                     raise RuntimeError("the engine thread stopped")
@@ -178,15 +182,16 @@ class EngineThread:
             trace, self._trace = self._trace + self.engine.take_trace(), []
         return trace
 
-    def _paused_by(self, lost: EngineLost, start: float) -> RolloutInterrupted:
+    def _pause_lost_engine(self) -> None:
         """The engine lost for good in its thread (which has ended): its work out, as a stop's
-        pause, for the checkpoint the run stops after. The updates on their way stay the
-        trainer's (the checkpoint holds its weights): none is sent to the lost engine."""
-        self._error, self._stopped, self._weights = None, True, deque()
+        pause, whichever call of the trainer's meets it first; the next batch raises it. The
+        updates on their way stay the trainer's (its checkpoint holds them): none is sent to
+        the lost engine."""
+        if not isinstance(self._error, EngineLost):
+            return
+        self._lost, self._error, self._stopped, self._weights = self._error, None, True, deque()
         with self.in_engine:
             self._work_out()
-            counts = self.state.tokens_since_last_batch(self.engine, hand_out=True)
-        return RolloutInterrupted(time.perf_counter() - start, *counts, lost=lost)
 
     def _take_out_locked(self) -> None:
         """Park the engine thread; then, the engine being the trainer's: land the updates on
@@ -196,6 +201,7 @@ class EngineThread:
         self._lock.notify_all()
         while not self._parked and self._error is None:
             self._lock.wait()
+        self._pause_lost_engine()  # (an evaluation or a checkpoint met it: theirs to go on)
         self._raise_error()
         with self.in_engine:  # (parked: the engine thread is out of it)
             self._land_weights()

@@ -144,8 +144,17 @@ def test_killed_in_generation_and_in_training_resumes_bit_for_bit(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lockstep", [True, False], ids=["lockstep", "engine-thread"])
-@pytest.mark.parametrize("point", ["weights-in-flight", "regenerating"])
+@pytest.mark.parametrize(
+    ("point", "lockstep"),
+    [
+        pytest.param("weights-in-flight", True, id="weights-in-flight-lockstep"),
+        pytest.param("regenerating", False, id="regenerating-engine-thread"),
+        # the other two in the long tier (make test-all): make test stays under 10 minutes
+        pytest.param("weights-in-flight", False, id="weights-in-flight-engine-thread",
+                     marks=pytest.mark.long),
+        pytest.param("regenerating", True, id="regenerating-lockstep", marks=pytest.mark.long),
+    ],
+)  # fmt: skip
 def test_killed_where_asynchronous_work_is_in_flight_resumes_with_nothing_lost(
     tmp_path, lockstep, point
 ):

@@ -279,7 +279,10 @@ def test_engines_left_with_mixed_weights_stop_the_run_after_the_steps_checkpoint
     [
         {},  # synchronous partial rollout
         {"rollout.mode": "async", "rollout.eta": 2, "rollout.lockstep": True},
-        {"rollout.mode": "async", "rollout.eta": 2, "rollout.lockstep": False},  # its thread
+        pytest.param(  # its thread (make test: test_engine_thread's unit test of the pause)
+            {"rollout.mode": "async", "rollout.eta": 2, "rollout.lockstep": False},
+            marks=pytest.mark.long,
+        ),
     ],
     ids=["sync", "async-lockstep", "async-engine-thread"],
 )

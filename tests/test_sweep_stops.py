@@ -72,6 +72,8 @@ def steps_logged(uri: str, run_id: str) -> list[int]:
     return sorted(m.step for m in MlflowClient(uri).get_metric_history(run_id, "reward_mean"))
 
 
+# (the long tier, make test-all: make test stays under 10 minutes on 2 cores)
+@pytest.mark.long
 def test_a_point_stopped_at_each_write_of_its_end_is_trained_once(tmp_path):
     base, parent_run_id, folder, uri = sweep_folder(tmp_path)
     # The last checkpoint half written: the resumed run trains step 2 again, in its folder.
@@ -101,6 +103,7 @@ def test_a_point_stopped_at_each_write_of_its_end_is_trained_once(tmp_path):
     assert {"config.yaml", "ledger.json", "summary.json"} <= stored
 
 
+@pytest.mark.long
 def test_a_finished_run_missing_its_summary_is_kept_and_the_summary_rebuilt(tmp_path):
     base, parent_run_id, folder, uri = sweep_folder(tmp_path)
     # Killed after the run wrote its summary, before it closed its MLflow run.

@@ -601,6 +601,8 @@ def _stop_and_check(process, tmp_path: Path, steps: int) -> str:
     return stderr
 
 
+# (the long tier, make test-all: make test stays under 10 minutes on 2 cores)
+@pytest.mark.long
 def test_rvctl_with_vllm_stops_cleanly_and_resumes_what_was_in_flight(engine, tmp_path):
     """`rvctl train --engine vllm`, stopped by SIGTERM (a scheduler's preemption) after a
     step: exit 130, no process or /dev/shm block of Ray or vLLM left, the MLflow run KILLED.

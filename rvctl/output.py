@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import enum
 import io
 import json
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -15,6 +17,15 @@ from rich.table import Table
 
 stdout = Console()
 stderr = Console(stderr=True)
+
+
+@contextlib.contextmanager
+def stdout_for_results() -> Iterator[None]:
+    """While a command works, what anything prints to stdout goes to stderr: Ray's driver
+    prints its nodes' messages there (a lost node's raylet dump, before a sweep's table), and
+    `-f json` or `-f csv` must leave stdout one document a pipe can read."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
 
 
 class Format(enum.StrEnum):

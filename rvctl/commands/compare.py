@@ -17,7 +17,7 @@ from rich.table import Table
 from rollverify.tracking.metric_names import LIVE
 from rvctl import progress
 from rvctl.options import FormatOption, RunOptions, WideOption, with_run_options
-from rvctl.output import Format, stderr
+from rvctl.output import Format, stderr, stdout_for_results
 
 
 @with_run_options
@@ -94,7 +94,7 @@ def compare(
     from rollverify.experiments.compare import compare as run_compare  # heavy: torch, TRL, MLflow
 
     try:
-        with live or contextlib.nullcontext():
+        with stdout_for_results(), live or contextlib.nullcontext():
             result = run_compare(
                 run_config,
                 methods,

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rvctl import progress
 from rvctl.options import FormatOption, RunOptions, with_run_options
-from rvctl.output import Format, stderr
+from rvctl.output import Format, stderr, stdout_for_results
 
 # `--ds 0.005,0.01`: values for any swept name, so the options cannot be declared up front.
 CONTEXT = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -74,32 +74,35 @@ def sweep(
 
     title = "sweep " + " x ".join(names)
     try:
-        if progress.plain():  # a log: a line per finished trial
-            started, shown = time.perf_counter(), [-1]
+        with stdout_for_results():  # (-f json: one document on stdout)
+            if progress.plain():  # a log: a line per finished trial
+                started, shown = time.perf_counter(), [-1]
 
-            def show(done: int, total: int) -> None:  # (asked every few seconds)
-                if done != shown[0]:
-                    shown[0] = done
-                    seconds = time.perf_counter() - started
-                    progress.line(f"{title}: {done}/{total} trials finished  {seconds:.0f} s")
+                def show(done: int, total: int) -> None:  # (asked every few seconds)
+                    if done != shown[0]:
+                        shown[0] = done
+                        seconds = time.perf_counter() - started
+                        progress.line(f"{title}: {done}/{total} trials finished  {seconds:.0f} s")
 
-            result = run_sweep(run_config, grid, folder=folder, address=address, on_progress=show)
-        else:
-            with Progress(
-                TextColumn(f"[bold]{title}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=stderr,
-            ) as bar:
-                task = bar.add_task("trials", total=grid.size)
                 result = run_sweep(
-                    run_config,
-                    grid,
-                    folder=folder,
-                    address=address,
-                    on_progress=lambda done, total: bar.update(task, completed=done),
+                    run_config, grid, folder=folder, address=address, on_progress=show
                 )
+            else:
+                with Progress(
+                    TextColumn(f"[bold]{title}"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(),
+                    console=stderr,
+                ) as bar:
+                    task = bar.add_task("trials", total=grid.size)
+                    result = run_sweep(
+                        run_config,
+                        grid,
+                        folder=folder,
+                        address=address,
+                        on_progress=lambda done, total: bar.update(task, completed=done),
+                    )
     except KeyboardInterrupt:
         stderr.print("interrupted: resume with --resume (finished trials are kept)")
         raise

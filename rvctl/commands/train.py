@@ -33,7 +33,7 @@ from rvctl.options import (
     run_overrides,
     with_run_options,
 )
-from rvctl.output import Format, print_rows, stderr
+from rvctl.output import Format, print_rows, stderr, stdout_for_results
 
 CheckpointEveryOption = Annotated[
     int | None,
@@ -143,29 +143,8 @@ def _with_progress(name: str, steps: int | None, run: Callable[[Callable], Any])
     """Run `run(on_step)` under a progress bar of steps (a line per step in a log); say how to
     go on if interrupted."""
     try:
-        if progress.plain():
-            return run(progress.StepLines(name, steps))
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[live]}"),
-            TimeElapsedColumn(),
-            TextColumn("left"),
-            TimeRemainingColumn(),
-            console=stderr,
-        ) as bar:
-            task = bar.add_task(name, total=steps, live="starting")
-            last = [time.perf_counter()]
-
-            def show(step: int, metrics: dict[str, float]) -> None:
-                now = time.perf_counter()
-                rate = progress.throughput(metrics, now - last[0])
-                last[0] = now
-                live = "  ".join(p for p in (progress.figures(metrics), rate) if p)
-                bar.update(task, completed=step, live=live)
-
-            return run(show)
+        with stdout_for_results():
+            return _run_shown(name, steps, run)
     except KeyboardInterrupt as interrupt:
         # Plain print: a path to copy must not be wrapped by rich.
         run_dir = getattr(interrupt, "run_dir", None)
@@ -185,6 +164,33 @@ def _with_progress(name: str, steps: int | None, run: Callable[[Callable], Any])
         else:
             print("interrupted: engines stopped, MLflow run marked KILLED", file=sys.stderr)
         raise
+
+
+def _run_shown(name: str, steps: int | None, run: Callable[[Callable], Any]) -> Any:
+    """`run(on_step)` under a progress bar of steps, or a line per step in a log."""
+    if progress.plain():
+        return run(progress.StepLines(name, steps))
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[live]}"),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+        console=stderr,
+    ) as bar:
+        task = bar.add_task(name, total=steps, live="starting")
+        last = [time.perf_counter()]
+
+        def show(step: int, metrics: dict[str, float]) -> None:
+            now = time.perf_counter()
+            rate = progress.throughput(metrics, now - last[0])
+            last[0] = now
+            live = "  ".join(p for p in (progress.figures(metrics), rate) if p)
+            bar.update(task, completed=step, live=live)
+
+        return run(show)
 
 
 def _dry_run(run_config: Any, format: Format) -> None:

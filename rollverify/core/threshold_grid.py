@@ -22,7 +22,7 @@ import torch
 
 from rollverify.core.argument_checks import check_mask, check_positive_threshold, check_same_shape
 from rollverify.core.auto_thresholds import AUTO, PAPER_DT_PER_DS, thresholds
-from rollverify.core.verify import _right_padded_lengths, segments
+from rollverify.core.verify import right_padded_lengths, segments
 
 GridPoint = float | str  # a ds, or "auto:c"
 DEFAULT_GRID: tuple[GridPoint, ...] = (0.0025, 0.005, 0.01, 0.02, 0.04, 0.08)
@@ -87,7 +87,7 @@ def grid_kept(
     check_same_shape(ops=ops, versions=versions, mask=mask)
     check_mask(mask, ops.shape)
     check_mask(policy, ops.shape, "policy")
-    lengths = _right_padded_lengths(mask)
+    lengths = right_padded_lengths(mask)
     stage_one = segments(ops, versions, mask, lengths, policy)
     stage_two = _WorstSoFar(ops, mask & policy)
     before = torch.nn.functional.pad(policy.long().cumsum(-1), (1, 0))  # policy tokens before

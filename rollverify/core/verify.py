@@ -67,7 +67,7 @@ def verify_stages(
     if ops.numel() == 0:
         none = torch.zeros(ops.shape[0], dtype=torch.long, device=ops.device)
         return none, none
-    lengths = _right_padded_lengths(mask)  # [B]
+    lengths = right_padded_lengths(mask)  # [B]
 
     kept = lengths
     if not math.isinf(ds):
@@ -82,7 +82,7 @@ def verify_stages(
     return after_sequence, kept
 
 
-def _right_padded_lengths(mask: torch.Tensor) -> torch.Tensor:
+def right_padded_lengths(mask: torch.Tensor) -> torch.Tensor:
     """Generated length of each row, long [B]; refuses a mask that is not right-padded."""
     if mask.shape[-1] > 1 and torch.gt(mask[:, 1:], mask[:, :-1]).any():
         raise ValueError("mask must be right-padded: True on a prefix of each row, then False")

@@ -320,6 +320,19 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "stdout-not-kept-for-results",
+        "while a command works, what anything prints to stdout goes to stderr: -f json leaves "
+        "one document on stdout (Ray's driver prints a lost node's raylet dump there)",
+        "rvctl/output.py",
+        "    with contextlib.redirect_stdout(sys.stderr):",
+        "    with contextlib.nullcontext():",
+        (
+            "tests/test_cli.py::test_while_a_command_works_stdout_keeps_only_its_result",
+            "tests/test_sweep_node_loss.py::"
+            "test_a_sweep_on_the_cluster_survives_losing_a_worker_node",
+        ),
+    ),
+    Mutant(
         "threshold-grid-logs-the-runs-own",
         "each grid point's acceptance is verify() with that point's thresholds, not the run's",
         "rollverify/core/threshold_grid.py",

@@ -137,3 +137,21 @@ def test_a_step_line_carries_tokens_per_second_and_the_time_left(monkeypatch, ca
         == "grpo step 1/10  reward 0.5  loss 0.012  grad 0.41  2,500 tok/s  2.0 s  left 0m18s"
     )
     assert shown[2].endswith("500 tok/s  4.0 s  left 0m24s")  # 3 s a step so far, 8 to go
+
+
+def test_while_a_command_works_stdout_keeps_only_its_result(capsys):
+    """What a library prints to stdout from a thread of its own while a run works (Ray's
+    driver prints a lost node's raylet dump there) goes to stderr: `-f json` leaves one
+    document on stdout (a sweep on a cluster printed the dump before its table)."""
+    import threading
+
+    from rvctl.output import stdout_for_results
+
+    with stdout_for_results():
+        thread = threading.Thread(target=lambda: print("(raylet) Raylet is terminated."))
+        thread.start()
+        thread.join()
+    print(json.dumps({"ds": 0.01}))
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"ds": 0.01}
+    assert "(raylet) Raylet is terminated." in err

@@ -347,8 +347,8 @@ MUTANTS = [
         "thresholds-regenerated-unweighted",
         "rvctl report --thresholds: the share a point would cut, weighted by the tokens checked",
         "rollverify/experiments/thresholds.py",
-        "        cut, total = cut + (1 - rates[step]) * tokens, total + tokens",
-        "        cut, total = cut + (1 - rates[step]), total + 1",
+        "        cut, total = cut + (1 - rate) * tokens, total + tokens",
+        "        cut, total = cut + (1 - rate), total + 1",
         ("tests/test_thresholds_report.py::test_each_point_is_replayed_as_switching_counts_it",),
     ),
     Mutant(

@@ -30,7 +30,7 @@ from rollverify.core.switching import AcceptanceMonitor
 from rollverify.experiments.power import mean_ci95
 from rollverify.experiments.run_figures import present
 from rollverify.experiments.simulate_settings import LengthModel, Settings
-from rollverify.experiments.thresholds import own_point, points, replay
+from rollverify.experiments.thresholds import checks, own_point, points, replay
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import RunRecord
 
@@ -80,11 +80,7 @@ def last_check(record: RunRecord, until: int) -> int | None:
 def curve(record: RunRecord, point: str, until: int, steps: int) -> tuple[float, ...]:
     """The acceptance `point` would have given at each of `steps` steps (see the module);
     () where the pilot never checked its cache within `until`."""
-    rates = {
-        s: r
-        for s, r in record.history.get(m.threshold_grid(point), {}).items()
-        if s <= until and record.history.get(m.CACHE_TOKENS_VERIFIED, {}).get(s)
-    }
+    rates = {s: r for s, r, _ in checks(record, point) if s <= until}
     if not rates:
         return ()
     window = int(record.params.get("verify.window", 8))

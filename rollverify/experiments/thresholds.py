@@ -45,19 +45,21 @@ def _order(label: str) -> tuple:
     return (kind != "ds", float(number), label)
 
 
-def replay(run: RunRecord, point: str) -> dict:
-    """One run's figures for one grid point (see the module)."""
+def checks(run: RunRecord, point: str) -> list[tuple[int, float, float]]:
+    """(step, the point's acceptance, tokens checked) at each step the run checked a cache."""
     rates = run.history.get(m.threshold_grid(point), {})
     checked = run.history.get(m.CACHE_TOKENS_VERIFIED, {})
+    return [(step, rates[step], checked[step]) for step in sorted(rates) if checked.get(step)]
+
+
+def replay(run: RunRecord, point: str) -> dict:
+    """One run's figures for one grid point (see the module)."""
     window = int(run.params.get("verify.window", 8))
     monitor = AcceptanceMonitor(window, float(run.params.get("verify.switch_threshold", 0.5)))
     windows, cut, total = [], 0.0, 0.0
-    for step in sorted(rates):
-        tokens = checked.get(step, 0.0)
-        if not tokens:
-            continue
-        monitor.update(rates[step] * tokens, tokens, step=step)
-        cut, total = cut + (1 - rates[step]) * tokens, total + tokens
+    for step, rate, tokens in checks(run, point):
+        monitor.update(rate * tokens, tokens, step=step)
+        cut, total = cut + (1 - rate) * tokens, total + tokens
         if len(monitor.history) >= window:
             windows.append(monitor.window_mean)
     return {
@@ -168,13 +170,9 @@ def plot(runs: list[RunRecord], folder: Path) -> Path:
 
 def _windows(run: RunRecord, point: str) -> dict[int, float]:
     """The replayed window mean at each checked step (from the first check on)."""
-    rates = run.history.get(m.threshold_grid(point), {})
-    checked = run.history.get(m.CACHE_TOKENS_VERIFIED, {})
     monitor = AcceptanceMonitor(int(run.params.get("verify.window", 8)))
     out = {}
-    for step in sorted(rates):
-        tokens = checked.get(step, 0.0)
-        if tokens:
-            monitor.update(rates[step] * tokens, tokens)
-            out[step] = monitor.window_mean
+    for step, rate, tokens in checks(run, point):
+        monitor.update(rate * tokens, tokens)
+        out[step] = monitor.window_mean
     return out

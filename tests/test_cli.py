@@ -155,3 +155,14 @@ def test_while_a_command_works_stdout_keeps_only_its_result(capsys):
     out, err = capsys.readouterr()
     assert json.loads(out) == {"ds": 0.01}
     assert "(raylet) Raylet is terminated." in err
+
+
+def test_the_cli_starts_without_torch():
+    """`rvctl --help`, `--version`, a config error: nothing a command has not asked for is
+    imported, torch least of all (a second on 2 cores). The config's verify section reads the
+    threshold grid's points from rollverify/core: those modules import torch where they
+    compute, not at import (it had made every start 1.4 s, not 0.2)."""
+    heavy = "('torch', 'trl', 'mlflow')"
+    code = f"import sys, rvctl.app; print(sorted(m for m in {heavy} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import torch
-
-from rollverify.core.argument_checks import check_mask, check_positive_threshold, check_same_shape
 from rollverify.core.auto_thresholds import AUTO, PAPER_DT_PER_DS, thresholds
-from rollverify.core.verify import right_padded_lengths, segments
+
+if TYPE_CHECKING:  # (torch where it computes: the config's verify section reads this module's
+    import torch  # grid, and `rvctl --help` must not wait a second for torch)
 
 GridPoint = float | str  # a ds, or "auto:c"
 DEFAULT_GRID: tuple[GridPoint, ...] = (0.0025, 0.005, 0.01, 0.02, 0.04, 0.08)
@@ -84,6 +84,15 @@ def grid_kept(
     failure, is computed here once for all of them (on a 4096 x 4096 cache, 18 calls of
     verify took 18.6x the run's own check's arithmetic, this pass 1.9x:
     benchmarks/grid_overhead.py)."""
+    import torch
+
+    from rollverify.core.argument_checks import (
+        check_mask,
+        check_positive_threshold,
+        check_same_shape,
+    )
+    from rollverify.core.verify import right_padded_lengths, segments
+
     check_same_shape(ops=ops, versions=versions, mask=mask)
     check_mask(mask, ops.shape)
     check_mask(policy, ops.shape, "policy")
@@ -110,9 +119,11 @@ class _WorstSoFar:
 
     def __init__(self, ops: torch.Tensor, judged: torch.Tensor) -> None:
         worst = ops.nan_to_num(nan=math.inf, posinf=math.inf, neginf=-math.inf)
-        self.worst = torch.where(judged, worst, -math.inf).cummax(-1).values.contiguous()
+        self.worst = worst.masked_fill(~judged, -math.inf).cummax(-1).values.contiguous()
 
     def first_failing(self, dt: float) -> torch.Tensor:
         """First column of each row whose token fails `< dt`, T where none does: long [B]."""
+        import torch
+
         wanted = torch.full((self.worst.shape[0], 1), dt, dtype=self.worst.dtype)
         return torch.searchsorted(self.worst, wanted.to(self.worst.device)).squeeze(1)

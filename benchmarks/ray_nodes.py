@@ -44,6 +44,8 @@ class Cluster:
     head: subprocess.Popen
     worker: subprocess.Popen | None = None
     logs: dict[str, Path] = field(default_factory=dict)
+    added: list[subprocess.Popen] = field(default_factory=list)  # engine nodes joined later
+    folder: Path | None = None
 
     def command(self, *args: str) -> list[str]:
         """`args` run in the cluster's network namespace."""
@@ -60,6 +62,18 @@ class Cluster:
         raylet = self.raylet(node)
         raylet.send_signal(signal.SIGKILL)
         return time.monotonic()
+
+    def add_engine_node(self, cpus: int) -> subprocess.Popen:
+        """Another node with ENGINE_RESOURCE joins (a lost host's replacement), up when this
+        returns."""
+        assert self.folder is not None
+        name = f"worker{len(self.added) + 2}"
+        worker = [RAY, "start", "--block", f"--address={self.address}", f"--num-cpus={cpus}"]
+        worker.append(f'--resources={{"{ENGINE_RESOURCE}": 1}}')
+        node = _start(self, name, worker, self.folder, self.env)
+        self.added.append(node)
+        _wait_started(self.logs[name], node)
+        return node
 
 
 def namespace_available() -> bool:
@@ -99,6 +113,7 @@ def two_nodes(
     port = _free_port()
     address = f"127.0.0.1:{port}"
     cluster = Cluster(namespace, address, env | {"RAY_AUTH_MODE": "token"}, head=None)  # type: ignore[arg-type]
+    cluster.folder = folder
     try:
         subprocess.run(cluster.command("ip", "link", "set", "lo", "up"), check=True)
         head = [RAY, "start", "--head", "--block", f"--port={port}", f"--num-cpus={head_cpus}"]
@@ -141,7 +156,7 @@ def _stop(cluster: Cluster) -> None:
     """SIGTERM to each `ray start --block` (it stops what it started), the worker first; then
     SIGKILL to whatever of theirs is left (a node whose raylet was killed leaves its workers
     and agents to die on their own, up to a minute later)."""
-    nodes = [n for n in (cluster.worker, cluster.head) if n is not None]
+    nodes = [n for n in (*cluster.added, cluster.worker, cluster.head) if n is not None]
     started = {p for node in nodes for p in _tree(node.pid)}
     for node in nodes:
         node.send_signal(signal.SIGTERM)

@@ -333,6 +333,32 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "resumed-run-logs-steps-twice",
+        "a resumed run trains again the steps after its checkpoint; those the killed process "
+        "logged already are not logged again (every metric at every step once)",
+        "rollverify/training/run_tracking.py",
+        "spool=spool, log_once=True",
+        "spool=spool, log_once=False",
+        (
+            "tests/test_resume.py::"
+            "test_killed_at_three_points_and_resumed_ends_like_an_uninterrupted_run",
+            "tests/test_sweep_node_loss.py::"
+            "test_a_sweep_on_the_cluster_survives_losing_a_worker_node",
+        ),
+    ),
+    Mutant(
+        "moved-engine-keeps-two-bundles",
+        "an engine placed anywhere after its node's loss moves back to its own bundle once Ray "
+        "places that again, and gives back the group it ran in",
+        "rollverify/rollout/engines/vllm_engine.py",
+        "        self._move_home()  # a sidecar placed anywhere",
+        "        pass  # a sidecar placed anywhere",
+        (
+            "tests/test_node_loss_fast.py::"
+            "test_engines_on_a_lost_node_are_placed_again_or_stop_the_run_and_keep_their_tokens",
+        ),
+    ),
+    Mutant(
         "threshold-grid-logs-the-runs-own",
         "each grid point's acceptance is verify() with that point's thresholds, not the run's",
         "rollverify/core/threshold_grid.py",

@@ -7,7 +7,9 @@ sync of SYNC_TENSORS tensors, a tenth of a second apart, and one (anywhere) load
 through Ray's object store. FOLDER/generating is written once all four are under way (the test
 then kills the engine node's raylet); the first two are polled until their work is done or they
 stop the run, the syncs are waited for. The lines they log are kept together. What happened
-goes to FOLDER/result.json, by scenario."""
+goes to FOLDER/result.json, by scenario. Then FOLDER/placed is written and the driver waits for
+FOLDER/node-back (the test has started another engine node): the three engines placed on the
+head load weights once their own bundles are placed again, and move back to them (under "home")."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from rollverify.rollout.engines.node_loss import node_resources
+from rollverify.rollout.engines.node_loss import node_resources, wait_for_bundle
 from rollverify.rollout.engines.ray_runtime import ensure_ray, stop_ray
 from rollverify.rollout.engines.vllm_engine import VLLMEngine, VLLMSettings
 from rollverify.rollout.trajectory import Trajectory
@@ -29,6 +31,8 @@ from tests.stub_sidecar import StubSidecar
 MAX_NEW_TOKENS, PREFIX = 125, 5  # 120 tokens to go: 6 s at the stub's rate
 POLICIES = ("anywhere", "stop")
 SYNC_TENSORS, TENSOR_SECONDS = 60, 0.1  # a sync of 6 s: the kill meets it
+HOME_TENSORS = 5  # the weights an engine that moves home takes (object store or collective)
+MOVED = ("anywhere", "sync", "sync-store")  # the engines placed on the head, that move home
 
 
 def trajectories() -> list[Trajectory]:
@@ -107,6 +111,33 @@ def sync_to_end(engine: VLLMEngine, started: threading.Event) -> dict:
     }
 
 
+def move_home(engine: VLLMEngine) -> dict:
+    """Once the engine's own bundle is placed again, a weight load (version 3) moves it home:
+    where it runs then, what became of the group it ran in, the weights its sidecar has."""
+    import ray
+    from ray.util import placement_group_table
+
+    away = list(engine._anywhere.values())
+    placed = wait_for_bundle(engine._group, 0, time.monotonic() + 60)
+    engine.load_weights([(f"w{i}", torch.full((4,), 3.0)) for i in range(HOME_TENSORS)], 3)
+    return {
+        "was_away": len(away),
+        "bundle_placed": placed,
+        "after": node_resources(engine.nodes[0]),
+        "away_groups": [placement_group_table(group)["state"] for group in away],
+        "anywhere": len(engine._anywhere),
+        "restarts": engine.restarts,
+        "version": engine.version,
+        "received": ray.get([actor.weights_received.remote() for actor in engine._actors]),
+    }
+
+
+def wait_for_file(path: Path, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def main(address: str, folder: Path) -> None:
     ensure_ray(address)
     engines = {policy: engine(policy) for policy in POLICIES}
@@ -144,6 +175,10 @@ def main(address: str, folder: Path) -> None:
         for name, done in outcome.items():
             result[name] |= done
         result["lines"] = [str(w.message) for w in lines]
+        (folder / "placed").touch()
+        wait_for_file(folder / "node-back", 120)
+        result["home"] = {name: move_home(engines[name]) for name in MOVED}
+        result["home_lines"] = [str(w.message) for w in lines][len(result["lines"]) :]
     finally:
         caught.__exit__(None, None, None)
         for started in engines.values():

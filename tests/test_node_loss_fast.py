@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from benchmarks.ray_nodes import namespace_available, two_nodes
-from tests.node_loss_driver import MAX_NEW_TOKENS, PREFIX, SYNC_TENSORS
+from tests.node_loss_driver import HOME_TENSORS, MAX_NEW_TOKENS, MOVED, PREFIX, SYNC_TENSORS
 from tests.polling import wait_until
 from tests.sockets import process_name, tree
 
@@ -52,7 +52,12 @@ def test_engines_on_a_lost_node_are_placed_again_or_stop_the_run_and_keep_their_
             assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
             on_engine_node, on_head = _stubs(cluster.worker), _stubs(cluster.head)
             killed = cluster.kill_raylet(cluster.worker)
-            driver.wait(timeout=120)
+            assert wait_until(
+                lambda: (tmp_path / "placed").exists() or driver.poll() is not None, 120
+            ), "the engines were placed again or stopped"
+            cluster.add_engine_node(cpus=4)  # a lost host's replacement
+            (tmp_path / "node-back").touch()
+            driver.wait(timeout=180)
         finally:
             if driver.poll() is None:
                 driver.kill()
@@ -96,3 +101,15 @@ def test_engines_on_a_lost_node_are_placed_again_or_stop_the_run_and_keep_their_
     stopped = result["stop"]
     assert stopped["error"].startswith("NodeLost: vllm.node_lost: stop: no node with engine_node")
     assert "rvctl resume" in stopped["error"] and not stopped["finished"], stopped
+
+    # Another engine node joins: each engine placed on the head moves back to its own bundle,
+    # there, at its next weight load (nothing in flight), and gives back the group it ran in.
+    assert len(result["home_lines"]) == len(MOVED), result["home_lines"]
+    assert all("moves back to its own bundle" in line for line in result["home_lines"])
+    for name in MOVED:
+        home = result["home"][name]
+        assert home["was_away"] == 1 and home["bundle_placed"], (name, home)
+        assert home["after"].get("engine_node") == 1, (name, "on the new engine node", home)
+        assert home["away_groups"] == ["REMOVED"] and home["anywhere"] == 0, (name, home)
+        assert home["restarts"] == 1 and home["version"] == 3, (name, "a move is no restart")
+        assert home["received"] == [HOME_TENSORS], (name, "the moved engine has the weights")

@@ -80,6 +80,7 @@ class MLflowTracker:
         self.uri = uri
         self.spool = spool  # metrics the store refused, one JSON batch per line, until delivered
         self.pending: list[list[Metric]] = []
+        self.logged_through: dict[str, int] = {}  # a resumed run's metrics: their newest step
         with store_opened_alone(uri):
             self.client = MlflowClient(tracking_uri=uri)
             found = self.client.get_experiment_by_name(experiment)
@@ -102,15 +103,32 @@ class MLflowTracker:
         )
 
     @classmethod
-    def attach(cls, uri: str, run_id: str, spool: Path | None = None) -> MLflowTracker:
+    def attach(
+        cls, uri: str, run_id: str, spool: Path | None = None, log_once: bool = False
+    ) -> MLflowTracker:
         """Continue an existing run (a resumed run, a resumed sweep's parent): RUNNING again.
-        Metrics a killed process left in its spool file go out first."""
+        Metrics a killed process left in its spool file go out first. With `log_once` (a
+        resumed training run), a metric is not logged again at a step its history has: the
+        resumed run trains again the steps after its checkpoint, and the killed process may
+        have logged some of them already."""
         tracker = cls.__new__(cls)
         tracker.client, tracker.uri, tracker.run_id = MlflowClient(tracking_uri=uri), uri, run_id
         tracker.spool, tracker.pending = spool, _read_spool(spool)
         tracker.client.update_run(run_id, status="RUNNING")
         tracker.deliver()
+        tracker.logged_through = tracker._newest_steps() if log_once else {}
         return tracker
+
+    def _newest_steps(self) -> dict[str, int]:
+        """Each metric's newest step, logged or still spooled (within one process a metric's
+        steps only grow)."""
+        newest = {
+            name: max(point.step for point in self.client.get_metric_history(self.run_id, name))
+            for name in self.client.get_run(self.run_id).data.metrics
+        }
+        for metric in (metric for batch in self.pending for metric in batch):
+            newest[metric.key] = max(newest.get(metric.key, -1), metric.step)
+        return newest
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """One batch per step. If the store is down or locked, training goes on: the batch
@@ -119,7 +137,9 @@ class MLflowTracker:
         batch = [
             Metric(name, float(value), timestamp, step)
             for name, value in metrics.items()
-            if value is not None and not (isinstance(value, float) and math.isnan(value))
+            if value is not None
+            and not (isinstance(value, float) and math.isnan(value))
+            and step > self.logged_through.get(name, -1)
         ]
         if batch:
             self.pending.append(batch)

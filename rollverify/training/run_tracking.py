@@ -24,7 +24,9 @@ def run_tracker(plan: RunPlan, method: str) -> MLflowTracker:
     saved = _saved_mlflow_run(plan)
     if saved is not None:
         try:
-            tracker = MLflowTracker.attach(saved["tracking_uri"], saved["run_id"], spool=spool)
+            tracker = MLflowTracker.attach(
+                saved["tracking_uri"], saved["run_id"], spool=spool, log_once=True
+            )
         except Exception as error:  # the store moved, or the run was deleted
             raise ValueError(
                 f"MLflow run {saved['run_id']} in {saved['tracking_uri']} cannot be continued "

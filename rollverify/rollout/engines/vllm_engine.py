@@ -246,6 +246,7 @@ class VLLMEngine(SidecarReplacement):
 
         if self._inflight or self._waiting:
             raise RuntimeError("pause the engine before loading weights: in-flight KV is stale")
+        self._move_home()  # a sidecar placed anywhere since its node's loss, if home is back
         if self.settings.weight_sync == "collective":
             self._weights = None  # no copy: a replacement gets them from rank 0 again
             self._revive(weights_coming=True)  # a replacement joins the group and receives them

@@ -6,7 +6,8 @@ with the last synced weights; at most MAX_RESTARTS per engine.
 A part of VLLMEngine (vllm_engine.py), apart so that the engine reads on a few screens: its
 methods use the engine's sidecars (_actors, _inflight, _load, _new_actor(), _check_started(),
 submit()) and keep the replacement's state on it (_dead, _death, _waiting, restarts, nodes,
-_anywhere). A sidecar whose node is lost is placed again where Ray can (node_loss.py).
+_anywhere). A sidecar whose node is lost is placed again where Ray can (node_loss.py), and
+moves back to its own bundle once Ray has placed that again.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from rollverify.infra.faults import describe
 from rollverify.rollout.engines.node_loss import (
     NodeLost,
+    bundle_placed,
     group_anywhere,
     node_alive,
     wait_for_bundle,
@@ -144,6 +146,29 @@ class SidecarReplacement(CollectiveWeightSync):
         # (a group's reservation takes milliseconds where there is room: waiting longer is for
         # room to come, which is what the wait above was for)
         self._anywhere[index] = group_anywhere(settings, max(wait, 10.0))
+
+    def _move_home(self) -> None:
+        """A sidecar placed anywhere after its node's loss (a group of its own) moves back to its
+        bundle of the engines' group once Ray has put that on a node again (one with
+        vllm.node_resource came back, or had room), and its own group is given back: else the
+        run holds both to its end, one of them unused. Called before a weight load, with
+        nothing in flight, so no work is lost; the new sidecar takes the weights the load
+        brings. Its cost: one sidecar start (vLLM's) in that load. Not a restart."""
+        import ray
+
+        for index in [i for i in sorted(self._anywhere) if bundle_placed(self._group, i)]:
+            warnings.warn(
+                f"vllm: engine {index} moves back to its own bundle, placed again on a node "
+                f"with {self.settings.node_resource or 'room'}; the group it ran in since its "
+                "node's loss is given back",
+                stacklevel=2,
+            )
+            away = self._anywhere.pop(index)
+            actor, report = self._replacement(index, weights_coming=True)
+            self._actors[index] = actor
+            self._check_started(index, report)
+            self._dead.discard(index)  # (one found dead meanwhile: this is its replacement)
+            ray.util.remove_placement_group(away)
 
     def _bundle_of(self, index: int) -> tuple[Any, int]:
         """The placement group and bundle sidecar `index` starts in: its bundle of the engines'

@@ -15,6 +15,14 @@ with a guessed digit (`#d`) in 85% of problems and write the chain out in 15%:
         --alpha 1.4 --examples 30000 --init rollverify/assets/models/tiny-qwen3-chain \
         --out rollverify/assets/models/tiny-qwen3-scratch
 
+and its design v4 (docs/results.md), which writes chains of 1-2 steps out in 30% of problems and
+longer ones in 5%:
+
+    .venv/bin/python -m rollverify.tiny.build --task scratch --work-rate 0.3 --long-from 3 \
+        --long-work-rate 0.05 --max-steps 64 --alpha 1.4 --examples 30000 \
+        --init rollverify/assets/models/tiny-qwen3-chain \
+        --out rollverify/assets/models/tiny-qwen3-scratch-v4
+
 Deterministic for a given seed on CPU. The shipped checkpoint (rollverify/assets/models/, the
 package's data: config model.path `models/tiny-qwen3-chain`) was made with the
 defaults below; build_info.json beside it records the settings, the losses and the base
@@ -59,6 +67,11 @@ class BuildConfig:
     # scratch: the share of problems whose demonstration writes the chain out; the others answer
     # at once with a guessed digit (`#d`), which the chain task's reward alone scores
     work_rate: float = 0.15
+    # scratch: chains of long_from steps or more are written out at long_work_rate instead
+    # (0: every chain at work_rate), as a base model works easy problems out and guesses at
+    # hard ones
+    long_from: int = 0
+    long_work_rate: float = 0.0
     seed: int = 0
     noise: float = 0.2  # probability of a slip per demonstrated step
     max_steps: int = 32  # the chain task's distribution (ChainTaskConfig): chains of 1..max_steps
@@ -119,11 +132,18 @@ def demonstrations(config: BuildConfig) -> Dataset:
     def solution(problem: ChainProblem) -> str:
         if config.task == "chain_tool":
             return solution_with_calls(problem, config.noise, config.call_rate, rng)
-        if config.task == "scratch" and rng.random() >= config.work_rate:
+        if config.task == "scratch" and rng.random() >= work_rate(config, problem.steps):
             return f"#{rng.randint(0, 9)}"  # a guess, answered at once
         return problem.solution(config.noise, rng)
 
     return Dataset.from_list([{"prompt": p.prompt, "completion": solution(p)} for p in problems])
+
+
+def work_rate(config: BuildConfig, steps: int) -> float:
+    """scratch: the share of demonstrations of an n-step chain that write it out."""
+    if config.long_from and steps >= config.long_from:
+        return config.long_work_rate
+    return config.work_rate
 
 
 def sampling_strategy(config: BuildConfig) -> str:

@@ -40,3 +40,10 @@ sweep async8_auto eta --method rollverify --eta 8 --set rollout.mode=async \
   --set verify.ds=auto --set verify.dt=auto
 # 4. the composition: does verification with OPSM's mask in the loss beat both?
 sweep composed method --method rollverify-opsm
+# 5. issue 77, the decisive point (question stated in the issue and docs/results.md before its
+# runs): at lr/4, is RollVerify (paper's thresholds) within 0.01 AUC of grpo (--margin 0.01),
+# and above partial, at what modeled saving? 16 seeds a method in one store (seeds 0-7 repeat
+# the step_size parts' runs, a check that they pair), opsm on seeds 0-4. ~2 hours two at a time.
+SEEDS=16 sweep decisive method learning_rate --method grpo,partial,rollverify \
+  --learning_rate $LR4
+sweep decisive_opsm method learning_rate --method opsm --learning_rate $LR4

@@ -26,6 +26,7 @@ from rollverify.rollout.engines.node_loss import node_resources, wait_for_bundle
 from rollverify.rollout.engines.ray_runtime import ensure_ray, stop_ray
 from rollverify.rollout.engines.vllm_engine import VLLMEngine, VLLMSettings
 from rollverify.rollout.trajectory import Trajectory
+from tests.polling import wait_until
 from tests.stub_sidecar import StubSidecar
 
 MAX_NEW_TOKENS, PREFIX = 125, 5  # 120 tokens to go: 6 s at the stub's rate
@@ -132,12 +133,6 @@ def move_home(engine: VLLMEngine) -> dict:
     }
 
 
-def wait_for_file(path: Path, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-
-
 def main(address: str, folder: Path) -> None:
     ensure_ray(address)
     engines = {policy: engine(policy) for policy in POLICIES}
@@ -176,7 +171,7 @@ def main(address: str, folder: Path) -> None:
             result[name] |= done
         result["lines"] = [str(w.message) for w in lines]
         (folder / "placed").touch()
-        wait_for_file(folder / "node-back", 120)
+        wait_until((folder / "node-back").exists, 120)
         result["home"] = {name: move_home(engines[name]) for name in MOVED}
         result["home_lines"] = [str(w.message) for w in lines][len(result["lines"]) :]
     finally:

@@ -44,6 +44,23 @@ def test_each_point_is_replayed_as_switching_counts_it():
     assert rows["ds_0.04"]["switch_steps"] == [None] and rows["ds_0.04"]["switched"] == 0
 
 
+def test_the_window_at_85_percent_of_the_steps_is_set_against_the_first():
+    """Question (a) of the paper's regime: the full window ending at the last check at or
+    before 85% of the run's steps (step 5 of 6), below the first full window or not."""
+    six = run(0)
+    six.params["train.steps"] = "6"
+    rows = {row["point"]: row for row in thresholds.rows([six])}
+    tight, loose = rows["ds_0.005"], rows["ds_0.04"]
+    assert tight["late_window"] == pytest.approx((0.5 + 0.4 + 0.3) / 3)  # ends at step 5
+    assert tight["declined"] == 1 and tight["late_runs"] == 1
+    assert loose["late_window"] == pytest.approx(0.9) and loose["declined"] == 0
+    # a run of 20 steps whose checks stopped at 6 (it switched): no window at step 17
+    switched = run(1)
+    switched.params["train.steps"] = "20"
+    rows = {row["point"]: row for row in thresholds.rows([switched])}
+    assert rows["ds_0.005"]["late_window"] is None and rows["ds_0.005"]["late_runs"] == 0
+
+
 def test_over_seeds_the_figures_are_means_with_intervals():
     later = {step: rate + 0.1 for step, rate in TIGHT.items()}  # stays at 0.5 and above
     rows = {row["point"]: row for row in thresholds.rows([run(0), run(1, later), run(2)])}

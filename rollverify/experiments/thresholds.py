@@ -7,6 +7,9 @@ Per grid point, over the runs (seeds), the acceptance window replayed as switchi
 full window's mean falls below verify.switch_threshold):
 - `first_window`: the first full window's mean (where the switch is first decided);
 - `lowest_window`: the lowest mean of a full window;
+- `late_window`: the full window ending at the last check at or before 85% of the run's steps
+  (the paper's late decline: is it below the first?); None where the checks stopped earlier
+  (a switch);
 - `switch_steps`: the step at which its window would have switched, per run (None: never,
   within the run's checks);
 - `regenerated`: the share of the checked tokens it would have cut (and so regenerated).
@@ -24,6 +27,7 @@ from rollverify.core.switching import AcceptanceMonitor
 from rollverify.experiments.cells import cell, pm
 from rollverify.experiments.power import mean_ci95
 from rollverify.experiments.run_figures import present
+from rollverify.experiments.step_size import LATE  # (--table step-size: the run's own window)
 from rollverify.tracking import metric_names as m
 from rollverify.tracking.run_records import RunRecord
 
@@ -56,18 +60,28 @@ def replay(run: RunRecord, point: str) -> dict:
     """One run's figures for one grid point (see the module)."""
     window = int(run.params.get("verify.window", 8))
     monitor = AcceptanceMonitor(window, float(run.params.get("verify.switch_threshold", 0.5)))
-    windows, cut, total = [], 0.0, 0.0
+    windows, cut, total = {}, 0.0, 0.0  # the step a full window ends at -> its mean
     for step, rate, tokens in checks(run, point):
         monitor.update(rate * tokens, tokens, step=step)
         cut, total = cut + (1 - rate) * tokens, total + tokens
         if len(monitor.history) >= window:
-            windows.append(monitor.window_mean)
+            windows[step] = monitor.window_mean
     return {
-        "first_window": windows[0] if windows else None,
-        "lowest_window": min(windows) if windows else None,
+        "first_window": next(iter(windows.values()), None),
+        "lowest_window": min(windows.values(), default=None),
+        "late_window": _late(windows, LATE * float(run.params.get("train.steps", "inf"))),
         "switch_step": monitor.switch_step,
         "regenerated": cut / total if total else None,
     }
+
+
+def _late(windows: dict[int, float], late_step: float) -> float | None:
+    """The window ending at the last check at or before `late_step`, if the checks went on
+    that far (a run that switched checks no more)."""
+    ends = [step for step in windows if step <= late_step]
+    if not ends or max(windows) < late_step - 1:
+        return None
+    return windows[max(ends)]
 
 
 def own_point(run: RunRecord) -> str | None:
@@ -88,8 +102,12 @@ def rows(runs: list[RunRecord]) -> list[dict]:
     for point in points(runs):
         replays = [replay(run, point) for run in runs]
         row: dict = {"point": point, "own": point in owns, "runs": len(replays)}
-        for figure in ("first_window", "lowest_window", "regenerated"):
+        for figure in ("first_window", "lowest_window", "late_window", "regenerated"):
             row[figure], row[f"{figure}_ci95"] = mean_ci95(present(r[figure] for r in replays))
+        row["declined"] = sum(
+            r["late_window"] < r["first_window"] for r in replays if r["late_window"] is not None
+        )
+        row["late_runs"] = sum(r["late_window"] is not None for r in replays)
         steps = [r["switch_step"] for r in replays]
         row["switched"] = sum(s is not None for s in steps)
         row["switch_steps"] = steps
@@ -121,6 +139,8 @@ def _cells(row: dict) -> dict[str, str]:
         "point": row["point"] + (" (the run's)" if row["own"] else ""),
         "first window (± 95%)": pm(row, "first_window", 3),
         "lowest window": pm(row, "lowest_window", 3),
+        "window at 85% (below the first)": pm(row, "late_window", 3)
+        + (f" ({row['declined']}/{row['late_runs']})" if row["late_runs"] else ""),
         "would switch (step)": f"{row['switched']}/{row['runs']}"
         + (f" ({cell(row, 'switch_step_median', 'g')})" if row["switched"] else ""),
         "regenerated": pm(row, "regenerated", 3),

@@ -61,6 +61,7 @@ def replay(run: RunRecord, point: str) -> dict:
     window = int(run.params.get("verify.window", 8))
     monitor = AcceptanceMonitor(window, float(run.params.get("verify.switch_threshold", 0.5)))
     windows, cut, total = {}, 0.0, 0.0  # the step a full window ends at -> its mean
+    steps = run.params.get("train.steps")
     for step, rate, tokens in checks(run, point):
         monitor.update(rate * tokens, tokens, step=step)
         cut, total = cut + (1 - rate) * tokens, total + tokens
@@ -69,15 +70,16 @@ def replay(run: RunRecord, point: str) -> dict:
     return {
         "first_window": next(iter(windows.values()), None),
         "lowest_window": min(windows.values(), default=None),
-        "late_window": _late(windows, LATE * float(run.params.get("train.steps", "inf"))),
+        "late_window": _late(windows, round(LATE * int(steps))) if steps else None,
         "switch_step": monitor.switch_step,
         "regenerated": cut / total if total else None,
     }
 
 
-def _late(windows: dict[int, float], late_step: float) -> float | None:
-    """The window ending at the last check at or before `late_step`, if the checks went on
-    that far (a run that switched checks no more)."""
+def _late(windows: dict[int, float], late_step: int) -> float | None:
+    """The window ending at the last check at or before `late_step` (the step --table
+    step-size reads the run's own window at), if the checks went on that far (a run that
+    switched checks no more)."""
     ends = [step for step in windows if step <= late_step]
     if not ends or max(windows) < late_step - 1:
         return None

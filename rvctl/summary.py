@@ -13,6 +13,7 @@ from typing import Any
 
 FEW_PAIRS = "n<3"  # a difference without an interval (under 3 pairs)
 LEGEND = (
+    "settings: what a method's rows differ in; "
     "seeds: finished seeds (k/n: k of the row's n runs finished); AUC: area under the "
     "eval curve over the run's steps, normalised, mean over seeds ± its "
     "95% interval (Student t); acc: final eval accuracy, mean over seeds; ΔAUC: the row minus "
@@ -30,8 +31,9 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     shown = []
     for row in rows:
         cells = {"method": row["method"]}
-        if "corrections" in row:
-            cells["corrections"] = row["corrections"]
+        for key in ("corrections", "settings"):
+            if key in row:
+                cells[key] = row[key]
         runs = row["seeds"] + row["unfinished"]
         cells["seeds"] = f"{row['seeds']}/{runs}" if any_unfinished else str(row["seeds"])
         speedup = row.get("modeled_speedup_vs_grpo")

@@ -136,6 +136,39 @@ def test_a_seed_finished_twice_counts_once_and_the_report_says_so(tmp_path, empt
     assert "note: 1 finished run(s) repeat a seed their row already counts" in result.stderr
 
 
+def test_a_method_at_two_settings_is_two_rows_each_against_grpo_at_its_own(tmp_path, empty_store):
+    """rollverify at the paper's thresholds and at ds=auto (issue 77's store) are two rows of
+    their seeds, not one row that counts the second setting's runs as duplicates; grpo at two
+    learning rates is two rows, and each rollverify row pairs with grpo at its own rate."""
+    s = Store(tmp_path, empty_store)
+    logged = {}
+    for seed in (1, 2, 3):
+        for lr in ("1e-4", "2e-4"):
+            logged["grpo", lr, seed] = s.run("grpo", seed, params={"train.lr": lr})
+            for ds in ("0.01", "auto"):
+                params = {"train.lr": lr, "verify.ds": ds}
+                logged[ds, lr, seed] = s.run("rollverify", seed, params=params)
+    rows = method_rows(load_report([], s.uri).runs)
+    settings = [(r["method"], r["settings"]) for r in rows]
+    assert settings == [("grpo", "lr=1e-4"), ("grpo", "lr=2e-4")] + [
+        ("rollverify", f"lr={lr}, ds={ds}") for lr in ("1e-4", "2e-4") for ds in ("0.01", "auto")
+    ]
+    assert all(r["seeds"] == 3 and not r["duplicates"] for r in rows)
+    for row in rows[2:]:
+        lr, ds = (part.split("=")[1] for part in row["settings"].split(", "))
+        mine = [logged[ds, lr, seed].history["eval_accuracy"][STEPS] for seed in (1, 2, 3)]
+        theirs = [logged["grpo", lr, seed].history["eval_accuracy"][STEPS] for seed in (1, 2, 3)]
+        assert row["pairs"] == 3
+        assert row["accuracy_diff_vs_grpo"] == pytest.approx(
+            statistics.mean(mine) - statistics.mean(theirs)
+        )
+    args = ["report", "--tracking-uri", s.uri, "--format", "json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert [r.get("settings") for r in json.loads(result.stdout)] == [v for _, v in settings]
+    assert "repeat a seed" not in result.stderr
+
+
 def test_targets_default_to_the_newest_parent_and_accept_a_training_run(store):
     assert load_report([], store.uri).parent_run_ids == [store.sweep]
     one = store.runs["grpo"][1]

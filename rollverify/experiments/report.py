@@ -21,6 +21,7 @@ from typing import Any
 
 from rollverify.core.corrections import MASKING
 from rollverify.core.methods import METHODS
+from rollverify.experiments import vs_baseline
 from rollverify.experiments.power import mean_ci95, paired_difference, t_critical_95
 from rollverify.experiments.run_figures import (
     counted,
@@ -74,28 +75,30 @@ def correction_choices(run: RunRecord) -> str | None:
 
 
 def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
-    """One row per method (grpo first, then in order of first appearance in `runs`), and per
-    choice of the peers' corrections where runs made one (`corrections`: correction_choices)."""
-    groups = _group(runs, lambda r: (r.method, correction_choices(r)))
-    grpo = ("grpo", None)
-    if grpo in groups:
-        groups = {grpo: groups.pop(grpo), **groups}
+    """One row per method (grpo first, then in order of first appearance in `runs`), per
+    choice of the peers' corrections where runs made one (`corrections`: correction_choices),
+    and per setting where a method's runs differ in one (`settings`: method_settings; e.g.
+    rollverify at the paper's thresholds and at ds=auto are two rows, not one seed twice)."""
+    settings = method_settings(runs)
+    groups = _group(runs, lambda r: (r.method, correction_choices(r), settings(r)))
+    grpo = {key: group for key, group in groups.items() if key[:2] == ("grpo", None)}
+    groups = grpo | groups  # grpo's rows first
     rows = [
-        {"method": method, "corrections": choices, **_summary(group)}
-        for (method, choices), group in groups.items()
+        {"method": method, "corrections": choices, "settings": _label(setting), **_summary(g)}
+        for (method, choices, setting), g in groups.items()
     ]
     for row, group in zip(rows, groups.values(), strict=True):
+        grpo_row, grpo_group = _grpo_of(group, grpo, rows)
         if row["method"] != "grpo":  # grpo's own row gets no difference
-            row |= paired_diffs(group, groups.get(grpo, []))
-    first = rows[0] if rows and rows[0]["method"] == "grpo" else {}
-    for row in rows:
+            row |= paired_diffs(group, grpo_group)
         for days, speedup in [
             ("device_days", "device_speedup_vs_grpo"),
             ("modeled_gpu_days", "modeled_speedup_vs_grpo"),
         ]:
-            base = first.get(days)
-            row[speedup] = base / row[days] if base is not None and row[days] else None
-    order = ["method", *_corrections_column(rows), "status", "seeds", "unfinished"]
+            theirs = (row if row["method"] == "grpo" else grpo_row).get(days)
+            row[speedup] = theirs / row[days] if theirs is not None and row[days] else None
+    order = ["method", *_corrections_column(rows), *_settings_column(rows)]
+    order += ["status", "seeds", "unfinished"]
     order += ["duplicates", "eval_accuracy_before"]
     order += ["eval_auc_mean", "eval_auc_ci95"]
     order += ["eval_accuracy_mean", "eval_accuracy_ci95", "device_days", "device_speedup_vs_grpo"]
@@ -110,9 +113,46 @@ def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
     return [finite_only({k: row.get(k) for k in order}) for row in rows]
 
 
+def _grpo_of(group: list[RunRecord], grpo: dict[tuple, list], rows: list[dict]) -> tuple:
+    """(row, runs) of the grpo row `group` is measured against: the one whose settings the
+    group's runs share (grpo at their learning rate), else the only one; ({}, []) if none."""
+    mine = group[0]
+    alike = [
+        key
+        for key in grpo
+        if all(vs_baseline.same(vs_baseline.value(mine, k), v) for k, v in key[2])
+    ]
+    chosen = alike if len(alike) == 1 else list(grpo) if len(grpo) == 1 else []
+    if not chosen:
+        return {}, []
+    return rows[list(grpo).index(chosen[0])], grpo[chosen[0]]
+
+
 def _corrections_column(rows: Sequence[dict[str, Any]]) -> list[str]:
     """["corrections"] where a row made one of the peers' choices; else no such column."""
     return ["corrections"] if any(row["corrections"] for row in rows) else []
+
+
+def method_settings(runs: Sequence[RunRecord]) -> Callable[[RunRecord], tuple]:
+    """A run's ((key, value), ...) of the config keys in which its method's finished runs
+    differ (verify.ds, verify.dt), () where they agree: vs_baseline.setting_keys, per method.
+    An unfinished run joins the row of its values of those keys (a run killed at step 3 of a
+    shortened config is not a setting of its own)."""
+    by_method = _group((r for r in runs if r.finished), lambda r: r.method)
+    choices = [param for param, *_ in CORRECTION_CHOICES]  # the corrections column's
+    keys = {method: vs_baseline.setting_keys(group, choices) for method, group in by_method.items()}
+    return lambda run: tuple((key, vs_baseline.value(run, key)) for key in keys.get(run.method, []))
+
+
+def _label(setting: tuple) -> str | None:
+    """((verify.ds, auto), (verify.dt, auto)) -> "ds=auto, dt=auto"; None for ()."""
+    names = short_names([key for key, _ in setting])
+    return ", ".join(f"{n}={v}" for n, (_, v) in zip(names, setting, strict=True)) or None
+
+
+def _settings_column(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """["settings"] where a method's runs differ in a setting; else no such column."""
+    return ["settings"] if any(row["settings"] for row in rows) else []
 
 
 def eval_sets(runs: Sequence[RunRecord]) -> list[str]:

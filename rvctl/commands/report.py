@@ -60,7 +60,9 @@ LEGEND = (
     "on-policy; corrections (where a run made one of the peers' choices, docs/rules.md "
     "section 6): uncounted: masked tokens out of the loss's count "
     "(correction.masked_tokens_in_count false), micro-batch: M2PO's mask per pass "
-    "(m2po_scope), unclipped: m2po_clip false; unfin.: "
+    "(m2po_scope), unclipped: m2po_clip false; settings: the config values in which a "
+    "method's runs differ, one row each (its Δ against grpo at the same values, else the one "
+    "grpo); unfin.: "
     "runs not finished; dup.: finished runs of a seed the row already counts, left out; "
     "Δ: the row minus grpo, mean over the seeds both finished (pairs), "
     f"±Δ: its paired Student t half-width ({FEW_PAIRS}: under 3 pairs, no interval); mde: the "
@@ -240,7 +242,8 @@ def show_report(
                 _print(grid, format, f"{TABLE_HEADERS[value]}, {names[0]} x {names[1]}")
     else:
         rows = method_rows(found.runs)
-        keys = 2 if "corrections" in rows[0] else 1  # method, and the choices it ran with
+        # method, the choices it ran with, and the settings that tell its rows apart
+        keys = 1 + ("corrections" in rows[0]) + ("settings" in rows[0])
         if short:
             _print(summary.summary_rows(rows), format, f"methods ({found.kind})", keys=keys)
         else:

@@ -37,9 +37,11 @@ run() {  # run POINT SEED: its own folder OUT/q/POINT-sSEED, the study's store
   echo "$name rc=$? $(date)" >> "$OUT/done.txt"
 }
 
-POINTS="rollverify rollverify-auto opsm rollverify-seq-token grpo partial"
+# the points and seeds: all six on seeds 0-4, or (the point deciding (c), paired) e.g.
+#     POINTS="rollverify grpo partial" SEEDS="5 6 7" benchmarks/scratch_questions.sh
+POINTS=${POINTS:-rollverify rollverify-auto opsm rollverify-seq-token grpo partial}
 jobs=()
-for seed in 0 1 2 3 4; do
+for seed in ${SEEDS:-0 1 2 3 4}; do
   for point in $POINTS; do jobs+=("$point $seed"); done
 done
 for ((i = 0; i < ${#jobs[@]}; i += 2)); do

@@ -1686,18 +1686,30 @@ MUTANTS = [
         "report-merges-correction-choices",
         "rvctl report gives each choice of the peers' corrections a row of its own, named",
         "rollverify/experiments/report.py",
-        "groups = _group(runs, lambda r: (r.method, correction_choices(r)))",
-        "groups = _group(runs, lambda r: (r.method, None))",
+        "groups = _group(runs, lambda r: (r.method, correction_choices(r), settings(r)))",
+        "groups = _group(runs, lambda r: (r.method, None, settings(r)))",
         (
             "tests/test_report.py::test_a_row_says_which_of_the_peers_correction_choices_its_runs_made",
+        ),
+    ),
+    Mutant(
+        "report-merges-settings",
+        "rvctl report gives each setting a method's runs differ in (ds=auto beside ds=0.01) a "
+        "row of its own, each against grpo at its own values",
+        "rollverify/experiments/report.py",
+        "groups = _group(runs, lambda r: (r.method, correction_choices(r), settings(r)))",
+        "groups = _group(runs, lambda r: (r.method, correction_choices(r), ()))",
+        (
+            "tests/test_report.py::"
+            "test_a_method_at_two_settings_is_two_rows_each_against_grpo_at_its_own",
         ),
     ),
     Mutant(
         "report-split-drops-corrections",
         "each part of a split report table repeats a row's correction choices beside its method",
         "rvctl/commands/report.py",
-        'keys = 2 if "corrections" in rows[0] else 1',
-        "keys = 1",
+        'keys = 1 + ("corrections" in rows[0]) + ("settings" in rows[0])',
+        'keys = 1 + ("settings" in rows[0])',
         (
             "tests/test_report_cli.py::test_every_split_of_the_table_names_a_rows_correction_choices",
         ),

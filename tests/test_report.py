@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from rollverify.experiments.report import (
     method_rows,
+    run_groups,
     sweep_grid,
     sweep_rows,
 )
@@ -167,6 +168,10 @@ def test_a_method_at_two_settings_is_two_rows_each_against_grpo_at_its_own(tmp_p
     assert result.exit_code == 0, result.output
     assert [r.get("settings") for r in json.loads(result.stdout)] == [v for _, v in settings]
     assert "repeat a seed" not in result.stderr
+    # the per-seed rows and the plots' lines keep them apart too: every run, under its row
+    groups = run_groups(load_report([], s.uri))
+    assert sorted(len(runs) for runs in groups.values()) == [3] * 6
+    assert "rollverify (lr=2e-4, ds=auto)" in groups
 
 
 def test_targets_default_to_the_newest_parent_and_accept_a_training_run(store):

@@ -286,8 +286,9 @@ def short_names(dotted: Sequence[str]) -> list[str]:
 
 
 def run_groups(report: Report) -> dict[str, list[RunRecord]]:
-    """Runs by plot line: method, or grid point for a sweep. Finished runs only; a group with
-    none gets its unfinished runs, labelled so."""
+    """Runs by plot line: method (and the corrections and settings its table row names), or
+    grid point for a sweep. Finished runs only; a group with none gets its unfinished runs,
+    labelled so."""
     if report.kind == "sweep" and report.sweep_params:
         names = short_names(report.sweep_params)
 
@@ -295,10 +296,11 @@ def run_groups(report: Report) -> dict[str, list[RunRecord]]:
             values = [run.params.get(p) for p in report.sweep_params]
             return ", ".join(f"{n}={v}" for n, v in zip(names, values, strict=True))
     else:
+        settings = method_settings(report.runs)
 
         def label(run: RunRecord) -> str:
-            choices = correction_choices(run)
-            return f"{run.method} ({choices})" if choices else run.method
+            shown = [x for x in (correction_choices(run), _label(settings(run))) if x]
+            return f"{run.method} ({'; '.join(shown)})" if shown else run.method
 
     groups = {}
     for name, group in _group(report.runs, label).items():

@@ -199,7 +199,7 @@ def plot(
     axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
                 frameon=False)  # fmt: skip
     path = folder / figure_name
-    figure.savefig(path, dpi=100)
+    figure.savefig(path, dpi=100, bbox_inches="tight")  # no blank canvas past a short legend
     return path
 
 

@@ -10,7 +10,7 @@ ROOT=${ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 OUT=${1:-runs/frontier-study}; mkdir -p "$OUT"; cd "$OUT"
 RV=${RV:-$ROOT/.venv/bin/rvctl}
 PY=$ROOT/.venv/bin/python
-source "$(dirname "$0")/study_sweep.sh"  # sweep()
+source "$ROOT/benchmarks/study_sweep.sh"  # sweep()
 LR=0.0005  # experiments/stale.yaml's (the embedded default's)
 LR4=0.000125 LR16=0.00003125
 # 1. the step size: does the switch step move with the per-version drift as drift/ds predicts?

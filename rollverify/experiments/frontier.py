@@ -144,6 +144,7 @@ def plot(
         axes.axhline(-margin, color="tab:green", linewidth=0.8, linestyle=":")
     seen: dict[str, int] = {}
     numbered = 0
+    labelled: list[tuple] = []  # where the Pareto numbers are
     for point in placed:
         kind = family(point["method"])
         shade = f"C{FAMILIES.index(kind) % 10}"
@@ -153,8 +154,13 @@ def plot(
         if point["pareto"]:
             numbered += 1
             name = f"[{numbered}] {name}"
-            axes.annotate(f"{numbered}", (point["cost"], point["auc_vs_base"]), fontsize=9,
-                          fontweight="bold", xytext=(4, 4), textcoords="offset points",
+            # a point at the place of an earlier one (two methods that ran the same) gets its
+            # number beside that one's, not on top of it
+            at = (point["cost"], point["auc_vs_base"])
+            beside = 10 * labelled.count(at)
+            labelled.append(at)
+            axes.annotate(f"{numbered}", at, fontsize=9, fontweight="bold",
+                          xytext=(4 + beside, 4), textcoords="offset points",
                           color=shade)  # fmt: skip
         axes.errorbar(
             point["cost"],

@@ -93,3 +93,25 @@ def test_the_command_prints_writes_and_draws_it(tmp_path, empty_store, monkeypat
     grpo_only = run_rvctl(["report", "--tracking-uri", store.uri, "--thresholds", "--vs", "grpo"],
                           monkeypatch, capsys)  # fmt: skip
     assert grpo_only.returncode == 2 and "one table at a time" in grpo_only.stderr
+
+
+def test_runs_at_two_settings_of_their_own_are_pooled_and_the_command_says_so(
+    tmp_path, empty_store, monkeypatch, capsys
+):
+    """Given the paper's and auto runs together (issue 77's question (a)), each row pools
+    both, both rows are marked the run's, and a note says so and how to see one alone."""
+    from tests.report_store import Store
+
+    store = Store(tmp_path, empty_store)
+    logged = []
+    for seed, ds in [(0, "0.005"), (1, "auto")]:
+        params = run(seed).params | {"verify.ds": ds, "verify.dt": "2.0" if ds != "auto" else ds}
+        logged.append(store.run("rollverify", seed, params=params, extra=dict(run(seed).history)))
+    args = ["report", "--tracking-uri", store.uri, "--thresholds", "-f", "md"]
+    both = run_rvctl(args, monkeypatch, capsys)
+    assert both.returncode == 0, both.stderr
+    assert "| ds_0.005 (the run's) |" in both.stdout and "| auto_c2 (the run's) |" in both.stdout
+    assert "2 threshold settings of their own (auto_c2, ds_0.005); each row pools" in both.stderr
+    one = run_rvctl([*args[:3], logged[0].run_id, *args[3:]], monkeypatch, capsys)
+    assert one.returncode == 0, one.stderr
+    assert "pools" not in one.stderr

@@ -85,6 +85,7 @@ def show_study(
                 "--thresholds: these runs logged no threshold_grid/ metric (a verifying run "
                 "logs one per verify.threshold_grid point, from issue 74's release on)"
             )
+        say_pooled(runs)
         record: dict[str, Any] = {"rows": rows}
         cells, title = grid.markdown(rows), "what each threshold would have done"
     elif frontier:
@@ -125,6 +126,23 @@ def show_study(
     if plots_dir is not None and thresholds:
         written.append(grid.plot(runs, plots_dir))
     return written
+
+
+def say_pooled(runs: list) -> None:
+    """--thresholds pools its runs in each row: where they ran at more than one setting of
+    their own (the paper's and auto), say so, and how to see one setting alone."""
+    from rollverify.experiments.thresholds import own_point
+
+    owns = sorted({own_point(run) for run in runs} - {None})
+    if len(owns) > 1:
+        stderr.print(
+            f"note: these runs ran at {len(owns)} threshold settings of their own "
+            f"({', '.join(owns)}); each row pools them all. For one setting's answer, give "
+            "its runs alone",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
 
 
 def say_unpaired(runs: list, baseline: dict[str, str], by: tuple[str, ...], vs: str) -> None:

@@ -2,7 +2,8 @@
 # OUT with ROOT, RV and PY set. `sweep PART ARGS...` runs `rvctl sweep ARGS` on
 # experiments/stale.yaml, 5 seeds (SEEDS=8: eight; `SEEDS=3 sweep ...`: one part's), its folder recorded in PART.dir as soon as it exists, so that
 # running the script again resumes the part where it stopped (`--sweep-dir`); ONLY="a b" runs
-# parts a and b alone.
+# parts a and b alone. Never pause a sweep's trials (SIGSTOP, e.g. to run the tests): Ray's
+# keepalive watchdog fails a stopped actor within minutes (running the script again resumes it).
 sweep() {  # part name, sweep arguments...  (ONLY="part1 part2": those parts alone)
   local part=$1; shift
   local COMMON="--config $ROOT/experiments/stale.yaml --seeds ${SEEDS:-5} --engine hf --set train.threads=1 --tracking-uri sqlite:///$PWD/stale.db --output runs"

@@ -87,8 +87,10 @@ def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
         {"method": method, "corrections": choices, "settings": _label(setting), **_summary(g)}
         for (method, choices, setting), g in groups.items()
     ]
+    row_of = dict(zip(groups, rows, strict=True))
     for row, group in zip(rows, groups.values(), strict=True):
-        grpo_row, grpo_group = _grpo_of(group, grpo, rows)
+        base = _grpo_of(group[0], list(grpo))
+        grpo_row, grpo_group = (row_of[base], grpo[base]) if base else ({}, [])
         if row["method"] != "grpo":  # grpo's own row gets no difference
             row |= paired_diffs(group, grpo_group)
         for days, speedup in [
@@ -113,19 +115,12 @@ def method_rows(runs: Sequence[RunRecord]) -> list[dict[str, Any]]:
     return [finite_only({k: row.get(k) for k in order}) for row in rows]
 
 
-def _grpo_of(group: list[RunRecord], grpo: dict[tuple, list], rows: list[dict]) -> tuple:
-    """(row, runs) of the grpo row `group` is measured against: the one whose settings the
-    group's runs share (grpo at their learning rate), else the only one; ({}, []) if none."""
-    mine = group[0]
-    alike = [
-        key
-        for key in grpo
-        if all(vs_baseline.same(vs_baseline.value(mine, k), v) for k, v in key[2])
-    ]
-    chosen = alike if len(alike) == 1 else list(grpo) if len(grpo) == 1 else []
-    if not chosen:
-        return {}, []
-    return rows[list(grpo).index(chosen[0])], grpo[chosen[0]]
+def _grpo_of(run: RunRecord, grpo: list[tuple]) -> tuple | None:
+    """The key of the grpo group `run`'s row is measured against: the one whose settings the
+    run shares (grpo at its learning rate), else the only one; None if neither."""
+    alike = [key for key in grpo if vs_baseline.matches(run, dict(key[2]))]
+    chosen = alike if len(alike) == 1 else grpo if len(grpo) == 1 else []
+    return chosen[0] if chosen else None
 
 
 def _corrections_column(rows: Sequence[dict[str, Any]]) -> list[str]:

@@ -77,10 +77,10 @@ def paired_groups(
         wanted = {METHOD: method} | {k: every[k] for k in by} | vs
         # where the baseline's own runs differ in a setting, its twin is the one like this
         # group (grpo at this learning rate, at this eta); where they agree, it is theirs
-        like = setting_keys([r for r in runs if _matches(r, wanted)], list(wanted))
+        like = setting_keys([r for r in runs if matches(r, wanted)], list(wanted))
         wanted |= {k: every[k] for k in like}
         group = counted(runs_of_group)
-        if not group or _matches(group[0], wanted):
+        if not group or matches(group[0], wanted):
             continue  # the baseline itself
         # a setting is named where it tells this method's groups apart (partial has no ds)
         own = setting_keys([r for r in runs if r.method == method], keys)
@@ -185,10 +185,10 @@ def same(a: str | None, b: str | None) -> bool:
 def baseline_runs(runs: list[RunRecord], wanted: dict[str, str]) -> dict[int, RunRecord]:
     """The runs with `wanted`'s values, by seed (the first finished run of each, as
     `rvctl report` counts them)."""
-    return {r.seed: r for r in counted(r for r in runs if _matches(r, wanted))}
+    return {r.seed: r for r in counted(r for r in runs if matches(r, wanted))}
 
 
-def _matches(run: RunRecord, wanted: dict[str, str]) -> bool:
+def matches(run: RunRecord, wanted: dict[str, str]) -> bool:
     return all(same(value(run, k), v) for k, v in wanted.items())
 
 

@@ -85,7 +85,7 @@ def show_study(
                 "--thresholds: these runs logged no threshold_grid/ metric (a verifying run "
                 "logs one per verify.threshold_grid point, from issue 74's release on)"
             )
-        say_pooled(runs)
+        say_pooled(rows)
         record: dict[str, Any] = {"rows": rows}
         cells, title = grid.markdown(rows), "what each threshold would have done"
     elif frontier:
@@ -128,12 +128,11 @@ def show_study(
     return written
 
 
-def say_pooled(runs: list) -> None:
+def say_pooled(rows: list[dict]) -> None:
     """--thresholds pools its runs in each row: where they ran at more than one setting of
-    their own (the paper's and auto), say so, and how to see one setting alone."""
-    from rollverify.experiments.thresholds import own_point
-
-    owns = sorted({own_point(run) for run in runs} - {None})
+    their own (the paper's and auto: more than one row marked the run's), say so, and how to
+    see one setting alone."""
+    owns = sorted(row["point"] for row in rows if row["own"])
     if len(owns) > 1:
         stderr.print(
             f"note: these runs ran at {len(owns)} threshold settings of their own "
